@@ -1,0 +1,89 @@
+package event
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+
+	"corral.dev/pkg/model"
+)
+
+// Call links a tool_use block of a model response to the call ID Corral gave
+// it. The ID is fixed when the response is recorded, so every retry of the
+// same call carries the same ID.
+type Call struct {
+	ID        uuid.UUID       `json:"id"`
+	ToolUseID string          `json:"tool_use_id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+}
+
+// ModelResponded records one model response, before anything acts on it: a
+// harness that crashes after the model answered reuses it instead of asking
+// again. Schema: schemas/model/v1/responded.json.
+type ModelResponded struct {
+	Header
+	// Turn counts model responses in the session, from 1.
+	Turn       int           `json:"turn"`
+	Model      string        `json:"model"`
+	Content    []model.Block `json:"content"`
+	StopReason string        `json:"stop_reason"`
+	Usage      model.Usage   `json:"usage"`
+	Calls      []Call        `json:"calls"`
+}
+
+// ToolCall is one tool call on the work queue, published on
+// tools.<service>.<tenant>.<session> with its call ID as the Nats-Msg-Id.
+// Schema: schemas/tool/v1/call.json.
+type ToolCall struct {
+	Header
+	Call  uuid.UUID       `json:"call"`
+	Turn  int             `json:"turn"`
+	User  string          `json:"user"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
+}
+
+// ToolDispatched records that a call was put on the work queue.
+// Schema: schemas/tool/v1/dispatched.json.
+type ToolDispatched struct {
+	Header
+	Call    uuid.UUID       `json:"call"`
+	Turn    int             `json:"turn"`
+	Name    string          `json:"name"`
+	Input   json.RawMessage `json:"input"`
+	Service string          `json:"service"`
+}
+
+// ToolCompleted records the result of a call: what the model will read.
+// Schema: schemas/tool/v1/completed.json.
+type ToolCompleted struct {
+	Header
+	Call      uuid.UUID `json:"call"`
+	Name      string    `json:"name"`
+	Output    string    `json:"output"`
+	IsError   bool      `json:"is_error,omitempty"`
+	ExitCode  *int      `json:"exit_code,omitempty"`
+	Truncated bool      `json:"truncated,omitempty"`
+	TimedOut  bool      `json:"timed_out,omitempty"`
+	// DurationMS is how long the call ran, in milliseconds.
+	DurationMS int64 `json:"duration_ms"`
+}
+
+// DeadLetter records a message a consumer gave up on: undecodable, or
+// failing every delivery. It is kept in the DEADLETTER stream.
+// Schema: schemas/bus/v1/deadletter.json.
+type DeadLetter struct {
+	Type      string    `json:"type"`
+	ID        uuid.UUID `json:"id"`
+	Time      time.Time `json:"time"`
+	Stream    string    `json:"stream"`
+	Consumer  string    `json:"consumer"`
+	Subject   string    `json:"subject"`
+	StreamSeq uint64    `json:"stream_seq"`
+	Delivered uint64    `json:"delivered"`
+	Reason    string    `json:"reason"`
+	// Data is the original payload.
+	Data []byte `json:"data"`
+}
