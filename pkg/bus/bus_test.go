@@ -1,0 +1,249 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/natstest"
+)
+
+func waitFor(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// consume runs bus.Consume on the TOOLS stream until the test ends.
+func consume(t *testing.T, js jetstream.JetStream, c bus.Consumer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	c.Stream = bus.StreamTools
+	c.Config.Durable = "test-" + strings.ReplaceAll(t.Name(), "/", "-")
+	c.Config.FilterSubject = "tools.test.>"
+	c.RetryDelay = 10 * time.Millisecond
+	go func() { done <- bus.Consume(ctx, js, c) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("consume: %v", err)
+		}
+	})
+}
+
+type payload struct {
+	N int `json:"n"`
+}
+
+func publish(t *testing.T, js jetstream.JetStream, id string, data []byte) {
+	t.Helper()
+	if _, err := js.Publish(context.Background(), "tools.test.acme."+uuid.NewString(), data, jetstream.WithMsgID(id)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func deadLetters(t *testing.T, js jetstream.JetStream) []event.DeadLetter {
+	t.Helper()
+	msgs, err := bus.ReadAll(context.Background(), js, bus.StreamDeadLetter, "deadletter.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []event.DeadLetter
+	for _, m := range msgs {
+		var dl event.DeadLetter
+		if err := json.Unmarshal(m.Data, &dl); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, dl)
+	}
+	return out
+}
+
+func TestConsumeAcksAndRetries(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	var mu sync.Mutex
+	attempts := map[int]int{}
+	consume(t, js, bus.Consumer{Handler: bus.Decode(func(ctx context.Context, p *payload) error {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts[p.N]++
+		if p.N == 2 && attempts[p.N] < 3 {
+			return errors.New("transient")
+		}
+		return nil
+	})})
+	publish(t, js, "one", []byte(`{"n":1}`))
+	publish(t, js, "two", []byte(`{"n":2}`))
+	waitFor(t, 10*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if attempts[1] != 1 || attempts[2] != 3 {
+			return fmt.Errorf("attempts = %v, want 1:1 2:3", attempts)
+		}
+		return nil
+	})
+	waitFor(t, 5*time.Second, func() error {
+		s, err := js.Stream(context.Background(), bus.StreamTools)
+		if err != nil {
+			return err
+		}
+		if n := s.CachedInfo().State.Msgs; n != 0 {
+			return fmt.Errorf("%d messages left on the work queue", n)
+		}
+		return nil
+	})
+	if dl := deadLetters(t, js); len(dl) != 0 {
+		t.Errorf("dead letters = %v, want none", dl)
+	}
+}
+
+func TestConsumeGivesUpPoison(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	var handled, gaveUp atomic.Int32
+	consume(t, js, bus.Consumer{
+		Config: jetstream.ConsumerConfig{MaxDeliver: 3},
+		Handler: bus.Decode(func(ctx context.Context, p *payload) error {
+			handled.Add(1)
+			switch p.N {
+			case 1:
+				return bus.Permanent(errors.New("never works"))
+			case 2:
+				return errors.New("keeps failing")
+			case 3:
+				panic("boom")
+			}
+			return nil
+		}),
+		OnGiveUp: func(ctx context.Context, m bus.Msg, reason error) error {
+			gaveUp.Add(1)
+			return nil
+		},
+	})
+	publish(t, js, "bad-json", []byte(`{not json`))
+	publish(t, js, "permanent", []byte(`{"n":1}`))
+	publish(t, js, "failing", []byte(`{"n":2}`))
+	publish(t, js, "panics", []byte(`{"n":3}`))
+	publish(t, js, "fine", []byte(`{"n":4}`))
+	waitFor(t, 15*time.Second, func() error {
+		if n := len(deadLetters(t, js)); n != 4 {
+			return fmt.Errorf("%d dead letters, want 4", n)
+		}
+		return nil
+	})
+	reasons := map[string]bool{}
+	for _, dl := range deadLetters(t, js) {
+		reasons[dl.Reason] = true
+		if dl.Stream != bus.StreamTools || len(dl.Data) == 0 || dl.Delivered == 0 {
+			t.Errorf("dead letter lacks its origin: %+v", dl)
+		}
+	}
+	for _, want := range []string{"decode", "never works", "keeps failing", "panic: boom"} {
+		found := false
+		for r := range reasons {
+			found = found || strings.Contains(r, want)
+		}
+		if !found {
+			t.Errorf("no dead letter says %q; reasons: %v", want, reasons)
+		}
+	}
+	// permanent once, failing and panicking three times each, fine once.
+	if got := handled.Load(); got != 8 {
+		t.Errorf("handler ran %d times, want 8", got)
+	}
+	if got := gaveUp.Load(); got != 4 {
+		t.Errorf("OnGiveUp ran %d times, want 4", got)
+	}
+}
+
+func TestPublishDeduplicates(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	s := uuid.Must(uuid.NewV7())
+	subj := bus.EventSubject("acme", s, event.TypeSessionFailed)
+	for range 3 {
+		if err := bus.Publish(ctx, js, subj, "same-id", map[string]string{"type": event.TypeSessionFailed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents("*", s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 {
+		t.Fatalf("got %d events, want 1", len(msgs))
+	}
+	if want := "events.acme." + s.String() + ".session.failed"; msgs[0].Subject != want {
+		t.Errorf("subject = %q, want %q", msgs[0].Subject, want)
+	}
+}
+
+func TestReadAllEmpty(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	msgs, err := bus.ReadAll(context.Background(), js, bus.StreamEvents, bus.SessionEvents("*", uuid.New()))
+	if err != nil || len(msgs) != 0 {
+		t.Fatalf("ReadAll = %v, %v; want nothing", msgs, err)
+	}
+}
+
+func TestStartServerPortTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	_, err = bus.StartServer(bus.ServerConfig{Host: "127.0.0.1", Port: port, StoreDir: t.TempDir()})
+	if !errors.Is(err, bus.ErrAddrInUse) {
+		t.Fatalf("StartServer on a taken port: err = %v, want ErrAddrInUse", err)
+	}
+}
+
+func TestParseSubject(t *testing.T) {
+	id := uuid.New()
+	tests := []struct {
+		subject, tenant string
+		ok              bool
+	}{
+		{"requests.acme." + id.String(), "acme", true},
+		{"events.acme." + id.String() + ".tool.completed", "acme", true},
+		{"tools.sandbox.acme." + id.String(), "acme", true},
+		{"requests.acme", "", false},
+		{"requests.acme.not-a-uuid", "", false},
+	}
+	for _, tc := range tests {
+		tenant, session, err := bus.ParseSubject(tc.subject)
+		if (err == nil) != tc.ok {
+			t.Errorf("ParseSubject(%q) err = %v, want ok=%v", tc.subject, err, tc.ok)
+			continue
+		}
+		if tc.ok && (tenant != tc.tenant || session != id) {
+			t.Errorf("ParseSubject(%q) = %q, %s", tc.subject, tenant, session)
+		}
+	}
+}

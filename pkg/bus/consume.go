@@ -1,0 +1,273 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/event"
+)
+
+// ErrPermanent marks a failure that no redelivery can fix: a handler that
+// returns an error wrapping it has its message given up at once.
+var ErrPermanent = errors.New("permanent failure")
+
+// Permanent wraps err so that it matches [ErrPermanent].
+func Permanent(err error) error {
+	return fmt.Errorf("%w: %w", ErrPermanent, err)
+}
+
+// Msg is a delivered message as a [Handler] sees it.
+type Msg struct {
+	Subject   string
+	Data      []byte
+	StreamSeq uint64
+	// Delivered counts deliveries of this message, from 1.
+	Delivered uint64
+	MsgID     string
+}
+
+type msgKey struct{}
+
+// Delivery returns the delivered message a handler's ctx was made for: a
+// handler that must know of redeliveries reads Delivered from it.
+func Delivery(ctx context.Context) (Msg, bool) {
+	m, ok := ctx.Value(msgKey{}).(Msg)
+	return m, ok
+}
+
+// Handler handles one message. It returns nil when the message's effect is
+// recorded, and must be idempotent: delivery is at least once.
+type Handler func(ctx context.Context, m Msg) error
+
+// Decode adapts a handler of typed messages: the payload is decoded as JSON
+// into a T, and a payload that does not decode is given up as permanent.
+func Decode[T any](fn func(ctx context.Context, m *T) error) Handler {
+	return func(ctx context.Context, m Msg) error {
+		v := new(T)
+		if err := json.Unmarshal(m.Data, v); err != nil {
+			return Permanent(fmt.Errorf("decode %s: %w", m.Subject, err))
+		}
+		return fn(ctx, v)
+	}
+}
+
+// Consumer describes a durable consumer and how to handle its messages.
+type Consumer struct {
+	Stream string
+	// Config is the consumer's configuration; Durable must be set. Zero
+	// AckPolicy, AckWait and MaxDeliver get explicit acks, 30s and 10.
+	Config jetstream.ConsumerConfig
+	// Concurrency is how many messages are handled at once (default 16).
+	Concurrency int
+	// Timeout bounds one handler call (default 5 minutes). While a handler
+	// runs, the message's ack deadline is extended with in-progress acks.
+	Timeout time.Duration
+	Handler Handler
+	// OnGiveUp, when set, is called before a message is terminated, with
+	// the reason, so the owner can record the failure where users see it.
+	// An error from it leaves the message to be redelivered.
+	OnGiveUp func(ctx context.Context, m Msg, reason error) error
+	// RetryDelay is the first redelivery delay after a failure (default 1s);
+	// it doubles with each delivery up to 30s.
+	RetryDelay time.Duration
+	Logger     *slog.Logger
+
+	js jetstream.JetStream
+}
+
+// ShutdownGrace is how long [Consume] lets in-flight handlers finish after
+// its context is done, before cancelling theirs.
+const ShutdownGrace = 10 * time.Second
+
+// Consume creates or updates the durable consumer and handles its messages
+// until ctx is done. Then it stops fetching, gives in-flight handlers
+// [ShutdownGrace] to finish, cancels those still running (their messages are
+// redelivered) and returns nil. It returns an error only if the consumer
+// cannot be created.
+func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
+	c.setDefaults()
+	c.js = js
+	cons, err := js.CreateOrUpdateConsumer(ctx, c.Stream, c.Config)
+	if err != nil && ctx.Err() != nil {
+		return nil // stopped before it started
+	}
+	if err != nil {
+		return fmt.Errorf("create consumer %s: %w", c.Config.Durable, err)
+	}
+	log := c.Logger.With("stream", c.Stream, "consumer", c.Config.Durable)
+
+	// Handlers outlive ctx by up to ShutdownGrace, so they get their own.
+	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, c.Concurrency)
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c.handle(base, log, msg)
+		}()
+	},
+		jetstream.PullMaxMessages(c.Concurrency),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			log.DebugContext(ctx, "consume", "err", err)
+		}),
+	)
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", c.Config.Durable, err)
+	}
+	<-ctx.Done()
+	cc.Drain()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(ShutdownGrace):
+		cancel()
+		<-done
+	}
+	<-cc.Closed()
+	return nil
+}
+
+func (c *Consumer) setDefaults() {
+	if c.Config.AckPolicy == jetstream.AckNonePolicy {
+		c.Config.AckPolicy = jetstream.AckExplicitPolicy
+	}
+	if c.Config.AckWait == 0 {
+		c.Config.AckWait = 30 * time.Second
+	}
+	if c.Config.MaxDeliver == 0 {
+		c.Config.MaxDeliver = 10
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 16
+	}
+	if c.Config.MaxAckPending == 0 {
+		c.Config.MaxAckPending = 4 * c.Concurrency
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 5 * time.Minute
+	}
+	if c.RetryDelay <= 0 {
+		c.RetryDelay = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *Consumer) handle(base context.Context, log *slog.Logger, msg jetstream.Msg) {
+	m := Msg{Subject: msg.Subject(), Data: msg.Data(), MsgID: msg.Headers().Get(jetstream.MsgIDHeader)}
+	if meta, err := msg.Metadata(); err == nil {
+		m.StreamSeq, m.Delivered = meta.Sequence.Stream, meta.NumDelivered
+	}
+	log = log.With("subject", m.Subject, "stream_seq", m.StreamSeq, "msg_id", m.MsgID)
+	ctx, cancel := context.WithTimeout(context.WithValue(base, msgKey{}, m), c.Timeout)
+	defer cancel()
+
+	stop := c.keepAlive(ctx, msg)
+	err := c.call(ctx, m)
+	stop()
+
+	switch {
+	case err == nil:
+		if err := msg.Ack(); err != nil {
+			log.WarnContext(ctx, "ack", "err", err)
+		}
+		log.DebugContext(ctx, "message handled")
+	case errors.Is(err, ErrPermanent) || (c.Config.MaxDeliver > 0 && m.Delivered >= uint64(c.Config.MaxDeliver)):
+		if gerr := c.giveUp(ctx, m, err); gerr != nil {
+			log.WarnContext(ctx, "give up", "err", gerr)
+			_ = msg.NakWithDelay(c.backoff(m.Delivered))
+			return
+		}
+		_ = msg.TermWithReason(truncate(err.Error(), 200))
+		log.ErrorContext(ctx, "message given up", "delivered", m.Delivered, "err", err)
+	default:
+		_ = msg.NakWithDelay(c.backoff(m.Delivered))
+		log.WarnContext(ctx, "message failed, will retry", "delivered", m.Delivered, "err", err)
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func (c *Consumer) call(ctx context.Context, m Msg) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return c.Handler(ctx, m)
+}
+
+// keepAlive sends in-progress acks while a handler runs, so a long call is
+// not redelivered to someone else.
+func (c *Consumer) keepAlive(ctx context.Context, msg jetstream.Msg) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(c.Config.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+func (c *Consumer) giveUp(ctx context.Context, m Msg, reason error) error {
+	if c.OnGiveUp != nil {
+		if err := c.OnGiveUp(ctx, m, reason); err != nil {
+			return err
+		}
+	}
+	dl := event.DeadLetter{
+		Type:      event.TypeDeadLetter,
+		ID:        uuid.Must(uuid.NewV7()),
+		Time:      time.Now().UTC(),
+		Stream:    c.Stream,
+		Consumer:  c.Config.Durable,
+		Subject:   m.Subject,
+		StreamSeq: m.StreamSeq,
+		Delivered: m.Delivered,
+		Reason:    truncate(reason.Error(), 4096),
+		Data:      m.Data,
+	}
+	msgID := fmt.Sprintf("%s:%s:%d", c.Stream, c.Config.Durable, m.StreamSeq)
+	return Publish(ctx, c.js, deadLetterSubject(c.Stream, c.Config.Durable), msgID, dl)
+}
+
+// backoff is the redelivery delay after n failed deliveries: RetryDelay
+// doubling up to 30s, with jitter so retries of many messages spread out.
+func (c *Consumer) backoff(n uint64) time.Duration {
+	d := c.RetryDelay << min(max(n, 1)-1, 5)
+	if d > 30*time.Second {
+		d = 30 * time.Second
+	}
+	return d/2 + rand.N(d/2)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,126 @@
+package bus
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/event"
+)
+
+// Stream names.
+const (
+	StreamRequests   = "REQUESTS"
+	StreamEvents     = "EVENTS"
+	StreamTools      = "TOOLS"
+	StreamDeadLetter = "DEADLETTER"
+)
+
+// KV bucket names.
+const (
+	BucketLeases = "leases"
+)
+
+// Durable consumer names, <service>-<purpose>.
+const (
+	ConsumerHarnessRequests = "harness-requests"
+	ConsumerHarnessSteps    = "harness-steps"
+	ConsumerSandboxCalls    = "sandbox-manager-calls"
+)
+
+// ServiceSandbox is the tool service that runs calls in sandboxes.
+const ServiceSandbox = "sandbox"
+
+// RequestSubject is where clients publish a [event.Request].
+func RequestSubject(tenant string, session uuid.UUID) string {
+	return fmt.Sprintf("requests.%s.%s", tenant, session)
+}
+
+// EventSubject is where an event of type typ of a session is recorded:
+// events.<tenant>.<session>.<domain>.<name>.
+func EventSubject(tenant string, session uuid.UUID, typ string) string {
+	return fmt.Sprintf("events.%s.%s.%s", tenant, session, event.Kind(typ))
+}
+
+// SessionEvents is the filter matching every event of one session. The
+// tenant may be "*" when it is not known.
+func SessionEvents(tenant string, session uuid.UUID) string {
+	return fmt.Sprintf("events.%s.%s.>", tenant, session)
+}
+
+// ToolSubject is the work-queue subject of a call to a tool service.
+func ToolSubject(service, tenant string, session uuid.UUID) string {
+	return fmt.Sprintf("tools.%s.%s.%s", service, tenant, session)
+}
+
+// ToolFilter matches every call to a tool service.
+func ToolFilter(service string) string {
+	return fmt.Sprintf("tools.%s.>", service)
+}
+
+func deadLetterSubject(stream, consumer string) string {
+	return fmt.Sprintf("deadletter.%s.%s", stream, consumer)
+}
+
+// Settings of the streams. Why each is what it is:
+//   - everything is on file storage: a durable message must survive a
+//     restart of the server;
+//   - REQUESTS and TOOLS are work queues: a message is gone once a consumer
+//     acked its effect, so they hold only work in flight;
+//   - EVENTS keeps everything: it is the audit trail and the source the
+//     harness rebuilds a session from;
+//   - the duplicate windows are longer than any crash-and-restart, so a
+//     re-publish after a crash is dropped; effects are also made idempotent
+//     by IDs, so a re-publish after the window does no harm either.
+var streams = []jetstream.StreamConfig{
+	{
+		Name:        StreamRequests,
+		Description: "client requests: new sessions and follow-up messages",
+		Subjects:    []string{"requests.>"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Duplicates:  time.Hour,
+		MaxMsgSize:  1 << 20,
+	},
+	{
+		Name:        StreamEvents,
+		Description: "session logs: events.<tenant>.<session>.<domain>.<name>",
+		Subjects:    []string{"events.>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Duplicates:  10 * time.Minute,
+		AllowDirect: true,
+	},
+	{
+		Name:        StreamTools,
+		Description: "tool calls: tools.<service>.<tenant>.<session>",
+		Subjects:    []string{"tools.>"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Duplicates:  10 * time.Minute,
+	},
+	{
+		Name:        StreamDeadLetter,
+		Description: "messages consumers gave up on, with the reason",
+		Subjects:    []string{"deadletter.>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      30 * 24 * time.Hour,
+	},
+}
+
+// LeaseTTL is how long a session lease lasts unless renewed. A harness that
+// dies holding a lease blocks its sessions for at most this long.
+const LeaseTTL = 15 * time.Second
+
+var buckets = []jetstream.KeyValueConfig{
+	{
+		Bucket:      BucketLeases,
+		Description: "session leases: one harness works on a session at a time",
+		TTL:         LeaseTTL,
+		Storage:     jetstream.FileStorage,
+		History:     1,
+	},
+}

@@ -1,0 +1,24 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Publish marshals v as JSON and publishes it to subject with msgID as its
+// Nats-Msg-Id, so a second publish of the same ID within the stream's
+// duplicate window is dropped by the server. It returns once the stream has
+// stored the message (or found it a duplicate).
+func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", subject, err)
+	}
+	if _, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID)); err != nil {
+		return fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ReadAll returns every message of stream matching filter that is stored
+// when it is called, oldest first.
+func ReadAll(ctx context.Context, js jetstream.JetStream, stream, filter string) ([]Msg, error) {
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", filter, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", filter, err)
+	}
+	pending := info.NumPending
+	out := make([]Msg, 0, pending)
+	for pending > 0 {
+		batch, err := cons.Fetch(int(min(pending, 512)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", filter, err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			meta, err := msg.Metadata()
+			if err != nil {
+				return nil, fmt.Errorf("read %s: %w", filter, err)
+			}
+			out = append(out, Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: meta.Sequence.Stream,
+				Delivered: meta.NumDelivered, MsgID: msg.Headers().Get(jetstream.MsgIDHeader)})
+			pending = meta.NumPending
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("read %s: %w", filter, err)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("read %s: no messages while %d pending", filter, pending)
+		}
+	}
+	return out, nil
+}
+
+// ErrBadSubject is returned by [ParseSubject] for a subject that does not
+// name a tenant and a session.
+var ErrBadSubject = errors.New("subject does not name a tenant and session")
+
+// ParseSubject returns the tenant and session named by a request, event or
+// tool subject (requests.<tenant>.<session>, events.<tenant>.<session>.…,
+// tools.<service>.<tenant>.<session>).
+func ParseSubject(subject string) (string, uuid.UUID, error) {
+	tok := strings.Split(subject, ".")
+	i := 1
+	if tok[0] == "tools" {
+		i = 2
+	}
+	if len(tok) < i+2 {
+		return "", uuid.Nil, fmt.Errorf("%w: %s", ErrBadSubject, subject)
+	}
+	id, err := uuid.Parse(tok[i+1])
+	if err != nil {
+		return "", uuid.Nil, fmt.Errorf("%w: %s", ErrBadSubject, subject)
+	}
+	return tok[i], id, nil
+}
