@@ -1,0 +1,125 @@
+// Package model talks to model providers — the Anthropic Messages API and the
+// OpenAI Chat Completions API (which also covers Ollama, vLLM, llama.cpp
+// server and most gateways) — through one provider-neutral [Client].
+package model
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+
+	"corral.dev/pkg/tool"
+)
+
+// Role is who wrote a [Message].
+type Role string
+
+// Roles of a conversation. Tool results travel in user messages, as in the
+// Anthropic Messages API; the OpenAI client turns them into "tool" messages.
+const (
+	User      Role = "user"
+	Assistant Role = "assistant"
+)
+
+// Block types.
+const (
+	TextBlock       = "text"
+	ToolUseBlock    = "tool_use"
+	ToolResultBlock = "tool_result"
+)
+
+// Block is one piece of a message's content: text, a tool call the model made
+// (tool_use), or the result of one (tool_result).
+type Block struct {
+	Type string `json:"type"`
+	// Text is set for text blocks.
+	Text string `json:"text,omitempty"`
+	// ID, Name and Input are set for tool_use blocks. ID is the provider's.
+	ID    string          `json:"id,omitempty"`
+	Name  string          `json:"name,omitempty"`
+	Input json.RawMessage `json:"input,omitempty"`
+	// ToolUseID, Content and IsError are set for tool_result blocks.
+	ToolUseID string `json:"tool_use_id,omitempty"`
+	Content   string `json:"content,omitempty"`
+	IsError   bool   `json:"is_error,omitempty"`
+}
+
+// Message is one turn of the conversation.
+type Message struct {
+	Role    Role    `json:"role"`
+	Content []Block `json:"content"`
+}
+
+// Request is what the harness asks of a model.
+type Request struct {
+	// Model is the provider's model name, without the "openai:" or
+	// "anthropic:" prefix.
+	Model     string
+	System    string
+	Messages  []Message
+	Tools     []tool.Spec
+	MaxTokens int
+}
+
+// Usage counts the tokens of one response.
+type Usage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+// Response is the model's answer to one [Request].
+type Response struct {
+	Content []Block `json:"content"`
+	// StopReason is the provider's own word for why the model stopped
+	// ("end_turn", "tool_use", "stop", "tool_calls", "max_tokens", "length").
+	StopReason string `json:"stop_reason"`
+	Usage      Usage  `json:"usage"`
+	// Model is the model that answered, as the provider names it.
+	Model string `json:"model"`
+}
+
+// ToolUses returns the response's tool_use blocks in order.
+func (r Response) ToolUses() []Block {
+	var out []Block
+	for _, b := range r.Content {
+		if b.Type == ToolUseBlock {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Text returns the response's text blocks joined by blank lines.
+func (r Response) Text() string {
+	var s string
+	for _, b := range r.Content {
+		if b.Type != TextBlock || b.Text == "" {
+			continue
+		}
+		if s != "" {
+			s += "\n\n"
+		}
+		s += b.Text
+	}
+	return s
+}
+
+// Client sends one request to a model and returns its response.
+type Client interface {
+	// Complete asks the model once. It retries 429 and 5xx answers itself,
+	// honouring retry-after, within ctx. Errors that retrying cannot fix
+	// (bad key, unknown model, malformed request) wrap [ErrPermanent].
+	Complete(ctx context.Context, req Request) (Response, error)
+}
+
+// Secret is a credential. It never appears in logs or formatted output.
+type Secret string
+
+// LogValue implements [slog.LogValuer].
+func (Secret) LogValue() slog.Value { return slog.StringValue("REDACTED") }
+
+// String implements [fmt.Stringer].
+func (Secret) String() string { return "REDACTED" }
+
+// GoString implements [fmt.GoStringer], so %#v redacts it too.
+func (Secret) GoString() string { return `"REDACTED"` }

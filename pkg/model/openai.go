@@ -1,0 +1,237 @@
+package model
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+const defaultOpenAIURL = "https://api.openai.com/v1"
+
+// openAIClient talks to the OpenAI Chat Completions API and the servers that
+// copy it.
+type openAIClient struct {
+	p *poster
+}
+
+// NewOpenAI returns a [Client] for the OpenAI Chat Completions API and
+// compatible servers (Ollama, vLLM, llama.cpp, gateways). It posts to
+// cfg.BaseURL (default https://api.openai.com/v1), trailing "/" removed,
+// followed by "/chat/completions". A base URL with no path at all gets "/v1"
+// first, so "http://127.0.0.1:11434" (Ollama) reaches
+// http://127.0.0.1:11434/v1/chat/completions; any other path is kept as
+// given, so gateways that serve the API elsewhere ("/api/v1",
+// "/v1beta/openai") work too. The API key, when set, is sent as a bearer
+// token.
+//
+// The API has no is_error on tool results, so a failed result's content is
+// sent prefixed with "Error: ". max_tokens is sent only when a request sets
+// MaxTokens.
+func NewOpenAI(cfg Config) Client {
+	key := cfg.APIKey
+	return &openAIClient{p: newPoster("openai", openAIEndpoint(cfg.BaseURL), cfg, func(h http.Header) {
+		if key != "" {
+			h.Set("authorization", "Bearer "+string(key))
+		}
+	})}
+}
+
+func openAIEndpoint(base string) string {
+	if base == "" {
+		base = defaultOpenAIURL
+	}
+	base = strings.TrimRight(base, "/")
+	if u, err := url.Parse(base); err == nil && u.Path == "" && u.RawQuery == "" {
+		base += "/v1"
+	}
+	return base + "/chat/completions"
+}
+
+type openAIRequest struct {
+	Model     string          `json:"model"`
+	Messages  []openAIMessage `json:"messages"`
+	Tools     []openAITool    `json:"tools,omitempty"`
+	MaxTokens int             `json:"max_tokens,omitempty"`
+}
+
+type openAIMessage struct {
+	Role string `json:"role"`
+	// Content is a string, or null in an assistant message with only tool
+	// calls.
+	Content    *string          `json:"content"`
+	ToolCalls  []openAIToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string           `json:"tool_call_id,omitempty"`
+	// Refusal is set, in responses, when the model declines to answer.
+	Refusal string `json:"refusal,omitempty"`
+}
+
+type openAIToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type openAITool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description,omitempty"`
+		Parameters  json.RawMessage `json:"parameters"`
+	} `json:"function"`
+}
+
+type openAIResponse struct {
+	Model   string `json:"model"`
+	Choices []struct {
+		Message      openAIMessage `json:"message"`
+		FinishReason string        `json:"finish_reason"`
+	} `json:"choices"`
+	Usage struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+}
+
+// Complete implements [Client]. A tool call whose arguments are not valid
+// JSON comes back with Input holding them as a JSON string, so the caller
+// can tell the model its arguments were malformed.
+func (c *openAIClient) Complete(ctx context.Context, req Request) (Response, error) {
+	body, err := encodeOpenAI(req)
+	if err != nil {
+		return Response{}, fmt.Errorf("openai: %w: %w", ErrPermanent, err)
+	}
+	data, err := c.p.post(ctx, body)
+	if err != nil {
+		return Response{}, err
+	}
+	var wire openAIResponse
+	if err := json.Unmarshal(data, &wire); err != nil {
+		return Response{}, fmt.Errorf("openai: decode response: %w", err)
+	}
+	if len(wire.Choices) == 0 {
+		return Response{}, fmt.Errorf("openai: response has no choices")
+	}
+	choice := wire.Choices[0]
+	resp := Response{
+		StopReason: choice.FinishReason,
+		Model:      wire.Model,
+		Usage:      Usage{InputTokens: wire.Usage.PromptTokens, OutputTokens: wire.Usage.CompletionTokens},
+	}
+	msg := choice.Message
+	switch {
+	case msg.Content != nil && *msg.Content != "":
+		resp.Content = append(resp.Content, Block{Type: TextBlock, Text: *msg.Content})
+	case msg.Refusal != "":
+		resp.Content = append(resp.Content, Block{Type: TextBlock, Text: msg.Refusal})
+	}
+	for i, tc := range msg.ToolCalls {
+		id := tc.ID
+		if id == "" {
+			// Some local servers send no IDs; results still need one to name.
+			id = "call_" + strconv.Itoa(i)
+		}
+		resp.Content = append(resp.Content, Block{Type: ToolUseBlock, ID: id, Name: tc.Function.Name, Input: argumentsInput(tc.Function.Arguments)})
+	}
+	return resp, nil
+}
+
+// argumentsInput turns a tool call's arguments string into a tool_use
+// Input: the JSON itself when valid, {} when empty, else the string as a
+// JSON string value.
+func argumentsInput(args string) json.RawMessage {
+	trimmed := strings.TrimSpace(args)
+	if trimmed == "" {
+		return json.RawMessage(`{}`)
+	}
+	if json.Valid([]byte(trimmed)) {
+		return json.RawMessage(trimmed)
+	}
+	s, _ := json.Marshal(args) // a string always marshals
+	return s
+}
+
+// inputArguments is the inverse of [argumentsInput]: it gives a tool_use
+// Input back as the arguments string, restoring malformed arguments as the
+// model wrote them.
+func inputArguments(input json.RawMessage) string {
+	trimmed := bytes.TrimSpace(input)
+	if len(trimmed) == 0 {
+		return "{}"
+	}
+	var s string
+	if trimmed[0] == '"' && json.Unmarshal(trimmed, &s) == nil {
+		return s
+	}
+	return string(trimmed)
+}
+
+func encodeOpenAI(req Request) ([]byte, error) {
+	w := openAIRequest{Model: req.Model, MaxTokens: max(req.MaxTokens, 0), Messages: []openAIMessage{}}
+	if req.System != "" {
+		w.Messages = append(w.Messages, openAIMessage{Role: "system", Content: &req.System})
+	}
+	for i, m := range req.Messages {
+		var texts []string
+		var calls []openAIToolCall
+		var results []openAIMessage
+		for _, b := range m.Content {
+			switch b.Type {
+			case TextBlock:
+				texts = append(texts, b.Text)
+			case ToolUseBlock:
+				tc := openAIToolCall{ID: b.ID, Type: "function"}
+				tc.Function.Name = b.Name
+				tc.Function.Arguments = inputArguments(b.Input)
+				calls = append(calls, tc)
+			case ToolResultBlock:
+				content := b.Content
+				if b.IsError {
+					content = "Error: " + content
+				}
+				results = append(results, openAIMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: &content})
+			default:
+				return nil, fmt.Errorf("message %d: unknown block type %q", i, b.Type)
+			}
+		}
+		text := strings.Join(texts, "\n\n")
+		switch m.Role {
+		case User:
+			if len(calls) > 0 {
+				return nil, fmt.Errorf("message %d: a user message cannot hold tool calls", i)
+			}
+			// Tool messages must directly follow the assistant's tool calls,
+			// so they go before any text the user message adds.
+			w.Messages = append(w.Messages, results...)
+			if len(texts) > 0 || len(results) == 0 {
+				w.Messages = append(w.Messages, openAIMessage{Role: "user", Content: &text})
+			}
+		case Assistant:
+			if len(results) > 0 {
+				return nil, fmt.Errorf("message %d: an assistant message cannot hold tool results", i)
+			}
+			am := openAIMessage{Role: "assistant", ToolCalls: calls}
+			if text != "" || len(calls) == 0 {
+				am.Content = &text
+			}
+			w.Messages = append(w.Messages, am)
+		default:
+			return nil, fmt.Errorf("message %d: unknown role %q", i, m.Role)
+		}
+	}
+	for _, t := range req.Tools {
+		wt := openAITool{Type: "function"}
+		wt.Function.Name = t.Name
+		wt.Function.Description = t.Description
+		wt.Function.Parameters = schemaOrEmpty(t.InputSchema)
+		w.Tools = append(w.Tools, wt)
+	}
+	return json.Marshal(w)
+}
