@@ -1,0 +1,55 @@
+// Command harness runs Corral's agent loop against a NATS server.
+//
+// It is configured from the environment: CORRAL_NATS_URL, CORRAL_MODEL,
+// OPENAI_API_KEY, OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL,
+// CORRAL_MAX_TURNS, CORRAL_MAX_TOKENS, CORRAL_LOG_LEVEL.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/logger"
+	"corral.dev/services/harness"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "harness:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	log := logger.New(stderr, getenv("CORRAL_LOG_LEVEL"), getenv("CORRAL_LOG_FORMAT"))
+	cfg, err := harness.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	nc, err := bus.Connect(cfg.NATSURL, "harness", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Drain()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if err := bus.Setup(ctx, js); err != nil {
+		return err
+	}
+	svc, err := harness.New(ctx, cfg, js, log)
+	if err != nil {
+		return err
+	}
+	return svc.Run(ctx)
+}

@@ -1,0 +1,108 @@
+package harness
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"corral.dev/pkg/model"
+)
+
+// Config is the harness's configuration, read from the environment by
+// [LoadConfig].
+type Config struct {
+	// NATSURL is the NATS server to connect to (CORRAL_NATS_URL).
+	NATSURL string
+	// Instance names this harness in session leases.
+	Instance string
+	// DefaultModel is used when a request names none (CORRAL_MODEL).
+	DefaultModel string
+	// OpenAI and Anthropic configure the providers (OPENAI_API_KEY,
+	// OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL). A provider
+	// with neither a key nor a base URL is not configured.
+	OpenAI, Anthropic model.Config
+	// MaxTurns is how many model responses a session may take
+	// (CORRAL_MAX_TURNS).
+	MaxTurns int
+	// MaxTokens is the output-token limit of each model call
+	// (CORRAL_MAX_TOKENS).
+	MaxTokens int
+	// Concurrency is how many sessions one harness steps at once
+	// (CORRAL_HARNESS_CONCURRENCY).
+	Concurrency int
+	// RetryDelay is the first redelivery delay of a failed step.
+	RetryDelay time.Duration
+}
+
+// LoadConfig reads the configuration from getenv, applies defaults and
+// validates it; an error names the offending variable.
+func LoadConfig(getenv func(string) string) (Config, error) {
+	host, _ := os.Hostname()
+	cfg := Config{
+		NATSURL:      or(getenv("CORRAL_NATS_URL"), "nats://127.0.0.1:4222"),
+		Instance:     fmt.Sprintf("%s-%s", host, uuid.NewString()[:8]),
+		DefaultModel: getenv("CORRAL_MODEL"),
+		OpenAI: model.Config{
+			APIKey:  model.Secret(getenv("OPENAI_API_KEY")),
+			BaseURL: getenv("OPENAI_BASE_URL"),
+		},
+		Anthropic: model.Config{
+			APIKey:  model.Secret(getenv("ANTHROPIC_API_KEY")),
+			BaseURL: getenv("ANTHROPIC_BASE_URL"),
+		},
+		RetryDelay: time.Second,
+	}
+	var err error
+	if cfg.MaxTurns, err = intVar(getenv, "CORRAL_MAX_TURNS", 50); err != nil {
+		return Config{}, err
+	}
+	if cfg.MaxTokens, err = intVar(getenv, "CORRAL_MAX_TOKENS", 8192); err != nil {
+		return Config{}, err
+	}
+	if cfg.Concurrency, err = intVar(getenv, "CORRAL_HARNESS_CONCURRENCY", 64); err != nil {
+		return Config{}, err
+	}
+	if cfg.DefaultModel == "" {
+		switch {
+		case cfg.Anthropic.APIKey != "" || cfg.Anthropic.BaseURL != "":
+			cfg.DefaultModel = "anthropic:claude-sonnet-4-5"
+		default:
+			cfg.DefaultModel = "openai:gpt-4.1"
+		}
+	}
+	return cfg, nil
+}
+
+// Providers returns the model clients the configuration enables.
+func (c Config) Providers() model.Providers {
+	var p model.Providers
+	if c.OpenAI.APIKey != "" || c.OpenAI.BaseURL != "" {
+		p.OpenAI = model.NewOpenAI(c.OpenAI)
+	}
+	if c.Anthropic.APIKey != "" || c.Anthropic.BaseURL != "" {
+		p.Anthropic = model.NewAnthropic(c.Anthropic)
+	}
+	return p
+}
+
+func intVar(getenv func(string) string, name string, def int) (int, error) {
+	s := getenv(name)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive whole number", name, s)
+	}
+	return n, nil
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

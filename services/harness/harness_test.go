@@ -1,0 +1,191 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
+	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/natstest"
+)
+
+func waitFor(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// start runs a harness against a fresh embedded server and a fake model.
+func start(t *testing.T, script modeltest.Script) (jetstream.JetStream, *modeltest.Server) {
+	t.Helper()
+	_, _, js := natstest.Run(t)
+	fake := modeltest.New(t, script)
+	runHarness(t, js, fake)
+	return js, fake
+}
+
+func runHarness(t *testing.T, js jetstream.JetStream, fake *modeltest.Server) {
+	t.Helper()
+	cfg, err := LoadConfig(func(k string) string {
+		return map[string]string{"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": "k", "CORRAL_MODEL": "openai:m"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RetryDelay = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := New(ctx, cfg, js, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+}
+
+func record(t *testing.T, js jetstream.JetStream, ev event.Event, msgID string) {
+	t.Helper()
+	h := ev.Head()
+	if err := bus.Publish(context.Background(), js, bus.EventSubject(h.Tenant, h.Session, h.Type), msgID, ev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func toolCalls(t *testing.T, js jetstream.JetStream) []event.ToolCall {
+	t.Helper()
+	// A work queue has no ordered consumers: read it message by message.
+	ctx := context.Background()
+	s, err := js.Stream(ctx, bus.StreamTools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []event.ToolCall
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c event.ToolCall
+		if err := json.Unmarshal(m.Data, &c); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// A harness that finds a recorded response it has not acted on (it died
+// right after recording it) dispatches the response's calls and does not
+// ask the model again.
+func TestRecordedResponseIsReused(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	fake := modeltest.New(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		return modeltest.Turn{}, fmt.Errorf("the model must not be asked")
+	})
+	session := uuid.Must(uuid.NewV7())
+	call := uuid.Must(uuid.NewV7())
+	// The log as a harness that died after recording the response left it;
+	// the request's step was never acked, so the next harness gets it.
+	record(t, js, &event.SessionRequested{Header: event.NewHeader(event.TypeSessionRequested, "acme", session),
+		Request: uuid.Must(uuid.NewV7()), User: "ada", Model: "openai:m", Prompt: "go"}, "req")
+	record(t, js, &event.ModelResponded{
+		Header: event.NewHeader(event.TypeModelResponded, "acme", session), Turn: 1, Model: "openai:m",
+		Content: []model.Block{{Type: model.ToolUseBlock, ID: "call_1", Name: "Bash", Input: json.RawMessage(`{"command":"true"}`)}},
+		Calls:   []event.Call{{ID: call, ToolUseID: "call_1", Name: "Bash", Input: json.RawMessage(`{"command":"true"}`)}},
+	}, "turn1")
+	runHarness(t, js, fake)
+
+	waitFor(t, 10*time.Second, func() error {
+		calls := toolCalls(t, js)
+		if len(calls) != 1 {
+			return fmt.Errorf("%d calls on the queue, want 1", len(calls))
+		}
+		if calls[0].Call != call || calls[0].Name != "Bash" || calls[0].User != "ada" {
+			return fmt.Errorf("call = %+v", calls[0])
+		}
+		return nil
+	})
+	if n := len(fake.Requests()); n != 0 {
+		t.Errorf("the model was asked %d times, want 0", n)
+	}
+}
+
+// A tool result recorded while its step is redelivered changes nothing: the
+// model is asked once per turn however often a step runs.
+func TestStepsAreIdempotent(t *testing.T) {
+	js, fake := start(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		if modeltest.Turns(c) == 0 {
+			return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "true"}}}}, nil
+		}
+		return modeltest.Turn{Text: "done"}, nil
+	})
+	session := uuid.Must(uuid.NewV7())
+	record(t, js, &event.SessionRequested{Header: event.NewHeader(event.TypeSessionRequested, "acme", session),
+		Request: uuid.Must(uuid.NewV7()), User: "ada", Model: "openai:m", Prompt: "go"}, "req")
+	var call event.ToolCall
+	waitFor(t, 10*time.Second, func() error {
+		calls := toolCalls(t, js)
+		if len(calls) != 1 {
+			return fmt.Errorf("%d calls, want 1", len(calls))
+		}
+		call = calls[0]
+		return nil
+	})
+	// The same result recorded three times under different message IDs,
+	// as three redeliveries of a step would see it.
+	for i := range 3 {
+		record(t, js, &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", session), Call: call.Call, Name: "Bash"}, fmt.Sprintf("r%d", i))
+	}
+	waitFor(t, 10*time.Second, func() error {
+		msgs, err := bus.ReadAll(context.Background(), js, bus.StreamEvents, bus.EventSubject("acme", session, event.TypeSessionCompleted))
+		if err != nil || len(msgs) == 0 {
+			return fmt.Errorf("not completed (%v)", err)
+		}
+		return nil
+	})
+	// Let any straggling step run before counting.
+	waitFor(t, 5*time.Second, func() error {
+		info, err := js.Consumer(context.Background(), bus.StreamEvents, bus.ConsumerHarnessSteps)
+		if err != nil {
+			return err
+		}
+		if p := info.CachedInfo().NumAckPending + int(info.CachedInfo().NumPending); p != 0 {
+			return fmt.Errorf("%d steps pending", p)
+		}
+		return nil
+	})
+	if n := len(fake.Requests()); n != 2 {
+		t.Errorf("the model was asked %d times, want 2", n)
+	}
+	msgs, _ := bus.ReadAll(context.Background(), js, bus.StreamEvents, bus.EventSubject("acme", session, event.TypeSessionCompleted))
+	if len(msgs) != 1 {
+		t.Errorf("%d completions recorded, want 1", len(msgs))
+	}
+}

@@ -1,0 +1,116 @@
+// Package harness is Corral's agent loop. It turns requests into sessions,
+// asks the model for each turn, records every response before acting on it,
+// dispatches tool calls as durable messages, and folds their results back
+// until the model answers. It holds the model credentials and never runs a
+// tool call itself.
+package harness
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
+)
+
+// Service is the harness.
+type Service struct {
+	cfg       Config
+	js        jetstream.JetStream
+	providers model.Providers
+	leases    jetstream.KeyValue
+	log       *slog.Logger
+
+	mu    sync.Mutex
+	locks map[string]*sessionLock
+}
+
+// New returns a harness using js, whose streams and buckets [bus.Setup] has
+// created.
+func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logger) (*Service, error) {
+	leases, err := js.KeyValue(ctx, bus.BucketLeases)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{
+		cfg:       cfg,
+		js:        js,
+		providers: cfg.Providers(),
+		leases:    leases,
+		log:       log.With("service", "harness"),
+		locks:     make(map[string]*sessionLock),
+	}, nil
+}
+
+// Run consumes requests and session events until ctx is done, then drains.
+func (s *Service) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return bus.Consume(ctx, s.js, bus.Consumer{
+			Stream: bus.StreamRequests,
+			Config: jetstream.ConsumerConfig{
+				Durable:       bus.ConsumerHarnessRequests,
+				FilterSubject: "requests.>",
+			},
+			Concurrency: s.cfg.Concurrency,
+			Handler:     s.handleRequest,
+			OnGiveUp:    s.failSession(event.CodeInvalidRequest),
+			RetryDelay:  s.cfg.RetryDelay,
+			Logger:      s.log,
+		})
+	})
+	g.Go(func() error {
+		return bus.Consume(ctx, s.js, bus.Consumer{
+			Stream: bus.StreamEvents,
+			Config: jetstream.ConsumerConfig{
+				Durable: bus.ConsumerHarnessSteps,
+				FilterSubjects: []string{
+					"events.*.*." + event.Kind(event.TypeSessionRequested),
+					"events.*.*." + event.Kind(event.TypeToolCompleted),
+				},
+				// A step may wait on the model for minutes; in-progress
+				// acks keep it, and this bounds how soon a dead harness's
+				// step is retried elsewhere.
+				AckWait: 30 * time.Second,
+			},
+			Concurrency: s.cfg.Concurrency,
+			Timeout:     15 * time.Minute,
+			Handler:     s.handleStep,
+			OnGiveUp:    s.failSession(event.CodePoison),
+			RetryDelay:  s.cfg.RetryDelay,
+			Logger:      s.log,
+		})
+	})
+	s.log.InfoContext(ctx, "harness started", "instance", s.cfg.Instance, "default_model", s.cfg.DefaultModel)
+	return g.Wait()
+}
+
+// failSession returns a give-up hook recording a failure in the session the
+// message's subject names, so the requester learns why nothing happened.
+func (s *Service) failSession(code string) func(ctx context.Context, m bus.Msg, reason error) error {
+	return func(ctx context.Context, m bus.Msg, reason error) error {
+		tenant, session, err := bus.ParseSubject(m.Subject)
+		if err != nil || event.CheckTenant(tenant) != nil {
+			return nil // nowhere to record it; the dead letter keeps it
+		}
+		return s.recordFailure(ctx, tenant, session, code, reason.Error(), "giveup:"+m.MsgID)
+	}
+}
+
+func (s *Service) recordFailure(ctx context.Context, tenant string, session uuid.UUID, code, reason, msgID string) error {
+	ev := event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, tenant, session), Code: code, Reason: reason}
+	return s.record(ctx, &ev, session.String()+":failed:"+msgID)
+}
+
+// record appends an event to its session's log, deduplicated by msgID.
+func (s *Service) record(ctx context.Context, ev event.Event, msgID string) error {
+	h := ev.Head()
+	return bus.Publish(ctx, s.js, bus.EventSubject(h.Tenant, h.Session, h.Type), msgID, ev)
+}

@@ -1,0 +1,141 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
+)
+
+type status int
+
+const (
+	statusNew status = iota
+	statusRunning
+	statusCompleted
+	statusFailed
+)
+
+// state is a session as folded from its log.
+type state struct {
+	tenant  string
+	session uuid.UUID
+	user    string
+	model   string
+	status  status
+	// requests are the IDs of the requests recorded.
+	requests map[uuid.UUID]bool
+	// messages is the conversation up to the last recorded response.
+	messages []model.Message
+	// turn counts the model responses recorded.
+	turn int
+	// pending is the last response if it came after the last request and
+	// made tool calls; nil when the model must be asked next or the
+	// session has nothing to do.
+	pending    *event.ModelResponded
+	dispatched map[uuid.UUID]bool
+	results    map[uuid.UUID]*event.ToolCompleted
+	usage      model.Usage
+	// answered is set when the last response made no tool calls: the
+	// session's answer, to be recorded as completed.
+	answered *event.ModelResponded
+}
+
+// load reads a session's log and folds it into its state.
+func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID) (*state, error) {
+	msgs, err := bus.ReadAll(ctx, s.js, bus.StreamEvents, bus.SessionEvents(tenant, session))
+	if err != nil {
+		return nil, fmt.Errorf("load session %s: %w", session, err)
+	}
+	st := &state{
+		tenant:     tenant,
+		session:    session,
+		requests:   make(map[uuid.UUID]bool),
+		dispatched: make(map[uuid.UUID]bool),
+		results:    make(map[uuid.UUID]*event.ToolCompleted),
+	}
+	for _, m := range msgs {
+		ev, err := event.Parse(m.Data)
+		if err != nil {
+			// Only Corral's services write the log; an event we cannot
+			// read is a bug or a newer version, and skipping it would
+			// fold a wrong state.
+			return nil, fmt.Errorf("load session %s: seq %d: %w", session, m.StreamSeq, err)
+		}
+		st.apply(ev)
+	}
+	return st, nil
+}
+
+func (st *state) apply(ev any) {
+	switch e := ev.(type) {
+	case *event.SessionRequested:
+		st.requests[e.Request] = true
+		st.user, st.model = e.User, e.Model
+		st.status = statusRunning
+		st.flushResults()
+		st.messages = append(st.messages, model.Message{Role: model.User, Content: []model.Block{{Type: model.TextBlock, Text: e.Prompt}}})
+		st.answered = nil
+	case *event.ModelResponded:
+		st.flushResults()
+		st.turn = e.Turn
+		st.usage.InputTokens += e.Usage.InputTokens
+		st.usage.OutputTokens += e.Usage.OutputTokens
+		st.messages = append(st.messages, model.Message{Role: model.Assistant, Content: e.Content})
+		if len(e.Calls) > 0 {
+			st.pending = e
+		} else {
+			st.answered = e
+		}
+	case *event.ToolDispatched:
+		st.dispatched[e.Call] = true
+	case *event.ToolCompleted:
+		st.results[e.Call] = e
+	case *event.SessionCompleted:
+		st.status = statusCompleted
+		st.answered = nil
+	case *event.SessionFailed:
+		st.status = statusFailed
+		st.pending, st.answered = nil, nil
+	}
+}
+
+// missing returns the pending calls that have no result yet.
+func (st *state) missing() []event.Call {
+	if st.pending == nil {
+		return nil
+	}
+	var out []event.Call
+	for _, c := range st.pending.Calls {
+		if st.results[c.ID] == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// flushResults adds the results of the pending calls to the conversation as
+// one user message, in the order the model made the calls. A call without a
+// result (a session that failed mid-turn and was then continued) gets one
+// saying so, since every tool_use needs its tool_result.
+func (st *state) flushResults() {
+	if st.pending == nil {
+		return
+	}
+	blocks := make([]model.Block, 0, len(st.pending.Calls))
+	for _, c := range st.pending.Calls {
+		b := model.Block{Type: model.ToolResultBlock, ToolUseID: c.ToolUseID}
+		if r := st.results[c.ID]; r != nil {
+			b.Content, b.IsError = r.Output, r.IsError
+		} else {
+			b.Content, b.IsError = "The call was abandoned and did not run.", true
+		}
+		blocks = append(blocks, b)
+	}
+	st.messages = append(st.messages, model.Message{Role: model.User, Content: blocks})
+	st.pending = nil
+}

@@ -1,0 +1,201 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
+	"corral.dev/pkg/tool"
+)
+
+// handleStep moves a session on after a new request or tool result: it takes
+// the session's lease, folds the log into state, and does whatever comes
+// next. Every step is idempotent: a redelivered trigger finds its work done.
+func (s *Service) handleStep(ctx context.Context, m bus.Msg) error {
+	tenant, session, err := bus.ParseSubject(m.Subject)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	unlock := s.lockSession(session)
+	defer unlock()
+	release, err := s.acquireLease(ctx, session)
+	if err != nil {
+		return err
+	}
+	defer release()
+	st, err := s.load(ctx, tenant, session)
+	if err != nil {
+		return err
+	}
+	return s.step(ctx, st)
+}
+
+func (s *Service) step(ctx context.Context, st *state) error {
+	if st.status != statusRunning {
+		return nil
+	}
+	switch {
+	case st.pending != nil:
+		if missing := st.missing(); len(missing) > 0 {
+			return s.dispatch(ctx, st, missing)
+		}
+		st.flushResults()
+	case st.answered != nil:
+		return s.complete(ctx, st)
+	}
+	if st.turn >= s.cfg.MaxTurns {
+		reason := fmt.Sprintf("the session reached its limit of %d model turns", s.cfg.MaxTurns)
+		return s.recordFailure(ctx, st.tenant, st.session, "turn_limit", reason, fmt.Sprintf("turns:%d", st.turn))
+	}
+	ev, err := s.ask(ctx, st)
+	if err != nil || ev == nil {
+		return err
+	}
+	st.apply(ev)
+	if st.pending != nil {
+		return s.dispatch(ctx, st, st.pending.Calls)
+	}
+	return s.complete(ctx, st)
+}
+
+// ask calls the model for the session's next turn and records its response.
+// It returns nil, nil when the failure was recorded as the session's.
+func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, error) {
+	client, name, err := s.providers.Resolve(st.model)
+	if err != nil {
+		return nil, s.recordFailure(ctx, st.tenant, st.session, event.CodeUnknownModel, err.Error(), fmt.Sprintf("turn:%d", st.turn+1))
+	}
+	resp, err := client.Complete(ctx, model.Request{
+		Model:     name,
+		System:    systemPrompt(st),
+		Messages:  st.messages,
+		Tools:     tool.Specs(),
+		MaxTokens: s.cfg.MaxTokens,
+	})
+	if errors.Is(err, model.ErrPermanent) {
+		return nil, s.recordFailure(ctx, st.tenant, st.session, event.CodeModelError, err.Error(), fmt.Sprintf("turn:%d", st.turn+1))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ask %s for turn %d: %w", st.model, st.turn+1, err)
+	}
+	ev := &event.ModelResponded{
+		Header:     event.NewHeader(event.TypeModelResponded, st.tenant, st.session),
+		Turn:       st.turn + 1,
+		Model:      st.model,
+		Content:    resp.Content,
+		StopReason: resp.StopReason,
+		Usage:      resp.Usage,
+	}
+	for i := range ev.Content {
+		b := &ev.Content[i]
+		if b.Type != model.ToolUseBlock {
+			continue
+		}
+		if b.ID == "" { // some local servers give no call IDs
+			b.ID = fmt.Sprintf("call_%d_%d", ev.Turn, i)
+		}
+		ev.Calls = append(ev.Calls, event.Call{ID: uuid.Must(uuid.NewV7()), ToolUseID: b.ID, Name: b.Name, Input: b.Input})
+	}
+	s.log.DebugContext(ctx, "model responded", "session", st.session, "turn", ev.Turn, "calls", len(ev.Calls))
+	// Recorded before anything acts on it: a harness that dies after this
+	// reuses the response instead of asking again.
+	if err := s.record(ctx, ev, fmt.Sprintf("%s:turn:%d", st.session, ev.Turn)); err != nil {
+		return nil, err
+	}
+	return ev, nil
+}
+
+// dispatch puts each call not yet dispatched on the work queue, or records
+// an error result for a call that cannot run as written.
+func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) error {
+	for _, c := range calls {
+		if st.dispatched[c.ID] {
+			continue
+		}
+		if err := checkCall(c); err != nil {
+			res := event.ToolCompleted{
+				Header:  event.NewHeader(event.TypeToolCompleted, st.tenant, st.session),
+				Call:    c.ID,
+				Name:    c.Name,
+				Output:  "Error: " + err.Error(),
+				IsError: true,
+			}
+			if err := s.record(ctx, &res, c.ID.String()+":result"); err != nil {
+				return err
+			}
+			continue
+		}
+		call := event.ToolCall{
+			Header: event.NewHeader(event.TypeToolCall, st.tenant, st.session),
+			Call:   c.ID,
+			Turn:   st.pending.Turn,
+			User:   st.user,
+			Name:   c.Name,
+			Input:  c.Input,
+		}
+		// The call goes on the queue before it is recorded as dispatched:
+		// a crash in between re-publishes it, and the duplicate window
+		// drops the copy.
+		if err := bus.Publish(ctx, s.js, bus.ToolSubject(bus.ServiceSandbox, st.tenant, st.session), c.ID.String(), &call); err != nil {
+			return err
+		}
+		d := event.ToolDispatched{
+			Header:  event.NewHeader(event.TypeToolDispatched, st.tenant, st.session),
+			Call:    c.ID,
+			Turn:    st.pending.Turn,
+			Name:    c.Name,
+			Input:   c.Input,
+			Service: bus.ServiceSandbox,
+		}
+		if err := s.record(ctx, &d, c.ID.String()+":dispatched"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkCall refuses calls that cannot run as written, in words the model
+// can act on.
+func checkCall(c event.Call) error {
+	args, err := tool.Parse(c.Name, c.Input)
+	if err != nil {
+		return err
+	}
+	var p string
+	switch a := args.(type) {
+	case *tool.ReadArgs:
+		p = a.FilePath
+	case *tool.WriteArgs:
+		p = a.FilePath
+	case *tool.EditArgs:
+		p = a.FilePath
+	case *tool.GlobArgs:
+		p = a.Path
+	case *tool.GrepArgs:
+		p = a.Path
+	}
+	_, err = tool.WorkspacePath(p)
+	return err
+}
+
+func (s *Service) complete(ctx context.Context, st *state) error {
+	ev := event.SessionCompleted{
+		Header: event.NewHeader(event.TypeSessionCompleted, st.tenant, st.session),
+		Answer: model.Response{Content: st.answered.Content}.Text(),
+		Turns:  st.turn,
+		Usage:  st.usage,
+	}
+	return s.record(ctx, &ev, fmt.Sprintf("%s:completed:%d", st.session, st.turn))
+}
+
+func systemPrompt(st *state) string {
+	return fmt.Sprintf(`You are an agent run by Corral for user %q of tenant %q.
+You work in a sandbox: /workspace is your working directory and the only place you can write; the sandbox has no network.
+Use the tools to do the work. File paths are absolute, under /workspace. When you are done, reply with your answer and make no tool call.`,
+		st.user, st.tenant)
+}
