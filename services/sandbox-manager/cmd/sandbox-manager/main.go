@@ -1,0 +1,54 @@
+// Command sandbox-manager runs tool calls in bubblewrap sandboxes for Corral.
+//
+// It is configured from the environment: CORRAL_NATS_URL, CORRAL_DATA_DIR, CORRAL_BWRAP,
+// CORRAL_SANDBOX_CONCURRENCY, CORRAL_SANDBOX_TIMEOUT, CORRAL_LOG_LEVEL.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/logger"
+	sandboxmanager "corral.dev/services/sandbox-manager"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-manager:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	log := logger.New(stderr, getenv("CORRAL_LOG_LEVEL"), getenv("CORRAL_LOG_FORMAT"))
+	cfg, err := sandboxmanager.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	nc, err := bus.Connect(cfg.NATSURL, "sandbox-manager", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Drain()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if err := bus.Setup(ctx, js); err != nil {
+		return err
+	}
+	svc, err := sandboxmanager.New(cfg, js, log)
+	if err != nil {
+		return err
+	}
+	return svc.Run(ctx)
+}

@@ -1,0 +1,76 @@
+package sandboxmanager
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Config is the sandbox-manager's configuration, read from the environment
+// by [LoadConfig].
+type Config struct {
+	// NATSURL is the NATS server to connect to (CORRAL_NATS_URL).
+	NATSURL string
+	// DataDir holds the workspaces, under DataDir/workspaces
+	// (CORRAL_DATA_DIR).
+	DataDir string
+	// Bwrap is the bubblewrap binary (CORRAL_BWRAP; default bwrap on PATH).
+	Bwrap string
+	// Concurrency is how many calls run at once (CORRAL_SANDBOX_CONCURRENCY).
+	Concurrency int
+	// DefaultTimeout is a Bash call's timeout when it gives none
+	// (CORRAL_SANDBOX_TIMEOUT, a Go duration).
+	DefaultTimeout time.Duration
+}
+
+// LoadConfig reads the configuration from getenv, applies defaults and
+// validates it; an error names the offending variable.
+func LoadConfig(getenv func(string) string) (Config, error) {
+	cfg := Config{
+		NATSURL:        getenv("CORRAL_NATS_URL"),
+		DataDir:        getenv("CORRAL_DATA_DIR"),
+		Bwrap:          getenv("CORRAL_BWRAP"),
+		Concurrency:    32,
+		DefaultTimeout: 2 * time.Minute,
+	}
+	if cfg.NATSURL == "" {
+		cfg.NATSURL = "nats://127.0.0.1:4222"
+	}
+	if cfg.DataDir == "" {
+		dir, err := DefaultDataDir()
+		if err != nil {
+			return Config{}, fmt.Errorf("CORRAL_DATA_DIR is unset and %w", err)
+		}
+		cfg.DataDir = dir
+	}
+	if s := getenv("CORRAL_SANDBOX_CONCURRENCY"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			return Config{}, fmt.Errorf("CORRAL_SANDBOX_CONCURRENCY=%q: want a positive whole number", s)
+		}
+		cfg.Concurrency = n
+	}
+	if s := getenv("CORRAL_SANDBOX_TIMEOUT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return Config{}, fmt.Errorf("CORRAL_SANDBOX_TIMEOUT=%q: want a positive duration such as 2m", s)
+		}
+		cfg.DefaultTimeout = d
+	}
+	return cfg, nil
+}
+
+// DefaultDataDir is the per-user directory Corral keeps its state in:
+// $XDG_STATE_HOME/corral, or ~/.local/state/corral.
+func DefaultDataDir() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "corral"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no home directory: %w", err)
+	}
+	return filepath.Join(home, ".local", "state", "corral"), nil
+}

@@ -1,0 +1,142 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Config configures a [Driver]. Zero values take the defaults noted on each field.
+type Config struct {
+	// Dir is the host directory holding the workspaces, as Dir/<tenant>/<session>.
+	// It is required, and must not lie inside a directory the sandbox sees
+	// (/usr, /etc, /bin, /sbin or the /lib directories). It is created 0o700
+	// if missing.
+	Dir string
+	// Bwrap is the path of the bwrap binary; "" looks up "bwrap" in PATH.
+	Bwrap string
+	// DefaultTimeout bounds a Bash call that gives no timeout (default 2m).
+	DefaultTimeout time.Duration
+	// MaxTimeout caps the timeout a Bash call may ask for (default 10m).
+	MaxTimeout time.Duration
+	// OutputLimit is how many bytes of a Bash or Grep call's output reach the
+	// model (default 30000); the rest is counted and dropped.
+	OutputLimit int
+	// CPUSeconds is RLIMIT_CPU for each process of a Bash call (default 300).
+	CPUSeconds int
+	// MemoryBytes is RLIMIT_AS, the address space of each process (default 4 GiB).
+	// It is applied in KiB, rounded down.
+	MemoryBytes int64
+	// FileSizeBytes is RLIMIT_FSIZE, the largest file a process may write
+	// (default 1 GiB). It is applied in 512-byte blocks, rounded down.
+	FileSizeBytes int64
+	// OpenFiles is RLIMIT_NOFILE (default 1024).
+	OpenFiles int
+	// Processes is RLIMIT_NPROC (default 512). The kernel counts it per host
+	// user across the whole machine, not per sandbox, and never enforces it
+	// for host root. So it only works when the manager runs as an unprivileged
+	// user, and then it bounds the processes of all sandboxes together (plus
+	// the manager's own threads). A real per-sandbox bound needs a pids cgroup.
+	Processes int
+	// TmpSize is the size in bytes of the sandbox's private /tmp (default 256 MiB).
+	TmpSize int64
+}
+
+// Defaults applied by [New] to zero fields of [Config].
+const (
+	DefaultTimeout     = 2 * time.Minute
+	DefaultMaxTimeout  = 10 * time.Minute
+	DefaultOutputLimit = 30000
+	DefaultCPUSeconds  = 300
+	DefaultMemoryBytes = 4 << 30
+	DefaultFileSize    = 1 << 30
+	DefaultOpenFiles   = 1024
+	DefaultProcesses   = 512
+	DefaultTmpSize     = 256 << 20
+)
+
+// withDefaults returns c with zero fields set to their defaults and Dir made absolute.
+func (c Config) withDefaults() (Config, error) {
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = DefaultTimeout
+	}
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = DefaultMaxTimeout
+	}
+	if c.OutputLimit == 0 {
+		c.OutputLimit = DefaultOutputLimit
+	}
+	if c.CPUSeconds == 0 {
+		c.CPUSeconds = DefaultCPUSeconds
+	}
+	if c.MemoryBytes == 0 {
+		c.MemoryBytes = DefaultMemoryBytes
+	}
+	if c.FileSizeBytes == 0 {
+		c.FileSizeBytes = DefaultFileSize
+	}
+	if c.OpenFiles == 0 {
+		c.OpenFiles = DefaultOpenFiles
+	}
+	if c.Processes == 0 {
+		c.Processes = DefaultProcesses
+	}
+	if c.TmpSize == 0 {
+		c.TmpSize = DefaultTmpSize
+	}
+	if c.Dir != "" {
+		abs, err := filepath.Abs(c.Dir)
+		if err != nil {
+			return c, fmt.Errorf("dir %q: %w", c.Dir, err)
+		}
+		c.Dir = abs
+	}
+	return c, nil
+}
+
+// validate reports the first field of c that is out of range.
+func (c Config) validate() error {
+	switch {
+	case c.Dir == "":
+		return errors.New("dir is required")
+	case c.DefaultTimeout < 0 || c.MaxTimeout < 0:
+		return errors.New("timeouts must not be negative")
+	case c.DefaultTimeout > c.MaxTimeout:
+		return fmt.Errorf("default timeout %s exceeds max timeout %s", c.DefaultTimeout, c.MaxTimeout)
+	case c.OutputLimit < 0:
+		return errors.New("output limit must not be negative")
+	case c.CPUSeconds < 0 || c.OpenFiles < 0 || c.Processes < 0:
+		return errors.New("cpu seconds, open files and processes must not be negative")
+	case c.MemoryBytes < 1<<20:
+		return fmt.Errorf("memory bytes %d is below 1 MiB", c.MemoryBytes)
+	case c.FileSizeBytes < 512:
+		return fmt.Errorf("file size bytes %d is below 512", c.FileSizeBytes)
+	case c.TmpSize < 0:
+		return errors.New("tmp size must not be negative")
+	}
+	// The sandbox sees these trees, so the workspaces must live elsewhere.
+	dir := c.Dir
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	for _, p := range visibleTrees() {
+		if dir == p || strings.HasPrefix(dir, p+string(os.PathSeparator)) {
+			return fmt.Errorf("dir %s is inside %s, which sandboxes can see", c.Dir, p)
+		}
+	}
+	return nil
+}
+
+// visibleTrees lists the host trees bound into every sandbox, with symlinks resolved.
+func visibleTrees() []string {
+	var trees []string
+	for _, p := range append([]string{"/usr", "/etc"}, libDirs...) {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			trees = append(trees, real)
+		}
+	}
+	return trees
+}

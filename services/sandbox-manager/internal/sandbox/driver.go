@@ -1,0 +1,230 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"corral.dev/pkg/tool"
+	"github.com/google/uuid"
+)
+
+// probeTimeout bounds the trial sandbox that [New] starts.
+const probeTimeout = 30 * time.Second
+
+var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Driver runs tool calls in per-session workspaces. It is safe for concurrent
+// use: calls of one session are serialised, calls of different sessions run
+// in parallel.
+type Driver struct {
+	cfg           Config
+	bwrap         string
+	disableUserns bool     // bwrap supports --disable-userns (0.8+)
+	system        []string // bwrap options for the read-only system tree
+
+	mu       sync.Mutex
+	sessions map[string]*sessionLock // by workspace path
+}
+
+// sessionLock serialises the calls of one session. ch holds a token while a
+// call runs; refs counts holders and waiters so the entry can be dropped.
+type sessionLock struct {
+	ch   chan struct{}
+	refs int
+}
+
+// Result is what the model gets back from one call.
+type Result struct {
+	// Output is the text shown to the model.
+	Output string
+	// IsError marks a failed call: a non-zero exit, a timeout, a refused
+	// path, a missing file, an edit that did not apply.
+	IsError bool
+	// ExitCode is the Bash command's exit status (128+n if killed by signal
+	// n); nil for other tools and for a timed-out command.
+	ExitCode *int
+	// Truncated reports that output was dropped to fit the output limit.
+	Truncated bool
+	// TimedOut reports that a Bash command was killed at its timeout.
+	TimedOut bool
+	// Duration is how long the call took, excluding waiting for the session.
+	Duration time.Duration
+}
+
+// New returns a Driver for cfg, with defaults filled in. It creates cfg.Dir
+// if needed and checks that bwrap exists and can build a sandbox by running
+// one. Errors wrap [ErrNoBwrap] if bwrap is missing and
+// [ErrSandboxUnavailable] if it cannot create namespaces.
+func New(cfg Config) (*Driver, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox config: %w", err)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("sandbox config: %w", err)
+	}
+	path, version, err := findBwrap(cfg.Bwrap)
+	if err != nil {
+		return nil, err
+	}
+	if version[0] == 0 && version[1] < 5 {
+		return nil, fmt.Errorf("%w (bwrap %d.%d is too old: need 0.5 or later)", ErrNoBwrap, version[0], version[1])
+	}
+	system, err := systemArgs()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox system tree: %w", err)
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create sandbox dir: %w", err)
+	}
+	d := &Driver{
+		cfg:           cfg,
+		bwrap:         path,
+		disableUserns: version[0] > 0 || version[1] >= 8,
+		system:        system,
+		sessions:      make(map[string]*sessionLock),
+	}
+	if err := d.probe(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// probe checks that bwrap can create namespaces at all, then builds one
+// sandbox around cfg.Dir and runs true in it.
+func (d *Driver) probe() error {
+	bare := exec.Command(d.bwrap, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "--", "/bin/sh", "-c", ":")
+	bare.Env = []string{}
+	if out, err := bare.CombinedOutput(); err != nil {
+		return fmt.Errorf("%w: %v: %s", ErrSandboxUnavailable, err, bytes.TrimSpace(out))
+	}
+
+	s, err := d.newCmd(d.cfg.Dir, "true")
+	if err != nil {
+		return fmt.Errorf("probe sandbox: %w", err)
+	}
+	if err := s.start(); err != nil {
+		return fmt.Errorf("probe sandbox: start bwrap: %w", err)
+	}
+	// New takes no context, so the probe carries its own deadline.
+	timer := time.AfterFunc(probeTimeout, s.kill)
+	o := s.wait()
+	timer.Stop()
+	msg := strings.TrimSpace(s.out.String())
+	switch {
+	case o.waitErr != nil:
+		return fmt.Errorf("probe sandbox: %w", o.waitErr)
+	case !o.started:
+		return fmt.Errorf("probe sandbox: bwrap could not build the sandbox: %s", msg)
+	case o.exitCode != 0:
+		return fmt.Errorf("probe sandbox: exit code %d: %s", o.exitCode, msg)
+	}
+	return nil
+}
+
+// Workspace returns the host directory of a session's workspace, or "" if
+// tenant is not a valid tenant name. The directory may not exist yet.
+func (d *Driver) Workspace(tenant string, session uuid.UUID) string {
+	if !tenantRE.MatchString(tenant) {
+		return ""
+	}
+	return filepath.Join(d.cfg.Dir, tenant, session.String())
+}
+
+func (d *Driver) workspace(tenant string, session uuid.UUID) (string, error) {
+	if !tenantRE.MatchString(tenant) {
+		return "", fmt.Errorf("invalid tenant %q: want %s", tenant, tenantRE)
+	}
+	if session == uuid.Nil {
+		return "", errors.New("invalid session: nil uuid")
+	}
+	return d.Workspace(tenant, session), nil
+}
+
+// Run executes one tool call — args is one of the pointers [tool.Parse]
+// returns — in the session's workspace, creating the workspace on first use.
+// It waits for the session's previous call to finish; ctx bounds that wait
+// and the call itself. Everything the model should see, failures included,
+// comes back in the [Result]; an error means the call could not be carried
+// out (invalid tenant, unknown args type, workspace or sandbox could not be
+// set up, ctx cancelled).
+func (d *Driver) Run(ctx context.Context, tenant string, session uuid.UUID, args any) (Result, error) {
+	var call func(ctx context.Context, workspace string) (Result, error)
+	switch a := args.(type) {
+	case *tool.BashArgs:
+		call = func(ctx context.Context, ws string) (Result, error) { return d.bash(ctx, ws, a) }
+	case *tool.ReadArgs, *tool.WriteArgs, *tool.EditArgs, *tool.GlobArgs, *tool.GrepArgs:
+		call = func(ctx context.Context, ws string) (Result, error) { return d.fileTool(ctx, ws, a) }
+	default:
+		return Result{}, fmt.Errorf("run: unsupported arguments %T", args)
+	}
+	dir, err := d.workspace(tenant, session)
+	if err != nil {
+		return Result{}, err
+	}
+	unlock, ok := d.lock(ctx.Done(), dir)
+	if !ok {
+		return Result{}, fmt.Errorf("wait for session %s: %w", session, ctx.Err())
+	}
+	defer unlock()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Result{}, fmt.Errorf("create workspace: %w", err)
+	}
+	start := time.Now()
+	res, err := call(ctx, dir)
+	res.Duration = time.Since(start)
+	return res, err
+}
+
+// Destroy removes a session's workspace. It waits for a running call of the
+// session to end first, which its timeout bounds. Destroying a session that
+// has no workspace is not an error.
+func (d *Driver) Destroy(tenant string, session uuid.UUID) error {
+	dir, err := d.workspace(tenant, session)
+	if err != nil {
+		return err
+	}
+	unlock, _ := d.lock(nil, dir) // a nil channel never fires: wait for the lock
+	defer unlock()
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove workspace: %w", err)
+	}
+	return nil
+}
+
+// lock takes the lock of the session whose workspace is key and returns the
+// func that releases it, or gives up with ok false when done is closed.
+func (d *Driver) lock(done <-chan struct{}, key string) (unlock func(), ok bool) {
+	d.mu.Lock()
+	l := d.sessions[key]
+	if l == nil {
+		l = &sessionLock{ch: make(chan struct{}, 1)}
+		d.sessions[key] = l
+	}
+	l.refs++
+	d.mu.Unlock()
+
+	release := func() {
+		d.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(d.sessions, key)
+		}
+		d.mu.Unlock()
+	}
+	select {
+	case l.ch <- struct{}{}:
+		return func() { <-l.ch; release() }, true
+	case <-done:
+		release()
+		return nil, false
+	}
+}

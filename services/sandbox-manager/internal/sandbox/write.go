@@ -1,0 +1,114 @@
+package sandbox
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+
+	"corral.dev/pkg/tool"
+)
+
+// writeFile writes a whole file, creating its parent directories.
+func writeFile(root *os.Root, a *tool.WriteArgs) Result {
+	rel, err := tool.WorkspacePath(a.FilePath)
+	if err != nil {
+		return outside(a.FilePath, err)
+	}
+	show := display(rel)
+	if rel == "." {
+		return errorf("%s is a directory, not a file", show)
+	}
+	if dir := path.Dir(rel); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return errorf("cannot create directory %s: %v", display(dir), unwrapPath(err))
+		}
+	}
+	perm := fs.FileMode(0o644)
+	fi, err := root.Stat(rel)
+	switch {
+	case err == nil && fi.IsDir():
+		return errorf("%s is a directory, not a file", show)
+	case err == nil:
+		perm = fi.Mode().Perm()
+	case !errors.Is(err, fs.ErrNotExist):
+		return errorf("cannot write %s: %v", show, unwrapPath(err))
+	}
+	if err := writeAtomic(root, rel, []byte(a.Content), perm); err != nil {
+		return errorf("cannot write %s: %v", show, unwrapPath(err))
+	}
+	return Result{Output: fmt.Sprintf("Wrote %d bytes to %s", len(a.Content), show)}
+}
+
+// editFile replaces old_string with new_string in an existing file: exactly
+// one occurrence, or every one if replace_all is set.
+func editFile(root *os.Root, a *tool.EditArgs) Result {
+	rel, err := tool.WorkspacePath(a.FilePath)
+	if err != nil {
+		return outside(a.FilePath, err)
+	}
+	show := display(rel)
+	f, fi, fail := openRegular(root, rel)
+	if fail != nil {
+		return *fail
+	}
+	data, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		return errorf("cannot read %s: %v", show, unwrapPath(err))
+	}
+	content := string(data)
+	n := strings.Count(content, a.OldString)
+	switch {
+	case n == 0:
+		return errorf("old_string not found in %s: read the file again and copy the text exactly, including whitespace and indentation", show)
+	case n > 1 && !a.ReplaceAll:
+		return errorf("old_string occurs %d times in %s: add surrounding lines to make it unique, or set replace_all to replace every occurrence", n, show)
+	}
+	if a.ReplaceAll {
+		content = strings.ReplaceAll(content, a.OldString, a.NewString)
+	} else {
+		content = strings.Replace(content, a.OldString, a.NewString, 1)
+	}
+	if err := writeAtomic(root, rel, []byte(content), fi.Mode().Perm()); err != nil {
+		return errorf("cannot write %s: %v", show, unwrapPath(err))
+	}
+	return Result{Output: fmt.Sprintf("Edited %s: replaced %d %s", show, n, plural(n, "occurrence"))}
+}
+
+// writeAtomic replaces name with data: it writes a temporary file beside it
+// and renames it into place, so nobody sees a half-written file. A symlink
+// at name is replaced, not followed.
+func writeAtomic(root *os.Root, name string, data []byte, perm fs.FileMode) error {
+	tmp := path.Join(path.Dir(name), "."+path.Base(name)+".tmp-"+rand.Text()[:10])
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm) // OpenFile's perm is subject to the umask
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Rename(tmp, name)
+	}
+	if err != nil {
+		_ = root.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}

@@ -1,0 +1,57 @@
+// Package sandboxmanager runs tool calls in bubblewrap sandboxes: it
+// consumes the sandbox tool queue, runs each call in its session's sandbox,
+// and records the result in the session's log. It holds no model key and no
+// database access.
+package sandboxmanager
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/services/sandbox-manager/internal/sandbox"
+)
+
+// Service is the sandbox-manager.
+type Service struct {
+	cfg    Config
+	js     jetstream.JetStream
+	driver *sandbox.Driver
+	log    *slog.Logger
+}
+
+// New returns a sandbox-manager using js, whose streams [bus.Setup] has
+// created. It fails when bubblewrap is missing or unusable, saying how to
+// install it.
+func New(cfg Config, js jetstream.JetStream, log *slog.Logger) (*Service, error) {
+	d, err := sandbox.New(sandbox.Config{
+		Dir:            filepath.Join(cfg.DataDir, "workspaces"),
+		Bwrap:          cfg.Bwrap,
+		DefaultTimeout: cfg.DefaultTimeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	return &Service{cfg: cfg, js: js, driver: d, log: log.With("service", "sandbox-manager")}, nil
+}
+
+// Run consumes tool calls until ctx is done, then lets running calls finish
+// for a grace period.
+func (s *Service) Run(ctx context.Context) error {
+	s.log.InfoContext(ctx, "sandbox-manager started", "data_dir", s.cfg.DataDir)
+	return bus.Consume(ctx, s.js, bus.Consumer{
+		Stream: bus.StreamTools,
+		Config: jetstream.ConsumerConfig{
+			Durable:       bus.ConsumerSandboxCalls,
+			FilterSubject: bus.ToolFilter(bus.ServiceSandbox),
+		},
+		Concurrency: s.cfg.Concurrency,
+		Handler:     bus.Decode(s.handleCall),
+		OnGiveUp:    s.recordGiveUp,
+		Logger:      s.log,
+	})
+}

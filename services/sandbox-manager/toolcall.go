@@ -1,0 +1,96 @@
+package sandboxmanager
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/tool"
+)
+
+// interrupted is the result of a call that may have partly run before its
+// sandbox-manager stopped: it is not run again behind the model's back.
+const interrupted = "The call was interrupted: the sandbox-manager running it stopped before it finished. " +
+	"It may have run partly or fully; check the state of /workspace before running it again."
+
+// handleCall runs one tool call and records its result. A call whose result
+// is recorded already is not run again; a Bash or Edit call delivered again
+// after a crash is reported as interrupted instead of run twice.
+func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
+	if c.Type != event.TypeToolCall {
+		return bus.Permanent(fmt.Errorf("message type %q is not %s", c.Type, event.TypeToolCall))
+	}
+	if err := event.CheckTenant(c.Tenant); err != nil {
+		return bus.Permanent(err)
+	}
+	res := event.ToolCompleted{
+		Header: event.NewHeader(event.TypeToolCompleted, c.Tenant, c.Session),
+		Call:   c.Call,
+		Name:   c.Name,
+	}
+	if m, ok := bus.Delivery(ctx); ok && m.Delivered > 1 {
+		done, err := s.recorded(ctx, c)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if c.Name == tool.Bash || c.Name == tool.Edit {
+			res.Output, res.IsError = interrupted, true
+			return s.record(ctx, &res)
+		}
+	}
+	args, err := tool.Parse(c.Name, c.Input)
+	if err != nil {
+		res.Output, res.IsError = "Error: "+err.Error(), true
+		return s.record(ctx, &res)
+	}
+	r, err := s.driver.Run(ctx, c.Tenant, c.Session, args)
+	if err != nil {
+		return fmt.Errorf("run %s call %s: %w", c.Name, c.Call, err)
+	}
+	res.Output, res.IsError, res.ExitCode = r.Output, r.IsError, r.ExitCode
+	res.Truncated, res.TimedOut, res.DurationMS = r.Truncated, r.TimedOut, r.Duration.Milliseconds()
+	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", r.IsError, "duration", r.Duration)
+	return s.record(ctx, &res)
+}
+
+// recorded reports whether the call's result is in its session's log.
+func (s *Service) recorded(ctx context.Context, c *event.ToolCall) (bool, error) {
+	msgs, err := bus.ReadAll(ctx, s.js, bus.StreamEvents, bus.EventSubject(c.Tenant, c.Session, event.TypeToolCompleted))
+	if err != nil {
+		return false, err
+	}
+	for _, m := range msgs {
+		var r event.ToolCompleted
+		if json.Unmarshal(m.Data, &r) == nil && r.Call == c.Call {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (s *Service) record(ctx context.Context, r *event.ToolCompleted) error {
+	return bus.Publish(ctx, s.js, bus.EventSubject(r.Tenant, r.Session, r.Type), r.Call.String()+":result", r)
+}
+
+// recordGiveUp answers a call that can never run (undecodable, or failing
+// every delivery) with an error result, so its session does not wait for
+// it forever.
+func (s *Service) recordGiveUp(ctx context.Context, m bus.Msg, reason error) error {
+	var c event.ToolCall
+	if json.Unmarshal(m.Data, &c) != nil || event.CheckTenant(c.Tenant) != nil || c.Call == [16]byte{} {
+		return nil // nothing to answer; the dead letter keeps it
+	}
+	res := event.ToolCompleted{
+		Header:  event.NewHeader(event.TypeToolCompleted, c.Tenant, c.Session),
+		Call:    c.Call,
+		Name:    c.Name,
+		Output:  "Error: the sandbox could not run this call: " + reason.Error(),
+		IsError: true,
+	}
+	return s.record(ctx, &res)
+}
