@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/modeltest"
+)
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of loggers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func waitFor(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// platform is a `corral dev` started by a test, with a fake model provider.
+type platform struct {
+	url    string
+	data   string
+	model  *modeltest.Server
+	getenv func(string) string
+	log    *syncBuffer
+}
+
+// startDev runs `corral dev` on a free port and a fresh data directory,
+// with both providers pointed at a fake model server running script. env
+// adds to (or overrides) the process environment.
+func startDev(t *testing.T, script modeltest.Script, env map[string]string) *platform {
+	t.Helper()
+	fake := modeltest.New(t, script)
+	p := &platform{data: t.TempDir(), model: fake, log: &syncBuffer{}}
+	vars := map[string]string{
+		"OPENAI_BASE_URL":    fake.URL() + "/v1",
+		"OPENAI_API_KEY":     "sk-test",
+		"ANTHROPIC_BASE_URL": fake.URL(),
+		"ANTHROPIC_API_KEY":  "sk-ant-test",
+		"CORRAL_MODEL":       "openai:gpt-test",
+		"CORRAL_LOG_LEVEL":   "debug",
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	p.getenv = func(k string) string {
+		if v, ok := vars[k]; ok {
+			return v
+		}
+		return os.Getenv(k)
+	}
+	addr := freeAddr(t)
+	p.url = "nats://" + addr
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"dev", "--data", p.data, "--listen", addr}, p.getenv, p.log, p.log)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("corral dev exited %d:\n%s", code, p.log)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("corral dev did not stop within 30s")
+		}
+		if t.Failed() {
+			t.Logf("corral dev log:\n%s", p.log)
+		}
+	})
+	waitFor(t, 15*time.Second, func() error {
+		select {
+		case code := <-done:
+			t.Fatalf("corral dev exited %d:\n%s", code, p.log)
+		default:
+		}
+		nc, err := nats.Connect(p.url)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		_, err = js.Stream(context.Background(), bus.StreamEvents)
+		return err
+	})
+	return p
+}
+
+// corral runs a client command against the platform and returns its exit
+// status, stdout and stderr.
+func (p *platform) corral(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stdout, stderr syncBuffer
+	args = append(args[:1:1], append([]string{"--nats", p.url}, args[1:]...)...)
+	code := run(ctx, args, p.getenv, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// sessionOf reads the session ID `corral run` printed on stderr.
+func sessionOf(t *testing.T, stderr string) uuid.UUID {
+	t.Helper()
+	for _, line := range strings.Split(stderr, "\n") {
+		if id, ok := strings.CutPrefix(line, "session "); ok {
+			return uuid.MustParse(strings.TrimSpace(id))
+		}
+	}
+	t.Fatalf("no session ID in stderr:\n%s", stderr)
+	return uuid.Nil
+}
+
+// events returns a session's log, parsed.
+func (p *platform) events(t *testing.T, session uuid.UUID) []any {
+	t.Helper()
+	nc, err := nats.Connect(p.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	msgs, err := bus.ReadAll(context.Background(), js, bus.StreamEvents, bus.SessionEvents("*", session))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []any
+	for _, m := range msgs {
+		ev, err := event.Parse(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// results returns the outputs of a session's tool calls, in order.
+func results(evs []any) []*event.ToolCompleted {
+	var out []*event.ToolCompleted
+	for _, ev := range evs {
+		if r, ok := ev.(*event.ToolCompleted); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// steps is a script that makes the calls in order, one per turn, and then
+// answers with the text answer(results) built from every tool result seen.
+func steps(answer func(results []string) string, calls ...modeltest.Call) modeltest.Script {
+	return func(c modeltest.Conversation) (modeltest.Turn, error) {
+		n := modeltest.Turns(c)
+		if n < len(calls) {
+			return modeltest.Turn{Calls: []modeltest.Call{calls[n]}}, nil
+		}
+		var seen []string
+		for _, m := range c.Messages {
+			for _, r := range m.Results {
+				seen = append(seen, r.Content)
+			}
+		}
+		return modeltest.Turn{Text: answer(seen)}, nil
+	}
+}
+
+func TestRunWritesReadsEditsAndAnswers(t *testing.T) {
+	script := steps(func(seen []string) string { return "The file says: " + strings.TrimSpace(seen[len(seen)-1]) },
+		modeltest.Call{Name: "Bash", Input: map[string]any{"command": "echo 'hello world' > /workspace/greeting.txt && echo written"}},
+		modeltest.Call{Name: "Read", Input: map[string]any{"file_path": "/workspace/greeting.txt"}},
+		modeltest.Call{Name: "Edit", Input: map[string]any{"file_path": "/workspace/greeting.txt", "old_string": "world", "new_string": "corral"}},
+		modeltest.Call{Name: "Bash", Input: map[string]any{"command": "cat greeting.txt"}},
+	)
+	p := startDev(t, script, nil)
+	for _, model := range []string{"openai:gpt-test", "anthropic:claude-test"} {
+		t.Run(model, func(t *testing.T) {
+			before := len(p.model.Requests())
+			code, stdout, stderr := p.corral(t, "run", "--model", model, "--tenant", "acme", "--user", "ada", "make a greeting")
+			if code != 0 {
+				t.Fatalf("corral run exited %d\nstderr:\n%s", code, stderr)
+			}
+			if got, want := strings.TrimSpace(stdout), "The file says: hello corral"; got != want {
+				t.Errorf("answer = %q, want %q", got, want)
+			}
+			for _, want := range []string{"→ Bash", "→ Read", "→ Edit", "hello world"} {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("progress on stderr lacks %q:\n%s", want, stderr)
+				}
+			}
+			session := sessionOf(t, stderr)
+			data, err := os.ReadFile(fmt.Sprintf("%s/workspaces/acme/%s/greeting.txt", p.data, session))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(data) != "hello corral\n" {
+				t.Errorf("workspace file = %q, want %q", data, "hello corral\n")
+			}
+			reqs := p.model.Requests()[before:]
+			if len(reqs) != 5 {
+				t.Errorf("model asked %d times, want 5 (one per turn)", len(reqs))
+			}
+			if wantProvider := strings.SplitN(model, ":", 2)[0]; reqs[0].Provider != wantProvider {
+				t.Errorf("provider = %q, want %q", reqs[0].Provider, wantProvider)
+			}
+			evs := p.events(t, session)
+			counts := map[string]int{}
+			for _, ev := range evs {
+				counts[ev.(event.Event).Head().Type]++
+			}
+			want := map[string]int{
+				event.TypeSessionRequested: 1, event.TypeModelResponded: 5, event.TypeToolDispatched: 4,
+				event.TypeToolCompleted: 4, event.TypeSessionCompleted: 1,
+			}
+			for typ, n := range want {
+				if counts[typ] != n {
+					t.Errorf("%d %s events, want %d (all: %v)", counts[typ], typ, n, counts)
+				}
+			}
+			for _, r := range results(evs) {
+				if r.IsError {
+					t.Errorf("%s call failed: %s", r.Name, r.Output)
+				}
+			}
+			last := evs[len(evs)-1].(*event.SessionCompleted)
+			if last.Usage.InputTokens == 0 || last.Usage.OutputTokens == 0 {
+				t.Errorf("usage not recorded: %+v", last.Usage)
+			}
+
+			code, logs, stderr := p.corral(t, "logs", session.String())
+			if code != 0 {
+				t.Fatalf("corral logs exited %d: %s", code, stderr)
+			}
+			for _, want := range []string{"session.requested", "model.responded", "tool.dispatched", "tool.completed", "session.completed", "hello corral"} {
+				if !strings.Contains(logs, want) {
+					t.Errorf("corral logs lacks %q:\n%s", want, logs)
+				}
+			}
+		})
+	}
+}
+
+func TestRunJSONAndLogsFollow(t *testing.T) {
+	p := startDev(t, steps(func([]string) string { return "done" },
+		modeltest.Call{Name: "Bash", Input: map[string]any{"command": "echo hi"}}), nil)
+	code, stdout, stderr := p.corral(t, "run", "--json", "say hi")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	var types []string
+	var session uuid.UUID
+	for _, l := range lines {
+		var h event.Header
+		if err := json.Unmarshal([]byte(l), &h); err != nil {
+			t.Fatalf("line %q is not a JSON event: %v", l, err)
+		}
+		types = append(types, h.Type)
+		session = h.Session
+	}
+	if types[0] != event.TypeSessionRequested || types[len(types)-1] != event.TypeSessionCompleted {
+		t.Errorf("event types = %v", types)
+	}
+	code, out, stderr := p.corral(t, "logs", "-f", session.String())
+	if code != 0 || !strings.Contains(out, "session.completed") {
+		t.Errorf("logs -f exited %d with %q (stderr %q)", code, out, stderr)
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+)
+
+func (e *env) logsCmd() *cobra.Command {
+	var url string
+	var followFlag, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "logs [flags] SESSION",
+		Short: "Show a session's full event log; -f follows it until the session ends",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			session, err := uuid.Parse(args[0])
+			if err != nil {
+				return &exitError{2, fmt.Errorf("session %q is not a session ID", args[0])}
+			}
+			return e.logs(cmd.Context(), url, session, followFlag, asJSON)
+		},
+	}
+	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
+	cmd.Flags().BoolVarP(&followFlag, "follow", "f", false, "keep printing new events until the session completes or fails")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print events as JSON lines")
+	return cmd
+}
+
+func (e *env) logs(ctx context.Context, url string, session uuid.UUID, followFlag, asJSON bool) error {
+	nc, js, err := e.connect(url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := checkPlatform(ctx, js, url); err != nil {
+		return err
+	}
+	print := func(ev any, raw []byte) {
+		if asJSON {
+			fmt.Fprintf(e.stdout, "%s\n", raw)
+			return
+		}
+		fmt.Fprintln(e.stdout, describe(ev))
+	}
+	if followFlag {
+		return follow(ctx, js, "*", session, func(ev any, raw []byte) (bool, error) {
+			print(ev, raw)
+			switch ev.(type) {
+			case *event.SessionCompleted, *event.SessionFailed:
+				return true, nil
+			}
+			return false, nil
+		})
+	}
+	msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents("*", session))
+	if err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		return fmt.Errorf("no events for session %s", session)
+	}
+	for _, m := range msgs {
+		ev, err := event.Parse(m.Data)
+		if err != nil {
+			return fmt.Errorf("seq %d: %w", m.StreamSeq, err)
+		}
+		print(ev, m.Data)
+	}
+	return nil
+}
+
+// describe renders one event as a readable log line.
+func describe(ev any) string {
+	e, ok := ev.(event.Event)
+	if !ok {
+		return fmt.Sprintf("%v", ev)
+	}
+	h := e.Head()
+	var body string
+	switch ev := ev.(type) {
+	case *event.SessionRequested:
+		body = fmt.Sprintf("user=%s model=%s prompt=%q", ev.User, ev.Model, oneLine(ev.Prompt, 200))
+	case *event.ModelResponded:
+		names := make([]string, len(ev.Calls))
+		for i, c := range ev.Calls {
+			names[i] = c.Name
+		}
+		body = fmt.Sprintf("turn=%d tokens=%d/%d stop=%s calls=[%s] text=%q", ev.Turn, ev.Usage.InputTokens,
+			ev.Usage.OutputTokens, ev.StopReason, strings.Join(names, " "), oneLine(textOf(ev), 200))
+	case *event.ToolDispatched:
+		body = fmt.Sprintf("call=%s %s %s", ev.Call, ev.Name, oneLine(string(ev.Input), 200))
+	case *event.ToolCompleted:
+		body = fmt.Sprintf("call=%s %s error=%t %dms output=%q", ev.Call, ev.Name, ev.IsError, ev.DurationMS, oneLine(ev.Output, 200))
+	case *event.SessionCompleted:
+		body = fmt.Sprintf("turns=%d tokens=%d/%d answer=%q", ev.Turns, ev.Usage.InputTokens, ev.Usage.OutputTokens, oneLine(ev.Answer, 400))
+	case *event.SessionFailed:
+		body = fmt.Sprintf("code=%s reason=%q", ev.Code, ev.Reason)
+	default:
+		raw, _ := json.Marshal(ev)
+		body = string(raw)
+	}
+	return fmt.Sprintf("%s %-26s %s", h.Time.Format("2006-01-02 15:04:05.000"), event.Kind(h.Type), body)
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+)
+
+func (e *env) runCmd() *cobra.Command {
+	var o runOpts
+	cmd := &cobra.Command{
+		Use:   "run [flags] PROMPT",
+		Short: "Start a session, show its progress on stderr and print its answer on stdout",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.prompt = args[0]
+			return e.run(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.nats, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
+	f.StringVar(&o.model, "model", "", "model as openai:<model> or anthropic:<model> (default the harness's CORRAL_MODEL)")
+	f.StringVar(&o.tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "tenant (CORRAL_TENANT)")
+	f.StringVar(&o.user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "user (CORRAL_USER)")
+	f.BoolVar(&o.json, "json", false, "print the session's events as JSON lines on stdout instead")
+	return cmd
+}
+
+type runOpts struct {
+	nats, model, tenant, user, prompt string
+	json                              bool
+}
+
+func (e *env) run(ctx context.Context, o runOpts) error {
+	if err := event.CheckTenant(o.tenant); err != nil {
+		return &exitError{2, err}
+	}
+	nc, js, err := e.connect(o.nats)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := checkPlatform(ctx, js, o.nats); err != nil {
+		return err
+	}
+	session := uuid.Must(uuid.NewV7())
+	req := event.Request{
+		Header: event.NewHeader(event.TypeRequest, o.tenant, session),
+		User:   o.user,
+		Model:  o.model,
+		Prompt: o.prompt,
+	}
+	// The request's ID doubles as its message ID: a retried publish is
+	// dropped as a duplicate, so it starts one session, not two.
+	if err := bus.Publish(ctx, js, bus.RequestSubject(o.tenant, session), req.ID.String(), &req); err != nil {
+		return err
+	}
+	if !o.json {
+		fmt.Fprintf(e.stderr, "session %s\n", session)
+	}
+	var failed *event.SessionFailed
+	err = follow(ctx, js, o.tenant, session, func(ev any, raw []byte) (bool, error) {
+		if o.json {
+			fmt.Fprintf(e.stdout, "%s\n", raw)
+		} else if line := progress(ev); line != "" {
+			fmt.Fprintln(e.stderr, line)
+		}
+		switch ev := ev.(type) {
+		case *event.SessionCompleted:
+			if !o.json {
+				fmt.Fprintln(e.stdout, ev.Answer)
+			}
+			return true, nil
+		case *event.SessionFailed:
+			failed = ev
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return err
+	}
+	if failed != nil {
+		return &exitError{1, fmt.Errorf("session %s failed (%s): %s", session, failed.Code, failed.Reason)}
+	}
+	return nil
+}
+
+// progress is a one-line account of an event for a person watching.
+func progress(ev any) string {
+	switch ev := ev.(type) {
+	case *event.SessionRequested:
+		return fmt.Sprintf("· request from %s to %s", ev.User, ev.Model)
+	case *event.ModelResponded:
+		if t := strings.TrimSpace(textOf(ev)); t != "" && len(ev.Calls) > 0 {
+			return fmt.Sprintf("· model: %s", oneLine(t, 120))
+		}
+	case *event.ToolDispatched:
+		return fmt.Sprintf("→ %s %s", ev.Name, oneLine(string(ev.Input), 120))
+	case *event.ToolCompleted:
+		mark := "←"
+		if ev.IsError {
+			mark = "← error:"
+		}
+		return fmt.Sprintf("%s %s", mark, oneLine(ev.Output, 120))
+	case *event.SessionFailed:
+		return fmt.Sprintf("✗ %s: %s", ev.Code, ev.Reason)
+	}
+	return ""
+}
+
+func textOf(ev *event.ModelResponded) string {
+	var b strings.Builder
+	for _, c := range ev.Content {
+		b.WriteString(c.Text)
+	}
+	return b.String()
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
