@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs go vet and the race-enabled tests of every module in go.work,
+# installing what the tests need first (bubblewrap) when it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_install() {
+	if ! command -v apt-get >/dev/null 2>&1; then
+		echo "test.sh: please install: $*" >&2
+		exit 1
+	fi
+	as_root apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
+}
+
+command -v bwrap >/dev/null 2>&1 || apt_install bubblewrap
+
+# PostgreSQL: start the local server if it is installed but stopped.
+if command -v pg_lsclusters >/dev/null 2>&1; then
+	pg_lsclusters --no-header 2>/dev/null | while read -r ver cluster _ status _; do
+		if [ "$status" != "online" ]; then
+			as_root pg_ctlcluster --skip-systemctl-redirect "$ver" "$cluster" start || true
+		fi
+	done
+fi
+export TEST_DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}"
+
+unformatted=$(gofmt -l pkg schemas services)
+if [ -n "$unformatted" ]; then
+	echo "test.sh: gofmt would change:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+
+modules=$(go work edit -json | sed -n 's/.*"DiskPath": "\.\/\(.*\)".*/\1/p')
+for m in $modules; do
+	echo "== $m"
+	(cd "$m" && go vet ./... && go test -race -count=1 -timeout 15m "$@" ./...)
+done
