@@ -247,3 +247,32 @@ func TestParseSubject(t *testing.T) {
 		}
 	}
 }
+
+// A handler that runs longer than the ack wait keeps its message: the
+// in-progress acks stop it from being redelivered meanwhile.
+func TestLongHandlerKeepsItsMessage(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	var deliveries atomic.Int32
+	done := make(chan struct{})
+	consume(t, js, bus.Consumer{
+		Config: jetstream.ConsumerConfig{AckWait: 300 * time.Millisecond},
+		Handler: func(ctx context.Context, m bus.Msg) error {
+			if deliveries.Add(1) == 1 {
+				// Work for several ack waits.
+				<-time.After(1500 * time.Millisecond)
+				close(done)
+			}
+			return nil
+		},
+	})
+	publish(t, js, "long", []byte(`{}`))
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler never finished")
+	}
+	if n := deliveries.Load(); n != 1 {
+		t.Errorf("delivered %d times, want 1", n)
+	}
+}

@@ -77,6 +77,9 @@ type Consumer struct {
 	// the reason, so the owner can record the failure where users see it.
 	// An error from it leaves the message to be redelivered.
 	OnGiveUp func(ctx context.Context, m Msg, reason error) error
+	// Grace is how long in-flight handlers may finish once Consume's
+	// context is done (default [ShutdownGrace]).
+	Grace time.Duration
 	// RetryDelay is the first redelivery delay after a failure (default 1s);
 	// it doubles with each delivery up to 30s.
 	RetryDelay time.Duration
@@ -86,12 +89,13 @@ type Consumer struct {
 }
 
 // ShutdownGrace is how long [Consume] lets in-flight handlers finish after
-// its context is done, before cancelling theirs.
+// its context is done, before cancelling theirs, unless [Consumer.Grace]
+// says otherwise.
 const ShutdownGrace = 10 * time.Second
 
 // Consume creates or updates the durable consumer and handles its messages
 // until ctx is done. Then it stops fetching, gives in-flight handlers
-// [ShutdownGrace] to finish, cancels those still running (their messages are
+// their grace period to finish, cancels those still running (their messages are
 // redelivered) and returns nil. It returns an error only if the consumer
 // cannot be created.
 func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
@@ -134,7 +138,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(ShutdownGrace):
+	case <-time.After(c.Grace):
 		cancel()
 		<-done
 	}
@@ -160,6 +164,9 @@ func (c *Consumer) setDefaults() {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 5 * time.Minute
+	}
+	if c.Grace <= 0 {
+		c.Grace = ShutdownGrace
 	}
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = time.Second

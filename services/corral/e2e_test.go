@@ -78,8 +78,16 @@ type platform struct {
 // adds to (or overrides) the process environment.
 func startDev(t *testing.T, script modeltest.Script, env map[string]string) *platform {
 	t.Helper()
+	p, _ := startDevAt(t, freeAddr(t), t.TempDir(), script, env)
+	return p
+}
+
+// startDevAt runs `corral dev` listening on addr with its state in data.
+// The returned stop ends it (the test's cleanup does too) and waits.
+func startDevAt(t *testing.T, addr, data string, script modeltest.Script, env map[string]string) (*platform, func()) {
+	t.Helper()
 	fake := modeltest.New(t, script)
-	p := &platform{data: t.TempDir(), model: fake, log: &syncBuffer{}}
+	p := &platform{data: data, model: fake, log: &syncBuffer{}}
 	vars := map[string]string{
 		"OPENAI_BASE_URL":    fake.URL() + "/v1",
 		"OPENAI_API_KEY":     "sk-test",
@@ -97,27 +105,30 @@ func startDev(t *testing.T, script modeltest.Script, env map[string]string) *pla
 		}
 		return os.Getenv(k)
 	}
-	addr := freeAddr(t)
 	p.url = "nats://" + addr
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"dev", "--data", p.data, "--listen", addr}, p.getenv, p.log, p.log)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("corral dev exited %d:\n%s", code, p.log)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case code := <-done:
+				if code != 0 {
+					t.Errorf("corral dev exited %d:\n%s", code, p.log)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("corral dev did not stop within 30s")
 			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("corral dev did not stop within 30s")
-		}
-		if t.Failed() {
-			t.Logf("corral dev log:\n%s", p.log)
-		}
-	})
+			if t.Failed() {
+				t.Logf("corral dev log:\n%s", p.log)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	waitFor(t, 15*time.Second, func() error {
 		select {
 		case code := <-done:
@@ -133,7 +144,7 @@ func startDev(t *testing.T, script modeltest.Script, env map[string]string) *pla
 		_, err = js.Stream(context.Background(), bus.StreamEvents)
 		return err
 	})
-	return p
+	return p, stop
 }
 
 // corral runs a client command against the platform and returns its exit
@@ -312,5 +323,69 @@ func TestRunJSONAndLogsFollow(t *testing.T) {
 	code, out, stderr := p.corral(t, "logs", "-f", session.String())
 	if code != 0 || !strings.Contains(out, "session.completed") {
 		t.Errorf("logs -f exited %d with %q (stderr %q)", code, out, stderr)
+	}
+}
+
+// Stopping `corral dev` in the middle of a session and starting it again on
+// the same data directory finishes the session; the client following it
+// rides through the restart, and the call that ran is not run again.
+func TestDevRestartResumesSessions(t *testing.T) {
+	addr, data := freeAddr(t), t.TempDir()
+	asked := make(chan struct{}, 1)
+	// The first platform's model runs one call, then hangs on the next turn
+	// until the platform is stopped under it.
+	first := func(c modeltest.Conversation) (modeltest.Turn, error) {
+		if modeltest.Turns(c) == 0 {
+			return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "echo ran >> /workspace/log; cat /workspace/log"}}}}, nil
+		}
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		return modeltest.Turn{}, fmt.Errorf("model unavailable")
+	}
+	env := map[string]string{"CORRAL_SHUTDOWN_GRACE": "200ms"}
+	p, stop := startDevAt(t, addr, data, first, env)
+
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	client := make(chan result, 1)
+	go func() {
+		var stdout, stderr syncBuffer
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		code := run(ctx, []string{"run", "--nats", p.url, "--tenant", "acme", "work"}, p.getenv, &stdout, &stderr)
+		client <- result{code, stdout.String(), stderr.String()}
+	}()
+	select {
+	case <-asked:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the model was never asked for turn 2:\n%s", p.log)
+	}
+	stop()
+
+	second := steps(func(seen []string) string { return "resumed; log: " + strings.TrimSpace(seen[len(seen)-1]) })
+	p2, _ := startDevAt(t, addr, data, second, env)
+	var r result
+	select {
+	case r = <-client:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("corral run did not finish after the restart:\n%s", p2.log)
+	}
+	if r.code != 0 {
+		t.Fatalf("corral run exited %d:\n%s", r.code, r.stderr)
+	}
+	if got, want := strings.TrimSpace(r.stdout), "resumed; log: ran"; got != want {
+		t.Errorf("answer = %q, want %q", got, want)
+	}
+	session := sessionOf(t, r.stderr)
+	data2, err := os.ReadFile(fmt.Sprintf("%s/workspaces/acme/%s/log", data, session))
+	if err != nil || string(data2) != "ran\n" {
+		t.Errorf("workspace log = %q, %v; want the call run exactly once", data2, err)
+	}
+	if n := len(p2.model.Requests()); n != 1 {
+		t.Errorf("the restarted platform asked the model %d times, want 1", n)
 	}
 }

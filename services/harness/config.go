@@ -35,6 +35,10 @@ type Config struct {
 	Concurrency int
 	// RetryDelay is the first redelivery delay of a failed step.
 	RetryDelay time.Duration
+	// ShutdownGrace is how long running steps may finish at shutdown
+	// before they are cancelled and left for redelivery
+	// (CORRAL_SHUTDOWN_GRACE, a Go duration).
+	ShutdownGrace time.Duration
 }
 
 // LoadConfig reads the configuration from getenv, applies defaults and
@@ -56,6 +60,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		RetryDelay: time.Second,
 	}
 	var err error
+	if cfg.ShutdownGrace, err = durationVar(getenv, "CORRAL_SHUTDOWN_GRACE", 10*time.Second); err != nil {
+		return Config{}, err
+	}
 	if cfg.MaxTurns, err = intVar(getenv, "CORRAL_MAX_TURNS", 50); err != nil {
 		return Config{}, err
 	}
@@ -98,6 +105,18 @@ func intVar(getenv func(string) string, name string, def int) (int, error) {
 		return 0, fmt.Errorf("%s=%q: want a positive whole number", name, s)
 	}
 	return n, nil
+}
+
+func durationVar(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
+	s := getenv(name)
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive duration such as 10s", name, s)
+	}
+	return d, nil
 }
 
 func or(s, def string) string {

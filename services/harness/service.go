@@ -63,6 +63,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Handler:     s.handleRequest,
 			OnGiveUp:    s.failSession(event.CodeInvalidRequest),
 			RetryDelay:  s.cfg.RetryDelay,
+			Grace:       s.cfg.ShutdownGrace,
 			Logger:      s.log,
 		})
 	})
@@ -85,6 +86,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Handler:     s.handleStep,
 			OnGiveUp:    s.failSession(event.CodePoison),
 			RetryDelay:  s.cfg.RetryDelay,
+			Grace:       s.cfg.ShutdownGrace,
 			Logger:      s.log,
 		})
 	})

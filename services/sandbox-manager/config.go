@@ -23,6 +23,9 @@ type Config struct {
 	// DefaultTimeout is a Bash call's timeout when it gives none
 	// (CORRAL_SANDBOX_TIMEOUT, a Go duration).
 	DefaultTimeout time.Duration
+	// ShutdownGrace is how long running calls may finish at shutdown
+	// before they are killed (CORRAL_SHUTDOWN_GRACE, a Go duration).
+	ShutdownGrace time.Duration
 }
 
 // LoadConfig reads the configuration from getenv, applies defaults and
@@ -34,6 +37,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		Bwrap:          getenv("CORRAL_BWRAP"),
 		Concurrency:    32,
 		DefaultTimeout: 2 * time.Minute,
+		ShutdownGrace:  10 * time.Second,
 	}
 	if cfg.NATSURL == "" {
 		cfg.NATSURL = "nats://127.0.0.1:4222"
@@ -58,6 +62,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return Config{}, fmt.Errorf("CORRAL_SANDBOX_TIMEOUT=%q: want a positive duration such as 2m", s)
 		}
 		cfg.DefaultTimeout = d
+	}
+	if s := getenv("CORRAL_SHUTDOWN_GRACE"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return Config{}, fmt.Errorf("CORRAL_SHUTDOWN_GRACE=%q: want a positive duration such as 10s", s)
+		}
+		cfg.ShutdownGrace = d
 	}
 	return cfg, nil
 }

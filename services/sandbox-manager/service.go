@@ -52,6 +52,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Concurrency: s.cfg.Concurrency,
 		Handler:     bus.Decode(s.handleCall),
 		OnGiveUp:    s.recordGiveUp,
+		Grace:       s.cfg.ShutdownGrace,
 		Logger:      s.log,
 	})
 }
