@@ -91,6 +91,9 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 	})
 	s.log.InfoContext(ctx, "harness started", "instance", s.cfg.Instance, "default_model", s.cfg.DefaultModel)
+	if s.providers.OpenAI == nil && s.providers.Anthropic == nil {
+		s.log.WarnContext(ctx, "no model provider configured: sessions will fail until ANTHROPIC_API_KEY or OPENAI_API_KEY (or OPENAI_BASE_URL) is set")
+	}
 	return g.Wait()
 }
 
