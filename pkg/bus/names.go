@@ -18,9 +18,11 @@ const (
 	StreamDeadLetter = "DEADLETTER"
 )
 
-// KV bucket names.
+// KV and object store bucket names.
 const (
-	BucketLeases = "leases"
+	BucketLeases   = "leases"
+	BucketCalls    = "calls"
+	BucketPayloads = "payloads"
 )
 
 // Durable consumer names, <service>-<purpose>.
@@ -115,11 +117,27 @@ var streams = []jetstream.StreamConfig{
 // dies holding a lease blocks its sessions for at most this long.
 const LeaseTTL = 15 * time.Second
 
+// CallMarkerTTL is how long the sandbox-manager remembers that it started
+// a call. It must outlast any redelivery of the call: tool calls wait on
+// their work queue only while some sandbox-manager is down.
+const CallMarkerTTL = 7 * 24 * time.Hour
+
 var buckets = []jetstream.KeyValueConfig{
 	{
 		Bucket:      BucketLeases,
 		Description: "session leases: one harness works on a session at a time",
 		TTL:         LeaseTTL,
+		Storage:     jetstream.FileStorage,
+		History:     1,
+	},
+	{
+		// A call ID is written here just before its command starts. A
+		// redelivered call that finds its marker was running when its
+		// sandbox-manager died, and is not run again behind the model's
+		// back unless it is safe to repeat.
+		Bucket:      BucketCalls,
+		Description: "tool calls started: call ID -> sandbox-manager instance",
+		TTL:         CallMarkerTTL,
 		Storage:     jetstream.FileStorage,
 		History:     1,
 	},

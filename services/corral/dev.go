@@ -111,7 +111,7 @@ Stop that server, or run Corral on another port and point the clients at it:
 	if err != nil {
 		return err
 	}
-	sm, err := sandboxmanager.New(scfg, sjs, log)
+	sm, err := sandboxmanager.New(ctx, scfg, sjs, log)
 	if err != nil {
 		return err
 	}

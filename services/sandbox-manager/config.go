@@ -23,6 +23,8 @@ type Config struct {
 	// DefaultTimeout is a Bash call's timeout when it gives none
 	// (CORRAL_SANDBOX_TIMEOUT, a Go duration).
 	DefaultTimeout time.Duration
+	// Instance names this sandbox-manager in call marks.
+	Instance string
 	// ShutdownGrace is how long running calls may finish at shutdown
 	// before they are killed (CORRAL_SHUTDOWN_GRACE, a Go duration).
 	ShutdownGrace time.Duration
@@ -39,6 +41,8 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		DefaultTimeout: 2 * time.Minute,
 		ShutdownGrace:  10 * time.Second,
 	}
+	host, _ := os.Hostname()
+	cfg.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())
 	if cfg.NATSURL == "" {
 		cfg.NATSURL = "nats://127.0.0.1:4222"
 	}

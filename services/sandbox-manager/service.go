@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/tool"
 	"corral.dev/services/sandbox-manager/internal/sandbox"
 )
 
@@ -21,13 +23,18 @@ type Service struct {
 	cfg    Config
 	js     jetstream.JetStream
 	driver *sandbox.Driver
+	calls  jetstream.KeyValue
 	log    *slog.Logger
 }
 
 // New returns a sandbox-manager using js, whose streams [bus.Setup] has
 // created. It fails when bubblewrap is missing or unusable, saying how to
 // install it.
-func New(cfg Config, js jetstream.JetStream, log *slog.Logger) (*Service, error) {
+func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logger) (*Service, error) {
+	calls, err := js.KeyValue(ctx, bus.BucketCalls)
+	if err != nil {
+		return nil, fmt.Errorf("open kv %s: %w", bus.BucketCalls, err)
+	}
 	d, err := sandbox.New(sandbox.Config{
 		Dir:            filepath.Join(cfg.DataDir, "workspaces"),
 		Bwrap:          cfg.Bwrap,
@@ -36,7 +43,7 @@ func New(cfg Config, js jetstream.JetStream, log *slog.Logger) (*Service, error)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	return &Service{cfg: cfg, js: js, driver: d, log: log.With("service", "sandbox-manager")}, nil
+	return &Service{cfg: cfg, js: js, driver: d, calls: calls, log: log.With("service", "sandbox-manager")}, nil
 }
 
 // Run consumes tool calls until ctx is done, then lets running calls finish
@@ -50,9 +57,11 @@ func (s *Service) Run(ctx context.Context) error {
 			FilterSubject: bus.ToolFilter(bus.ServiceSandbox),
 		},
 		Concurrency: s.cfg.Concurrency,
-		Handler:     bus.Decode(s.handleCall),
-		OnGiveUp:    s.recordGiveUp,
-		Grace:       s.cfg.ShutdownGrace,
-		Logger:      s.log,
+		// Longer than the longest Bash call, which kills itself first.
+		Timeout:  tool.MaxTimeoutMillis*time.Millisecond + time.Minute,
+		Handler:  bus.Decode(s.handleCall),
+		OnGiveUp: s.recordGiveUp,
+		Grace:    s.cfg.ShutdownGrace,
+		Logger:   s.log,
 	})
 }

@@ -3,7 +3,10 @@ package sandboxmanager
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
@@ -13,11 +16,23 @@ import (
 // interrupted is the result of a call that may have partly run before its
 // sandbox-manager stopped: it is not run again behind the model's back.
 const interrupted = "The call was interrupted: the sandbox-manager running it stopped before it finished. " +
-	"It may have run partly or fully; check the state of /workspace before running it again."
+	"It may have run partly, fully or not at all, and /workspace is as it left it; check its state before running it again."
+
+// repeatable reports whether running a call twice has the effect of running
+// it once, so an interrupted one may simply be run again.
+func repeatable(name string) bool {
+	switch name {
+	case tool.Read, tool.Glob, tool.Grep, tool.Write:
+		return true
+	}
+	return false
+}
 
 // handleCall runs one tool call and records its result. A call whose result
-// is recorded already is not run again; a Bash or Edit call delivered again
-// after a crash is reported as interrupted instead of run twice.
+// is recorded already is not run again. A call is marked as started in the
+// calls bucket before it runs; one that finds its mark without a result was
+// interrupted, and unless it is repeatable it is reported as interrupted
+// instead of being run twice.
 func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 	if c.Type != event.TypeToolCall {
 		return bus.Permanent(fmt.Errorf("message type %q is not %s", c.Type, event.TypeToolCall))
@@ -30,7 +45,10 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 		Call:   c.Call,
 		Name:   c.Name,
 	}
-	if m, ok := bus.Delivery(ctx); ok && m.Delivered > 1 {
+	if _, err := s.calls.Create(ctx, c.Call.String(), []byte(s.cfg.Instance)); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("mark call %s: %w", c.Call, err)
+		}
 		done, err := s.recorded(ctx, c)
 		if err != nil {
 			return err
@@ -38,7 +56,7 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 		if done {
 			return nil
 		}
-		if c.Name == tool.Bash || c.Name == tool.Edit {
+		if !repeatable(c.Name) {
 			res.Output, res.IsError = interrupted, true
 			return s.record(ctx, &res)
 		}
@@ -49,6 +67,11 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 		return s.record(ctx, &res)
 	}
 	r, err := s.driver.Run(ctx, c.Tenant, c.Session, args)
+	if ctx.Err() != nil {
+		// Stopped under the call (shutdown): no result is recorded, and the
+		// redelivery finds the call marked as started.
+		return fmt.Errorf("run %s call %s: %w", c.Name, c.Call, ctx.Err())
+	}
 	if err != nil {
 		return fmt.Errorf("run %s call %s: %w", c.Name, c.Call, err)
 	}

@@ -46,7 +46,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if err := bus.Setup(ctx, js); err != nil {
 		return err
 	}
-	svc, err := sandboxmanager.New(cfg, js, log)
+	svc, err := sandboxmanager.New(ctx, cfg, js, log)
 	if err != nil {
 		return err
 	}

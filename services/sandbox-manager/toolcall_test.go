@@ -1,0 +1,163 @@
+package sandboxmanager
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/natstest"
+)
+
+func waitFor(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// start runs a sandbox-manager against a fresh embedded server.
+func start(t *testing.T) (jetstream.JetStream, Config) {
+	t.Helper()
+	_, _, js := natstest.Run(t)
+	cfg, err := LoadConfig(func(k string) string {
+		if k == "CORRAL_DATA_DIR" {
+			return t.TempDir()
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := New(ctx, cfg, js, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return js, cfg
+}
+
+// dispatch puts a call on the queue under msgID, as a harness would.
+func dispatch(t *testing.T, js jetstream.JetStream, session uuid.UUID, call uuid.UUID, name, input, msgID string) {
+	t.Helper()
+	c := event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "acme", session), Call: call, Turn: 1, User: "ada", Name: name, Input: json.RawMessage(input)}
+	if err := bus.Publish(context.Background(), js, bus.ToolSubject(bus.ServiceSandbox, "acme", session), msgID, &c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// resultsOf waits until n results are recorded for the session, and returns them.
+func resultsOf(t *testing.T, js jetstream.JetStream, session uuid.UUID, n int) []event.ToolCompleted {
+	t.Helper()
+	var out []event.ToolCompleted
+	waitFor(t, 15*time.Second, func() error {
+		msgs, err := bus.ReadAll(context.Background(), js, bus.StreamEvents, bus.EventSubject("acme", session, event.TypeToolCompleted))
+		if err != nil {
+			return err
+		}
+		if len(msgs) < n {
+			return fmt.Errorf("%d results, want %d", len(msgs), n)
+		}
+		out = out[:0]
+		for _, m := range msgs {
+			var r event.ToolCompleted
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return nil
+	})
+	return out
+}
+
+// A call delivered again after its result is recorded (a re-publish after
+// the duplicate window, or a redelivery after the ack was lost) does not run
+// again.
+func TestCallWithRecordedResultIsNotRunAgain(t *testing.T) {
+	js, cfg := start(t)
+	session, call := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	dispatch(t, js, session, call, "Bash", `{"command":"echo ran >> effects"}`, "first")
+	resultsOf(t, js, session, 1)
+	dispatch(t, js, session, call, "Bash", `{"command":"echo ran >> effects"}`, "second")
+	// A later call of the same session runs after it, so once its result is
+	// in, the repeated call has been handled.
+	dispatch(t, js, session, uuid.Must(uuid.NewV7()), "Bash", `{"command":"true"}`, "third")
+	rs := resultsOf(t, js, session, 2)
+	if len(rs) != 2 {
+		t.Errorf("%d results recorded, want 2", len(rs))
+	}
+	data, err := os.ReadFile(filepath.Join(cfg.DataDir, "workspaces", "acme", session.String(), "effects"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(data) != "ran\n" {
+		t.Errorf("effects = %q, want the command run once", data)
+	}
+}
+
+// A call marked as started but without a result was interrupted: a Bash or
+// Edit call is reported as such, a repeatable call runs again.
+func TestInterruptedCalls(t *testing.T) {
+	js, cfg := start(t)
+	kv, err := js.KeyValue(context.Background(), bus.BucketCalls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, tool, input string
+		interrupted       bool
+	}{
+		{"bash", "Bash", `{"command":"echo ran >> effects"}`, true},
+		{"edit", "Edit", `{"file_path":"/workspace/f","old_string":"a","new_string":"b"}`, true},
+		{"write", "Write", `{"file_path":"/workspace/f","content":"a"}`, false},
+		{"read", "Read", `{"file_path":"/workspace/f"}`, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			session, call := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+			if err := os.MkdirAll(filepath.Join(cfg.DataDir, "workspaces", "acme", session.String()), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			// The mark a sandbox-manager that died mid-call left behind.
+			if _, err := kv.Create(context.Background(), call.String(), []byte("dead-manager")); err != nil {
+				t.Fatal(err)
+			}
+			dispatch(t, js, session, call, tc.tool, tc.input, call.String())
+			r := resultsOf(t, js, session, 1)[0]
+			gotInterrupted := strings.HasPrefix(r.Output, "The call was interrupted")
+			if gotInterrupted != tc.interrupted || (gotInterrupted && !r.IsError) {
+				t.Errorf("result = %+v; want interrupted=%v", r, tc.interrupted)
+			}
+			if _, err := os.Stat(filepath.Join(cfg.DataDir, "workspaces", "acme", session.String(), "effects")); err == nil {
+				t.Error("the interrupted Bash call ran again")
+			}
+		})
+	}
+}
