@@ -276,3 +276,83 @@ func TestLongHandlerKeepsItsMessage(t *testing.T) {
 		t.Errorf("delivered %d times, want 1", n)
 	}
 }
+
+// A large event goes to the object store once, the log keeps a small stub,
+// and readers get the whole event back.
+func TestRecordOffloadsLargeEvents(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	s := uuid.Must(uuid.NewV7())
+	big := strings.Repeat("x", 3*bus.OffloadThreshold)
+	small := &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", s), Call: uuid.New(), Name: "Bash", Output: "short"}
+	large := &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", s), Call: uuid.New(), Name: "Bash", Output: big}
+	for i, ev := range []event.Event{small, large, large} {
+		if err := bus.Record(ctx, js, ev, fmt.Sprintf("m%d", min(i, 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 2; seq++ {
+		raw, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(raw.Data) > 1024 {
+			t.Errorf("log message %d is %d bytes; want a small stub", seq, len(raw.Data))
+		}
+	}
+	msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents("acme", s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 2 {
+		t.Fatalf("%d events, want 2 (the repeat is a duplicate)", len(msgs))
+	}
+	var got event.ToolCompleted
+	if err := json.Unmarshal(msgs[1].Data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Output != big || got.Type != event.TypeToolCompleted || got.Call != large.Call {
+		t.Errorf("resolved event differs: type %s, %d bytes of output", got.Type, len(got.Output))
+	}
+	// A second large event with the same content is stored once.
+	again := *large
+	if err := bus.Record(ctx, js, &again, "m3"); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(ctx, bus.BucketPayloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := obs.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 1 {
+		t.Errorf("%d objects stored, want 1", len(objs))
+	}
+}
+
+// A stub whose object does not match its hash is refused, not trusted.
+func TestResolveChecksTheHash(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	obs, err := js.ObjectStore(ctx, bus.BucketPayloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "sha256-" + strings.Repeat("0", 64)
+	if _, err := obs.PutBytes(ctx, name, []byte(`{"type":"corral.tool.v1.completed"}`)); err != nil {
+		t.Fatal(err)
+	}
+	stub := event.Offloaded{Header: event.NewHeader(event.TypeOffloaded, "acme", uuid.New()), Of: event.TypeToolCompleted, Object: name, Size: 10}
+	data, _ := json.Marshal(&stub)
+	if _, err := bus.Resolve(ctx, js, data); err == nil {
+		t.Error("Resolve accepted an object that does not match its name")
+	}
+}

@@ -142,3 +142,10 @@ var buckets = []jetstream.KeyValueConfig{
 		History:     1,
 	},
 }
+
+// Large events are kept here, content-addressed; see [Record].
+var payloadStore = jetstream.ObjectStoreConfig{
+	Bucket:      BucketPayloads,
+	Description: "event payloads too large for the session log, by SHA-256",
+	Storage:     jetstream.FileStorage,
+}

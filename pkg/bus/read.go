@@ -12,7 +12,8 @@ import (
 )
 
 // ReadAll returns every message of stream matching filter that is stored
-// when it is called, oldest first.
+// when it is called, oldest first. Offloaded events come back resolved
+// (see [Resolve]).
 func ReadAll(ctx context.Context, js jetstream.JetStream, stream, filter string) ([]Msg, error) {
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter},
@@ -38,7 +39,11 @@ func ReadAll(ctx context.Context, js jetstream.JetStream, stream, filter string)
 			if err != nil {
 				return nil, fmt.Errorf("read %s: %w", filter, err)
 			}
-			out = append(out, Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: meta.Sequence.Stream,
+			data, err := Resolve(ctx, js, msg.Data())
+			if err != nil {
+				return nil, fmt.Errorf("read %s: seq %d: %w", filter, meta.Sequence.Stream, err)
+			}
+			out = append(out, Msg{Subject: msg.Subject(), Data: data, StreamSeq: meta.Sequence.Stream,
 				Delivered: meta.NumDelivered, MsgID: msg.Headers().Get(jetstream.MsgIDHeader)})
 			pending = meta.NumPending
 		}

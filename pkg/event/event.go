@@ -21,6 +21,7 @@ const (
 	TypeSessionCompleted = "corral.session.v1.completed"
 	TypeSessionFailed    = "corral.session.v1.failed"
 	TypeDeadLetter       = "corral.bus.v1.deadletter"
+	TypeOffloaded        = "corral.bus.v1.offloaded"
 )
 
 // ErrUnknownType is returned by [Parse] for a message whose "type" is not one
@@ -67,6 +68,7 @@ var registry = map[string]func() any{
 	TypeSessionCompleted: func() any { return &SessionCompleted{} },
 	TypeSessionFailed:    func() any { return &SessionFailed{} },
 	TypeDeadLetter:       func() any { return &DeadLetter{} },
+	TypeOffloaded:        func() any { return &Offloaded{} },
 }
 
 // Parse reads a message's "type" and decodes it into the matching type,

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -66,10 +67,11 @@ func TestBuiltMessagesValidate(t *testing.T) {
 		&event.ModelResponded{Header: event.NewHeader(event.TypeModelResponded, "acme", s), Turn: 1, Model: "openai:gpt-4.1",
 			Content: []model.Block{{Type: model.TextBlock, Text: "done"}}, StopReason: "stop"},
 		&event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "acme", s), Call: call, Turn: 1, User: "ada", Name: "Bash", Input: json.RawMessage(`{"command":"true"}`)},
-		&event.ToolDispatched{Header: event.NewHeader(event.TypeToolDispatched, "acme", s), Call: call, Turn: 1, Name: "Bash", Input: json.RawMessage(`{"command":"true"}`), Service: "sandbox"},
+		&event.ToolDispatched{Header: event.NewHeader(event.TypeToolDispatched, "acme", s), Call: call, Turn: 1, Name: "Bash", Summary: `{"command":"true"}`, Service: "sandbox"},
 		&event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", s), Call: call, Name: "Bash", ExitCode: &code},
 		&event.SessionCompleted{Header: event.NewHeader(event.TypeSessionCompleted, "acme", s), Answer: "done", Turns: 1},
 		&event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, "acme", s), Code: event.CodeUnknownModel, Reason: "no"},
+		&event.Offloaded{Header: event.NewHeader(event.TypeOffloaded, "acme", s), Of: event.TypeToolCompleted, Object: "sha256-" + strings.Repeat("0", 64), Size: 20000},
 	}
 	for _, m := range msgs {
 		typ := m.Head().Type

@@ -11,12 +11,12 @@ import (
 
 // Call links a tool_use block of a model response to the call ID Corral gave
 // it. The ID is fixed when the response is recorded, so every retry of the
-// same call carries the same ID.
+// same call carries the same ID. The call's input is the block's, not
+// repeated here: file contents are recorded once.
 type Call struct {
-	ID        uuid.UUID       `json:"id"`
-	ToolUseID string          `json:"tool_use_id"`
-	Name      string          `json:"name"`
-	Input     json.RawMessage `json:"input"`
+	ID        uuid.UUID `json:"id"`
+	ToolUseID string    `json:"tool_use_id"`
+	Name      string    `json:"name"`
 }
 
 // ModelResponded records one model response, before anything acts on it: a
@@ -31,6 +31,16 @@ type ModelResponded struct {
 	StopReason string        `json:"stop_reason"`
 	Usage      model.Usage   `json:"usage"`
 	Calls      []Call        `json:"calls"`
+}
+
+// Input returns the input the model gave call c, from its tool_use block.
+func (e *ModelResponded) Input(c Call) json.RawMessage {
+	for _, b := range e.Content {
+		if b.Type == model.ToolUseBlock && b.ID == c.ToolUseID {
+			return b.Input
+		}
+	}
+	return nil
 }
 
 // ToolCall is one tool call on the work queue, published on
@@ -49,11 +59,13 @@ type ToolCall struct {
 // Schema: schemas/tool/v1/dispatched.json.
 type ToolDispatched struct {
 	Header
-	Call    uuid.UUID       `json:"call"`
-	Turn    int             `json:"turn"`
-	Name    string          `json:"name"`
-	Input   json.RawMessage `json:"input"`
-	Service string          `json:"service"`
+	Call uuid.UUID `json:"call"`
+	Turn int       `json:"turn"`
+	Name string    `json:"name"`
+	// Summary is the start of the call's input, for people watching; the
+	// whole input is in the model.responded event.
+	Summary string `json:"summary"`
+	Service string `json:"service"`
 }
 
 // ToolCompleted records the result of a call: what the model will read.
@@ -69,6 +81,19 @@ type ToolCompleted struct {
 	TimedOut  bool      `json:"timed_out,omitempty"`
 	// DurationMS is how long the call ran, in milliseconds.
 	DurationMS int64 `json:"duration_ms"`
+}
+
+// Offloaded stands in the log for an event too large to carry inline: the
+// event's JSON is stored once in the payloads object store under Object,
+// named for its SHA-256, and readers fetch it from there. The stub keeps the
+// event's header and subject, so filters and ordering are unchanged.
+// Schema: schemas/bus/v1/offloaded.json.
+type Offloaded struct {
+	Header
+	// Of is the type of the stored event.
+	Of     string `json:"of"`
+	Object string `json:"object"`
+	Size   int    `json:"size"`
 }
 
 // DeadLetter records a message a consumer gave up on: undecodable, or

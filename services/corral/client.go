@@ -71,11 +71,15 @@ func follow(ctx context.Context, js jetstream.JetStream, tenant string, session 
 			}
 			return fmt.Errorf("follow session %s: %w", session, err)
 		}
-		ev, err := event.Parse(msg.Data())
+		data, err := bus.Resolve(ctx, js, msg.Data())
 		if err != nil {
 			return fmt.Errorf("session %s: %w", session, err)
 		}
-		done, err := fn(ev, msg.Data())
+		ev, err := event.Parse(data)
+		if err != nil {
+			return fmt.Errorf("session %s: %w", session, err)
+		}
+		done, err := fn(ev, data)
 		if done || err != nil {
 			return err
 		}

@@ -389,3 +389,62 @@ func TestDevRestartResumesSessions(t *testing.T) {
 		t.Errorf("the restarted platform asked the model %d times, want 1", n)
 	}
 }
+
+// Large file contents and outputs are stored once in the object store; the
+// session log itself stays small, and the session works as usual.
+func TestLargePayloadsStayOutOfTheLog(t *testing.T) {
+	content := strings.Repeat("0123456789abcdef\n", 12000) // about 200 KB
+	p := startDev(t, steps(func(seen []string) string { return fmt.Sprintf("saw %d bytes", len(seen[len(seen)-1])) },
+		modeltest.Call{Name: "Write", Input: map[string]any{"file_path": "/workspace/big.txt", "content": content}},
+		modeltest.Call{Name: "Bash", Input: map[string]any{"command": "cat big.txt"}},
+	), nil)
+	code, stdout, stderr := p.corral(t, "run", "--tenant", "acme", "write a big file")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "saw 3") { // the output is capped near 30,000 bytes
+		t.Errorf("answer = %q", stdout)
+	}
+	session := sessionOf(t, stderr)
+	got, err := os.ReadFile(fmt.Sprintf("%s/workspaces/acme/%s/big.txt", p.data, session))
+	if err != nil || string(got) != content {
+		t.Fatalf("the file was not written whole (%d bytes, %v)", len(got), err)
+	}
+	// The model saw the whole file content it wrote when asked again.
+	reqs := p.model.Requests()
+	if in, _ := json.Marshal(reqs[len(reqs)-1].Messages[1].Calls[0].Input); len(in) < len(content) {
+		t.Errorf("the replayed conversation lost the Write content")
+	}
+
+	nc, err := nats.Connect(p.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	stream, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offloaded := 0
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Data) > bus.OffloadThreshold {
+			t.Errorf("event %s is %d bytes in the log", m.Subject, len(m.Data))
+		}
+		if strings.Contains(string(m.Data), event.TypeOffloaded) {
+			offloaded++
+		}
+	}
+	if offloaded < 2 {
+		t.Errorf("%d events offloaded, want at least the response carrying the file and the cat output", offloaded)
+	}
+}

@@ -96,7 +96,7 @@ func describe(ev any) string {
 		body = fmt.Sprintf("turn=%d tokens=%d/%d stop=%s calls=[%s] text=%q", ev.Turn, ev.Usage.InputTokens,
 			ev.Usage.OutputTokens, ev.StopReason, strings.Join(names, " "), oneLine(textOf(ev), 200))
 	case *event.ToolDispatched:
-		body = fmt.Sprintf("call=%s %s %s", ev.Call, ev.Name, oneLine(string(ev.Input), 200))
+		body = fmt.Sprintf("call=%s %s %s", ev.Call, ev.Name, oneLine(ev.Summary, 200))
 	case *event.ToolCompleted:
 		body = fmt.Sprintf("call=%s %s error=%t %dms output=%q", ev.Call, ev.Name, ev.IsError, ev.DurationMS, oneLine(ev.Output, 200))
 	case *event.SessionCompleted:

@@ -102,7 +102,7 @@ func progress(ev any) string {
 			return fmt.Sprintf("· model: %s", oneLine(t, 120))
 		}
 	case *event.ToolDispatched:
-		return fmt.Sprintf("→ %s %s", ev.Name, oneLine(string(ev.Input), 120))
+		return fmt.Sprintf("→ %s %s", ev.Name, oneLine(ev.Summary, 120))
 	case *event.ToolCompleted:
 		mark := "←"
 		if ev.IsError {

@@ -116,6 +116,5 @@ func (s *Service) recordFailure(ctx context.Context, tenant string, session uuid
 
 // record appends an event to its session's log, deduplicated by msgID.
 func (s *Service) record(ctx context.Context, ev event.Event, msgID string) error {
-	h := ev.Head()
-	return bus.Publish(ctx, s.js, bus.EventSubject(h.Tenant, h.Session, h.Type), msgID, ev)
+	return bus.Record(ctx, s.js, ev, msgID)
 }

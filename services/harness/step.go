@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -99,7 +100,7 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 		if b.ID == "" { // some local servers give no call IDs
 			b.ID = fmt.Sprintf("call_%d_%d", ev.Turn, i)
 		}
-		ev.Calls = append(ev.Calls, event.Call{ID: uuid.Must(uuid.NewV7()), ToolUseID: b.ID, Name: b.Name, Input: b.Input})
+		ev.Calls = append(ev.Calls, event.Call{ID: uuid.Must(uuid.NewV7()), ToolUseID: b.ID, Name: b.Name})
 	}
 	s.log.DebugContext(ctx, "model responded", "session", st.session, "turn", ev.Turn, "calls", len(ev.Calls))
 	// Recorded before anything acts on it: a harness that dies after this
@@ -117,7 +118,8 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 		if st.dispatched[c.ID] {
 			continue
 		}
-		if err := checkCall(c); err != nil {
+		input := st.pending.Input(c)
+		if err := checkCall(c.Name, input); err != nil {
 			res := event.ToolCompleted{
 				Header:  event.NewHeader(event.TypeToolCompleted, st.tenant, st.session),
 				Call:    c.ID,
@@ -136,7 +138,7 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 			Turn:   st.pending.Turn,
 			User:   st.user,
 			Name:   c.Name,
-			Input:  c.Input,
+			Input:  input,
 		}
 		// The call goes on the queue before it is recorded as dispatched:
 		// a crash in between re-publishes it, and the duplicate window
@@ -149,7 +151,7 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 			Call:    c.ID,
 			Turn:    st.pending.Turn,
 			Name:    c.Name,
-			Input:   c.Input,
+			Summary: summary(input),
 			Service: bus.ServiceSandbox,
 		}
 		if err := s.record(ctx, &d, c.ID.String()+":dispatched"); err != nil {
@@ -161,8 +163,8 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 
 // checkCall refuses calls that cannot run as written, in words the model
 // can act on.
-func checkCall(c event.Call) error {
-	args, err := tool.Parse(c.Name, c.Input)
+func checkCall(name string, input json.RawMessage) error {
+	args, err := tool.Parse(name, input)
 	if err != nil {
 		return err
 	}
@@ -181,6 +183,16 @@ func checkCall(c event.Call) error {
 	}
 	_, err = tool.WorkspacePath(p)
 	return err
+}
+
+// summary is the start of a call's input, for people watching.
+func summary(input json.RawMessage) string {
+	const n = 200
+	if len(input) <= n {
+		return string(input)
+	}
+	s := []rune(string(input[:n]))
+	return string(s[:len(s)-1]) + "…"
 }
 
 func (s *Service) complete(ctx context.Context, st *state) error {

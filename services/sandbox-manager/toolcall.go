@@ -97,7 +97,7 @@ func (s *Service) recorded(ctx context.Context, c *event.ToolCall) (bool, error)
 }
 
 func (s *Service) record(ctx context.Context, r *event.ToolCompleted) error {
-	return bus.Publish(ctx, s.js, bus.EventSubject(r.Tenant, r.Session, r.Type), r.Call.String()+":result", r)
+	return bus.Record(ctx, s.js, r, r.Call.String()+":result")
 }
 
 // recordGiveUp answers a call that can never run (undecodable, or failing

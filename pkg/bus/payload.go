@@ -1,0 +1,97 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/event"
+)
+
+// OffloadThreshold is the size above which an event is stored in the
+// payloads object store and the log carries an [event.Offloaded] stub
+// instead. It keeps session logs small however much a session reads,
+// writes and prints: the log is read whole whenever a session is rebuilt.
+const OffloadThreshold = 16 << 10
+
+// Record appends ev to its session's log under msgID (deduplicated within
+// the stream's window). An event larger than [OffloadThreshold] is stored
+// once, content-addressed, in the payloads object store first, and the log
+// gets a stub that [Resolve] turns back into the event.
+func Record(ctx context.Context, js jetstream.JetStream, ev event.Event, msgID string) error {
+	h := ev.Head()
+	subject := EventSubject(h.Tenant, h.Session, h.Type)
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", subject, err)
+	}
+	if len(data) > OffloadThreshold {
+		name, err := storePayload(ctx, js, data)
+		if err != nil {
+			return fmt.Errorf("offload %s: %w", subject, err)
+		}
+		stub := event.Offloaded{Header: *h, Of: h.Type, Object: name, Size: len(data)}
+		stub.Type = event.TypeOffloaded
+		if data, err = json.Marshal(&stub); err != nil {
+			return fmt.Errorf("encode %s: %w", subject, err)
+		}
+	}
+	if _, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID)); err != nil {
+		return fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return nil
+}
+
+// storePayload puts data in the payloads store under the name of its
+// SHA-256, unless it is there already, and returns the name.
+func storePayload(ctx context.Context, js jetstream.JetStream, data []byte) (string, error) {
+	sum := sha256.Sum256(data)
+	name := "sha256-" + hex.EncodeToString(sum[:])
+	obs, err := js.ObjectStore(ctx, BucketPayloads)
+	if err != nil {
+		return "", err
+	}
+	if _, err := obs.GetInfo(ctx, name); err == nil {
+		return name, nil
+	} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return "", err
+	}
+	if _, err := obs.PutBytes(ctx, name, data); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+var offloadedType = []byte(`"type":"` + event.TypeOffloaded + `"`)
+
+// Resolve returns the event a log message stands for: the message itself,
+// or for an [event.Offloaded] stub the stored event, checked against its
+// hash.
+func Resolve(ctx context.Context, js jetstream.JetStream, data []byte) ([]byte, error) {
+	if !bytes.Contains(data, offloadedType) {
+		return data, nil
+	}
+	var stub event.Offloaded
+	if err := json.Unmarshal(data, &stub); err != nil || stub.Type != event.TypeOffloaded {
+		return data, nil // not a stub after all: let the caller's parse judge it
+	}
+	obs, err := js.ObjectStore(ctx, BucketPayloads)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", stub.Object, err)
+	}
+	full, err := obs.GetBytes(ctx, stub.Object)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", stub.Object, err)
+	}
+	sum := sha256.Sum256(full)
+	if "sha256-"+hex.EncodeToString(sum[:]) != stub.Object {
+		return nil, fmt.Errorf("resolve %s: content does not match its hash", stub.Object)
+	}
+	return full, nil
+}
