@@ -21,6 +21,11 @@ import (
 // returns an error wrapping it has its message given up at once.
 var ErrPermanent = errors.New("permanent failure")
 
+// ErrNotYet marks a message that cannot be handled yet but will be (a lease
+// held elsewhere, say): it is redelivered after RetryDelay and never given
+// up for that.
+var ErrNotYet = errors.New("not yet")
+
 // Permanent wraps err so that it matches [ErrPermanent].
 func Permanent(err error) error {
 	return fmt.Errorf("%w: %w", ErrPermanent, err)
@@ -94,14 +99,19 @@ type Consumer struct {
 const ShutdownGrace = 10 * time.Second
 
 // Consume creates or updates the durable consumer and handles its messages
-// until ctx is done. Then it stops fetching, gives in-flight handlers
-// their grace period to finish, cancels those still running (their messages are
+// until ctx is done. Then it stops fetching, gives in-flight handlers their
+// grace period to finish, cancels those still running (their messages are
 // redelivered) and returns nil. It returns an error only if the consumer
 // cannot be created.
 func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 	c.setDefaults()
 	c.js = js
-	cons, err := js.CreateOrUpdateConsumer(ctx, c.Stream, c.Config)
+	cfg := c.Config
+	// The server would drop a message silently after its last delivery;
+	// the limit is enforced in handle instead, so a message that fails
+	// every delivery is still given up on the record.
+	cfg.MaxDeliver = -1
+	cons, err := js.CreateOrUpdateConsumer(ctx, c.Stream, cfg)
 	if err != nil && ctx.Err() != nil {
 		return nil // stopped before it started
 	}
@@ -110,18 +120,31 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 	}
 	log := c.Logger.With("stream", c.Stream, "consumer", c.Config.Durable)
 
-	// Handlers outlive ctx by up to ShutdownGrace, so they get their own.
+	// Handlers outlive ctx by up to the grace period, so they get their own.
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, c.Concurrency)
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		sem <- struct{}{}
+		// Keep the message alive from the moment it arrives: it may wait
+		// here for a free handler longer than the ack wait.
+		stop := c.keepAlive(base, msg)
+		if ctx.Err() == nil {
+			select {
+			case sem <- struct{}{}:
+			case <-base.Done():
+			}
+		}
+		if ctx.Err() != nil { // shutting down: leave it to the next consumer
+			stop()
+			_ = msg.Nak()
+			return
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			c.handle(base, log, msg)
+			c.handle(base, log, msg, stop)
 		}()
 	},
 		jetstream.PullMaxMessages(c.Concurrency),
@@ -133,16 +156,24 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 		return fmt.Errorf("consume %s: %w", c.Config.Durable, err)
 	}
 	<-ctx.Done()
+	grace, graceCancel := context.WithTimeout(base, c.Grace)
+	defer graceCancel()
 	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-grace.Done():
+		cancel()
+		<-cc.Closed()
+	}
+	// No callback runs any more, so no handler can start.
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(c.Grace):
+	case <-grace.Done():
 		cancel()
 		<-done
 	}
-	<-cc.Closed()
 	return nil
 }
 
@@ -176,7 +207,7 @@ func (c *Consumer) setDefaults() {
 	}
 }
 
-func (c *Consumer) handle(base context.Context, log *slog.Logger, msg jetstream.Msg) {
+func (c *Consumer) handle(base context.Context, log *slog.Logger, msg jetstream.Msg, stopKeepAlive func()) {
 	m := Msg{Subject: msg.Subject(), Data: msg.Data(), MsgID: msg.Headers().Get(jetstream.MsgIDHeader)}
 	if meta, err := msg.Metadata(); err == nil {
 		m.StreamSeq, m.Delivered = meta.Sequence.Stream, meta.NumDelivered
@@ -185,9 +216,8 @@ func (c *Consumer) handle(base context.Context, log *slog.Logger, msg jetstream.
 	ctx, cancel := context.WithTimeout(context.WithValue(base, msgKey{}, m), c.Timeout)
 	defer cancel()
 
-	stop := c.keepAlive(ctx, msg)
 	err := c.call(ctx, m)
-	stop()
+	stopKeepAlive()
 
 	switch {
 	case err == nil:
@@ -195,8 +225,15 @@ func (c *Consumer) handle(base context.Context, log *slog.Logger, msg jetstream.
 			log.WarnContext(ctx, "ack", "err", err)
 		}
 		log.DebugContext(ctx, "message handled")
+	case errors.Is(err, ErrNotYet):
+		_ = msg.NakWithDelay(c.RetryDelay)
+		log.DebugContext(ctx, "message not ready, will retry", "delivered", m.Delivered, "err", err)
 	case errors.Is(err, ErrPermanent) || (c.Config.MaxDeliver > 0 && m.Delivered >= uint64(c.Config.MaxDeliver)):
-		if gerr := c.giveUp(ctx, m, err); gerr != nil {
+		// The handler's ctx may be what failed; recording the failure
+		// still needs one.
+		gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer gcancel()
+		if gerr := c.giveUp(gctx, m, err); gerr != nil {
 			log.WarnContext(ctx, "give up", "err", gerr)
 			_ = msg.NakWithDelay(c.backoff(m.Delivered))
 			return
@@ -219,8 +256,9 @@ func (c *Consumer) call(ctx context.Context, m Msg) (err error) {
 	return c.Handler(ctx, m)
 }
 
-// keepAlive sends in-progress acks while a handler runs, so a long call is
-// not redelivered to someone else.
+// keepAlive sends in-progress acks until stop is called, so a message that
+// waits for a handler, or whose handler runs long, is not redelivered to
+// someone else meanwhile.
 func (c *Consumer) keepAlive(ctx context.Context, msg jetstream.Msg) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

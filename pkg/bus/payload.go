@@ -24,6 +24,10 @@ const OffloadThreshold = 16 << 10
 // the stream's window). An event larger than [OffloadThreshold] is stored
 // once, content-addressed, in the payloads object store first, and the log
 // gets a stub that [Resolve] turns back into the event.
+//
+// A publish the server drops as a duplicate of msgID returns an error
+// wrapping [ErrDuplicate]: the event was recorded before, maybe not with
+// this content. Most callers treat that as success.
 func Record(ctx context.Context, js jetstream.JetStream, ev event.Event, msgID string) error {
 	h := ev.Head()
 	subject := EventSubject(h.Tenant, h.Session, h.Type)
@@ -42,11 +46,19 @@ func Record(ctx context.Context, js jetstream.JetStream, ev event.Event, msgID s
 			return fmt.Errorf("encode %s: %w", subject, err)
 		}
 	}
-	if _, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID)); err != nil {
+	ack, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
+	if err != nil {
 		return fmt.Errorf("publish %s: %w", subject, err)
+	}
+	if ack.Duplicate {
+		return fmt.Errorf("%w: %s %s", ErrDuplicate, subject, msgID)
 	}
 	return nil
 }
+
+// ErrDuplicate is returned by [Record] when the server already has an
+// event under the same message ID.
+var ErrDuplicate = errors.New("recorded already")
 
 // storePayload puts data in the payloads store under the name of its
 // SHA-256, unless it is there already, and returns the name.

@@ -17,6 +17,8 @@ import (
 func ReadAll(ctx context.Context, js jetstream.JetStream, stream, filter string) ([]Msg, error) {
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter},
+		// The server forgets the consumer soon after the read.
+		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", filter, err)

@@ -189,3 +189,121 @@ func TestStepsAreIdempotent(t *testing.T) {
 		t.Errorf("%d completions recorded, want 1", len(msgs))
 	}
 }
+
+func request(t *testing.T, js jetstream.JetStream, session uuid.UUID, prompt string) {
+	t.Helper()
+	req := event.Request{Header: event.NewHeader(event.TypeRequest, "acme", session), User: "ada", Prompt: prompt}
+	if err := bus.Publish(context.Background(), js, bus.RequestSubject("acme", session), req.ID.String(), &req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sessionEvents(t *testing.T, js jetstream.JetStream, session uuid.UUID, typ string) []bus.Msg {
+	t.Helper()
+	msgs, err := bus.ReadAll(context.Background(), js, bus.StreamEvents, bus.EventSubject("acme", session, typ))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+// A follow-up sent while the session's calls are out waits for their
+// results and reaches the model right after them; the session does not
+// fail for it.
+func TestFollowUpDuringATurnIsQueued(t *testing.T) {
+	js, fake := start(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		if modeltest.Turns(c) == 0 {
+			return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "true"}}}}, nil
+		}
+		return modeltest.Turn{Text: "last said: " + c.Messages[len(c.Messages)-1].Text}, nil
+	})
+	session := uuid.Must(uuid.NewV7())
+	request(t, js, session, "first")
+	var call event.ToolCall
+	waitFor(t, 10*time.Second, func() error {
+		calls := toolCalls(t, js)
+		if len(calls) != 1 {
+			return fmt.Errorf("%d calls", len(calls))
+		}
+		call = calls[0]
+		return nil
+	})
+	request(t, js, session, "and also this")
+	waitFor(t, 10*time.Second, func() error {
+		if n := len(sessionEvents(t, js, session, event.TypeSessionRequested)); n != 2 {
+			return fmt.Errorf("%d requests recorded", n)
+		}
+		return nil
+	})
+	record(t, js, &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", session), Call: call.Call, Name: "Bash", Output: "ok"}, "res")
+	waitFor(t, 10*time.Second, func() error {
+		done := sessionEvents(t, js, session, event.TypeSessionCompleted)
+		if len(done) == 0 {
+			return fmt.Errorf("not completed")
+		}
+		var ev event.SessionCompleted
+		_ = json.Unmarshal(done[0].Data, &ev)
+		if ev.Answer != "last said: and also this" {
+			return fmt.Errorf("answer %q", ev.Answer)
+		}
+		return nil
+	})
+	if n := len(sessionEvents(t, js, session, event.TypeSessionFailed)); n != 0 {
+		t.Errorf("%d failures recorded", n)
+	}
+	if n := len(fake.Requests()); n != 2 {
+		t.Errorf("model asked %d times, want 2", n)
+	}
+}
+
+// A session that failed in the middle of a turn can be continued: the
+// conversation still pairs every tool call with a result, and a second
+// failure at the same turn is recorded, not dropped as a duplicate.
+func TestFailedSessionCanBeContinued(t *testing.T) {
+	js, fake := start(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		if modeltest.Turns(c) == 0 {
+			return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "true"}}}}, nil
+		}
+		return modeltest.Turn{Text: "fine"}, nil
+	})
+	session := uuid.Must(uuid.NewV7())
+	request(t, js, session, "first")
+	var call event.ToolCall
+	waitFor(t, 10*time.Second, func() error {
+		calls := toolCalls(t, js)
+		if len(calls) != 1 {
+			return fmt.Errorf("%d calls", len(calls))
+		}
+		call = calls[0]
+		return nil
+	})
+	// The model rejects the next two requests outright.
+	fake.FailNext(400, "", 2)
+	record(t, js, &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", session), Call: call.Call, Name: "Bash", Output: "ok"}, "res")
+	waitFor(t, 10*time.Second, func() error {
+		if n := len(sessionEvents(t, js, session, event.TypeSessionFailed)); n != 1 {
+			return fmt.Errorf("%d failures", n)
+		}
+		return nil
+	})
+	request(t, js, session, "try again")
+	waitFor(t, 10*time.Second, func() error {
+		if n := len(sessionEvents(t, js, session, event.TypeSessionFailed)); n != 2 {
+			return fmt.Errorf("%d failures, want 2", n)
+		}
+		return nil
+	})
+	request(t, js, session, "once more")
+	waitFor(t, 10*time.Second, func() error {
+		if len(sessionEvents(t, js, session, event.TypeSessionCompleted)) == 0 {
+			return fmt.Errorf("not completed")
+		}
+		return nil
+	})
+	reqs := fake.Requests()
+	last := reqs[len(reqs)-1]
+	// first, the call, its result with "try again", "once more".
+	if got := len(last.Messages); got < 4 {
+		t.Fatalf("last conversation has %d messages", got)
+	}
+}

@@ -3,7 +3,6 @@ package harness
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -17,10 +16,6 @@ import (
 
 // MaxPromptBytes is the largest prompt a request may carry.
 const MaxPromptBytes = 256 << 10
-
-// errSessionBusy leaves a follow-up request on the queue until the session
-// has finished its current turn.
-var errSessionBusy = errors.New("session is busy; the request waits for its turn")
 
 // handleRequest validates a client's request and records it in the
 // session's log, which triggers the session's next step. A request that does
@@ -50,17 +45,25 @@ func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
 		return s.recordFailure(ctx, tenant, session, event.CodeUnknownModel, err.Error(), req.ID.String())
 	}
 
-	unlock := s.lockSession(session)
+	// Under the session's lease no step is asking the model, so a
+	// follow-up lands between turns: after the last response, or queued
+	// behind the results of calls still out.
+	unlock, err := s.sessions.Lock(ctx, session.String())
+	if err != nil {
+		return err
+	}
 	defer unlock()
+	ctx, release, err := s.acquireLease(ctx, session)
+	if err != nil {
+		return err
+	}
+	defer release()
 	st, err := s.load(ctx, tenant, session)
 	if err != nil {
 		return err
 	}
 	if st.requests[req.ID] {
 		return nil // recorded already: a redelivery or a duplicate
-	}
-	if st.status == statusRunning {
-		return errSessionBusy
 	}
 	ev := event.SessionRequested{
 		Header:  event.NewHeader(event.TypeSessionRequested, tenant, session),

@@ -7,8 +7,9 @@ package harness
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,6 +18,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/lock"
 	"corral.dev/pkg/model"
 )
 
@@ -27,9 +29,9 @@ type Service struct {
 	providers model.Providers
 	leases    jetstream.KeyValue
 	log       *slog.Logger
-
-	mu    sync.Mutex
-	locks map[string]*sessionLock
+	// sessions serialises this process's work on a session, so that only
+	// one piece of it holds (and renews) the session's lease at a time.
+	sessions lock.Keyed
 }
 
 // New returns a harness using js, whose streams and buckets [bus.Setup] has
@@ -45,7 +47,6 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		providers: cfg.Providers(),
 		leases:    leases,
 		log:       log.With("service", "harness"),
-		locks:     make(map[string]*sessionLock),
 	}, nil
 }
 
@@ -61,7 +62,7 @@ func (s *Service) Run(ctx context.Context) error {
 			},
 			Concurrency: s.cfg.Concurrency,
 			Handler:     s.handleRequest,
-			OnGiveUp:    s.failSession(event.CodeInvalidRequest),
+			OnGiveUp:    s.refuseRequest,
 			RetryDelay:  s.cfg.RetryDelay,
 			Grace:       s.cfg.ShutdownGrace,
 			Logger:      s.log,
@@ -97,6 +98,24 @@ func (s *Service) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// refuseRequest records why a request was refused as the failure of the
+// session it would have started. A refused follow-up leaves its session as
+// it is (the dead letter keeps the request and the reason).
+func (s *Service) refuseRequest(ctx context.Context, m bus.Msg, reason error) error {
+	tenant, session, err := bus.ParseSubject(m.Subject)
+	if err != nil || event.CheckTenant(tenant) != nil {
+		return nil
+	}
+	evs, err := bus.ReadAll(ctx, s.js, bus.StreamEvents, bus.SessionEvents(tenant, session))
+	if err != nil {
+		return err
+	}
+	if len(evs) > 0 {
+		return nil
+	}
+	return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, reason.Error(), "refused:"+m.MsgID)
+}
+
 // failSession returns a give-up hook recording a failure in the session the
 // message's subject names, so the requester learns why nothing happened.
 func (s *Service) failSession(code string) func(ctx context.Context, m bus.Msg, reason error) error {
@@ -105,7 +124,7 @@ func (s *Service) failSession(code string) func(ctx context.Context, m bus.Msg, 
 		if err != nil || event.CheckTenant(tenant) != nil {
 			return nil // nowhere to record it; the dead letter keeps it
 		}
-		return s.recordFailure(ctx, tenant, session, code, reason.Error(), "giveup:"+m.MsgID)
+		return s.recordFailure(ctx, tenant, session, code, reason.Error(), fmt.Sprintf("giveup:%d", m.StreamSeq))
 	}
 }
 
@@ -114,7 +133,11 @@ func (s *Service) recordFailure(ctx context.Context, tenant string, session uuid
 	return s.record(ctx, &ev, session.String()+":failed:"+msgID)
 }
 
-// record appends an event to its session's log, deduplicated by msgID.
+// record appends an event to its session's log, deduplicated by msgID; an
+// event recorded already counts as recorded.
 func (s *Service) record(ctx context.Context, ev event.Event, msgID string) error {
-	return bus.Record(ctx, s.js, ev, msgID)
+	if err := bus.Record(ctx, s.js, ev, msgID); err != nil && !errors.Is(err, bus.ErrDuplicate) {
+		return err
+	}
+	return nil
 }

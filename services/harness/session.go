@@ -27,8 +27,12 @@ type state struct {
 	user    string
 	model   string
 	status  status
-	// requests are the IDs of the requests recorded.
-	requests map[uuid.UUID]bool
+	// requests are the IDs of the requests recorded; lastRequest the latest.
+	requests    map[uuid.UUID]bool
+	lastRequest uuid.UUID
+	// queued are prompts of follow-ups that came while calls were out;
+	// they join the conversation after the calls' results.
+	queued []model.Block
 	// messages is the conversation up to the last recorded response.
 	messages []model.Message
 	// turn counts the model responses recorded.
@@ -75,11 +79,17 @@ func (st *state) apply(ev any) {
 	switch e := ev.(type) {
 	case *event.SessionRequested:
 		st.requests[e.Request] = true
+		st.lastRequest = e.Request
 		st.user, st.model = e.User, e.Model
+		st.answered = nil
+		prompt := model.Block{Type: model.TextBlock, Text: e.Prompt}
+		if st.pending != nil && st.status == statusRunning {
+			st.queued = append(st.queued, prompt)
+			break
+		}
 		st.status = statusRunning
 		st.flushResults()
-		st.messages = append(st.messages, model.Message{Role: model.User, Content: []model.Block{{Type: model.TextBlock, Text: e.Prompt}}})
-		st.answered = nil
+		st.messages = append(st.messages, model.Message{Role: model.User, Content: []model.Block{prompt}})
 	case *event.ModelResponded:
 		st.flushResults()
 		st.turn = e.Turn
@@ -99,8 +109,10 @@ func (st *state) apply(ev any) {
 		st.status = statusCompleted
 		st.answered = nil
 	case *event.SessionFailed:
+		// The open turn stays: a follow-up closes it with the results it
+		// has, since every tool_use needs its tool_result.
 		st.status = statusFailed
-		st.pending, st.answered = nil, nil
+		st.answered = nil
 	}
 }
 
@@ -136,6 +148,14 @@ func (st *state) flushResults() {
 		}
 		blocks = append(blocks, b)
 	}
+	blocks = append(blocks, st.queued...)
 	st.messages = append(st.messages, model.Message{Role: model.User, Content: blocks})
-	st.pending = nil
+	st.pending, st.queued = nil, nil
+}
+
+// failureID is the message ID of a failure of the session's current
+// request at its current turn: unique per request, so a follow-up's failure
+// is not taken for a duplicate of an earlier one.
+func (st *state) failureID() string {
+	return fmt.Sprintf("%s:turn:%d", st.lastRequest, st.turn+1)
 }

@@ -22,9 +22,12 @@ func (s *Service) handleStep(ctx context.Context, m bus.Msg) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	unlock := s.lockSession(session)
+	unlock, err := s.sessions.Lock(ctx, session.String())
+	if err != nil {
+		return err
+	}
 	defer unlock()
-	release, err := s.acquireLease(ctx, session)
+	ctx, release, err := s.acquireLease(ctx, session)
 	if err != nil {
 		return err
 	}
@@ -51,7 +54,7 @@ func (s *Service) step(ctx context.Context, st *state) error {
 	}
 	if st.turn >= s.cfg.MaxTurns {
 		reason := fmt.Sprintf("the session reached its limit of %d model turns", s.cfg.MaxTurns)
-		return s.recordFailure(ctx, st.tenant, st.session, "turn_limit", reason, fmt.Sprintf("turns:%d", st.turn))
+		return s.recordFailure(ctx, st.tenant, st.session, "turn_limit", reason, st.failureID())
 	}
 	ev, err := s.ask(ctx, st)
 	if err != nil || ev == nil {
@@ -69,7 +72,7 @@ func (s *Service) step(ctx context.Context, st *state) error {
 func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, error) {
 	client, name, err := s.providers.Resolve(st.model)
 	if err != nil {
-		return nil, s.recordFailure(ctx, st.tenant, st.session, event.CodeUnknownModel, err.Error(), fmt.Sprintf("turn:%d", st.turn+1))
+		return nil, s.recordFailure(ctx, st.tenant, st.session, event.CodeUnknownModel, err.Error(), st.failureID())
 	}
 	resp, err := client.Complete(ctx, model.Request{
 		Model:     name,
@@ -79,7 +82,7 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 		MaxTokens: s.cfg.MaxTokens,
 	})
 	if errors.Is(err, model.ErrPermanent) {
-		return nil, s.recordFailure(ctx, st.tenant, st.session, event.CodeModelError, err.Error(), fmt.Sprintf("turn:%d", st.turn+1))
+		return nil, s.recordFailure(ctx, st.tenant, st.session, event.CodeModelError, err.Error(), st.failureID())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ask %s for turn %d: %w", st.model, st.turn+1, err)
@@ -104,8 +107,10 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 	}
 	s.log.DebugContext(ctx, "model responded", "session", st.session, "turn", ev.Turn, "calls", len(ev.Calls))
 	// Recorded before anything acts on it: a harness that dies after this
-	// reuses the response instead of asking again.
-	if err := s.record(ctx, ev, fmt.Sprintf("%s:turn:%d", st.session, ev.Turn)); err != nil {
+	// reuses the response instead of asking again. A duplicate means
+	// another response was recorded for this turn first; acting on this one
+	// would run calls the log does not hold, so the step starts over.
+	if err := bus.Record(ctx, s.js, ev, fmt.Sprintf("%s:turn:%d", st.session, ev.Turn)); err != nil {
 		return nil, err
 	}
 	return ev, nil

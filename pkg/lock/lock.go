@@ -1,0 +1,58 @@
+// Package lock serialises work per key inside one process: a session's
+// steps in the harness, a session's calls in the sandbox-manager.
+package lock
+
+import (
+	"context"
+	"sync"
+)
+
+// Keyed is a set of mutexes, one per key, that exist only while held or
+// waited for. The zero value is ready to use.
+type Keyed struct {
+	mu    sync.Mutex
+	locks map[string]*entry
+}
+
+type entry struct {
+	ch   chan struct{}
+	refs int
+}
+
+// Lock waits until it holds key's lock or ctx is done, and returns the
+// function that releases it. It returns ctx's error if it gave up waiting.
+func (k *Keyed) Lock(ctx context.Context, key string) (unlock func(), err error) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = make(map[string]*entry)
+	}
+	e := k.locks[key]
+	if e == nil {
+		e = &entry{ch: make(chan struct{}, 1)}
+		k.locks[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	select {
+	case e.ch <- struct{}{}:
+		return func() { <-e.ch; k.release(key, e) }, nil
+	case <-ctx.Done():
+		k.release(key, e)
+		return nil, ctx.Err()
+	}
+}
+
+func (k *Keyed) release(key string, e *entry) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if e.refs--; e.refs == 0 {
+		delete(k.locks, key)
+	}
+}
+
+// Held reports whether key's lock is held or waited for.
+func (k *Keyed) Held(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.locks[key] != nil
+}

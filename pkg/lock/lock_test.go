@@ -1,0 +1,61 @@
+package lock
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestKeyedSerialisesOneKey(t *testing.T) {
+	var k Keyed
+	var mu sync.Mutex
+	inside, most := 0, 0
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			unlock, err := k.Lock(context.Background(), "a")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			inside++
+			most = max(most, inside)
+			mu.Unlock()
+			time.Sleep(time.Millisecond) // hold it a moment, so overlaps would show
+			mu.Lock()
+			inside--
+			mu.Unlock()
+			unlock()
+		}()
+	}
+	wg.Wait()
+	if most != 1 {
+		t.Errorf("%d holders at once, want 1", most)
+	}
+	if k.Held("a") || len(k.locks) != 0 {
+		t.Errorf("locks left behind: %v", k.locks)
+	}
+}
+
+func TestKeyedOtherKeysAndCancel(t *testing.T) {
+	var k Keyed
+	unlockA, _ := k.Lock(context.Background(), "a")
+	unlockB, err := k.Lock(context.Background(), "b") // another key does not wait
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := k.Lock(ctx, "a"); err == nil {
+		t.Error("Lock of a held key with a done ctx returned nil error")
+	}
+	unlockA()
+	unlockB()
+	if len(k.locks) != 0 {
+		t.Errorf("locks left behind: %v", k.locks)
+	}
+}
