@@ -46,10 +46,11 @@ func checkPlatform(ctx context.Context, js jetstream.JetStream, url string) erro
 }
 
 // follow calls fn with each event of the session, from the first, until fn
-// returns done or an error, or ctx is done. The ordered consumer behind it
+// returns done or an error, or ctx is done. pending is how many events of
+// the session are stored after this one. The ordered consumer behind it
 // re-creates itself after a reconnect, so following rides through restarts
 // of the server.
-func follow(ctx context.Context, js jetstream.JetStream, tenant string, session uuid.UUID, fn func(ev any, raw []byte) (done bool, err error)) error {
+func follow(ctx context.Context, js jetstream.JetStream, tenant string, session uuid.UUID, fn func(ev any, raw []byte, pending uint64) (done bool, err error)) error {
 	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.SessionEvents(tenant, session)},
 	})
@@ -79,7 +80,11 @@ func follow(ctx context.Context, js jetstream.JetStream, tenant string, session 
 		if err != nil {
 			return fmt.Errorf("session %s: %w", session, err)
 		}
-		done, err := fn(ev, data)
+		var pending uint64
+		if meta, err := msg.Metadata(); err == nil {
+			pending = meta.NumPending
+		}
+		done, err := fn(ev, data, pending)
 		if done || err != nil {
 			return err
 		}

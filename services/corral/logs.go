@@ -50,22 +50,24 @@ func (e *env) logs(ctx context.Context, url string, session uuid.UUID, followFla
 		}
 		fmt.Fprintln(e.stdout, describe(ev))
 	}
-	if followFlag {
-		return follow(ctx, js, "*", session, func(ev any, raw []byte) (bool, error) {
-			print(ev, raw)
-			switch ev.(type) {
-			case *event.SessionCompleted, *event.SessionFailed:
-				return true, nil
-			}
-			return false, nil
-		})
-	}
 	msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents("*", session))
 	if err != nil {
 		return err
 	}
 	if len(msgs) == 0 {
 		return fmt.Errorf("no events for session %s", session)
+	}
+	if followFlag {
+		// Until the session ends: a completion or failure that is the
+		// last event so far (a follow-up may continue a session after one).
+		return follow(ctx, js, "*", session, func(ev any, raw []byte, pending uint64) (bool, error) {
+			print(ev, raw)
+			switch ev.(type) {
+			case *event.SessionCompleted, *event.SessionFailed:
+				return pending == 0, nil
+			}
+			return false, nil
+		})
 	}
 	for _, m := range msgs {
 		ev, err := event.Parse(m.Data)

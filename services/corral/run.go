@@ -65,7 +65,7 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		fmt.Fprintf(e.stderr, "session %s\n", session)
 	}
 	var failed *event.SessionFailed
-	err = follow(ctx, js, o.tenant, session, func(ev any, raw []byte) (bool, error) {
+	err = follow(ctx, js, o.tenant, session, func(ev any, raw []byte, _ uint64) (bool, error) {
 		if o.json {
 			fmt.Fprintf(e.stdout, "%s\n", raw)
 		} else if line := progress(ev); line != "" {
