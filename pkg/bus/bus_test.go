@@ -288,7 +288,14 @@ func TestRecordOffloadsLargeEvents(t *testing.T) {
 	small := &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", s), Call: uuid.New(), Name: "Bash", Output: "short"}
 	large := &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", s), Call: uuid.New(), Name: "Bash", Output: big}
 	for i, ev := range []event.Event{small, large, large} {
-		if err := bus.Record(ctx, js, ev, fmt.Sprintf("m%d", min(i, 1))); err != nil {
+		err := bus.Record(ctx, js, ev, fmt.Sprintf("m%d", min(i, 1)))
+		if i == 2 {
+			if !errors.Is(err, bus.ErrDuplicate) {
+				t.Errorf("recording m1 again: err = %v, want ErrDuplicate", err)
+			}
+			continue
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -70,7 +70,7 @@ func Decode[T any](fn func(ctx context.Context, m *T) error) Handler {
 type Consumer struct {
 	Stream string
 	// Config is the consumer's configuration; Durable must be set. Zero
-	// AckPolicy, AckWait and MaxDeliver get explicit acks, 30s and 10.
+	// AckPolicy, AckWait and MaxDeliver get explicit acks, [AckWait] and 10.
 	Config jetstream.ConsumerConfig
 	// Concurrency is how many messages are handled at once (default 16).
 	Concurrency int
@@ -92,6 +92,12 @@ type Consumer struct {
 
 	js jetstream.JetStream
 }
+
+// AckWait is how long the server waits for a consumer's ack before it
+// delivers the message again. Handlers keep their messages with in-progress
+// acks at a third of it, so it bounds only how soon the work of a process
+// that died is taken up elsewhere.
+const AckWait = 5 * time.Second
 
 // ShutdownGrace is how long [Consume] lets in-flight handlers finish after
 // its context is done, before cancelling theirs, unless [Consumer.Grace]
@@ -182,7 +188,7 @@ func (c *Consumer) setDefaults() {
 		c.Config.AckPolicy = jetstream.AckExplicitPolicy
 	}
 	if c.Config.AckWait == 0 {
-		c.Config.AckWait = 30 * time.Second
+		c.Config.AckWait = AckWait
 	}
 	if c.Config.MaxDeliver == 0 {
 		c.Config.MaxDeliver = 10

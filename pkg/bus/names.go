@@ -115,7 +115,7 @@ var streams = []jetstream.StreamConfig{
 
 // LeaseTTL is how long a session lease lasts unless renewed. A harness that
 // dies holding a lease blocks its sessions for at most this long.
-const LeaseTTL = 15 * time.Second
+const LeaseTTL = 5 * time.Second
 
 // CallMarkerTTL is how long the sandbox-manager remembers that it started
 // a call. It must outlast any redelivery of the call: tool calls wait on

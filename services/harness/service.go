@@ -77,10 +77,6 @@ func (s *Service) Run(ctx context.Context) error {
 					"events.*.*." + event.Kind(event.TypeSessionRequested),
 					"events.*.*." + event.Kind(event.TypeToolCompleted),
 				},
-				// A step may wait on the model for minutes; in-progress
-				// acks keep it, and this bounds how soon a dead harness's
-				// step is retried elsewhere.
-				AckWait: 30 * time.Second,
 			},
 			Concurrency: s.cfg.Concurrency,
 			Timeout:     15 * time.Minute,
