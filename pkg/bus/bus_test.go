@@ -363,3 +363,40 @@ func TestResolveChecksTheHash(t *testing.T) {
 		t.Error("Resolve accepted an object that does not match its name")
 	}
 }
+
+func TestReadAfter(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	a, b := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	for i := range 3 {
+		for _, s := range []uuid.UUID{a, b} {
+			ev := &event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, "acme", s), Code: "c", Reason: fmt.Sprint(i)}
+			if err := bus.Record(ctx, js, ev, fmt.Sprintf("%s-%d", s, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stream, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := bus.ReadAfter(ctx, js, stream, bus.SessionEvents("acme", a), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 3 {
+		t.Fatalf("%d events of session a, want 3", len(all))
+	}
+	rest, err := bus.ReadAfter(ctx, js, stream, bus.SessionEvents("acme", a), all[0].StreamSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest) != 2 || rest[0].StreamSeq != all[1].StreamSeq {
+		t.Errorf("after the first: %d events starting at %d, want 2 starting at %d", len(rest), rest[0].StreamSeq, all[1].StreamSeq)
+	}
+	none, err := bus.ReadAfter(ctx, js, stream, bus.SessionEvents("acme", a), all[2].StreamSeq)
+	if err != nil || len(none) != 0 {
+		t.Errorf("after the last: %v, %v", none, err)
+	}
+}

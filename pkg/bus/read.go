@@ -81,3 +81,26 @@ func ParseSubject(subject string) (string, uuid.UUID, error) {
 	}
 	return tok[i], id, nil
 }
+
+// ReadAfter returns the messages of stream matching filter stored after
+// sequence seq, oldest first, one direct get each: cheaper than [ReadAll]
+// when there are only a few. stream must have AllowDirect set and be
+// looked up once by the caller. Offloaded events come back resolved.
+func ReadAfter(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, filter string, seq uint64) ([]Msg, error) {
+	var out []Msg
+	for {
+		raw, err := stream.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
+		}
+		data, err := Resolve(ctx, js, raw.Data)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: seq %d: %w", filter, raw.Sequence, err)
+		}
+		out = append(out, Msg{Subject: raw.Subject, Data: data, StreamSeq: raw.Sequence, MsgID: raw.Header.Get(jetstream.MsgIDHeader)})
+		seq = raw.Sequence
+	}
+}

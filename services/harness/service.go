@@ -29,6 +29,8 @@ type Service struct {
 	providers model.Providers
 	leases    jetstream.KeyValue
 	log       *slog.Logger
+	events    jetstream.Stream
+	folded    foldCache
 	// sessions serialises this process's work on a session, so that only
 	// one piece of it holds (and renews) the session's lease at a time.
 	sessions lock.Keyed
@@ -41,8 +43,13 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	events, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return nil, err
+	}
 	return &Service{
 		cfg:       cfg,
+		events:    events,
 		js:        js,
 		providers: cfg.Providers(),
 		leases:    leases,

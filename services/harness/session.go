@@ -3,6 +3,9 @@ package harness
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 
 	"github.com/google/uuid"
 
@@ -49,18 +52,23 @@ type state struct {
 	answered *event.ModelResponded
 }
 
-// load reads a session's log and folds it into its state.
+// load folds a session's log into its state. It starts from the state this
+// process last folded, if it has it, and reads only the events stored
+// since; the log is the truth, whichever harness wrote them. The caller
+// must hold the session's lock.
 func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID) (*state, error) {
-	msgs, err := bus.ReadAll(ctx, s.js, bus.StreamEvents, bus.SessionEvents(tenant, session))
+	filter := bus.SessionEvents(tenant, session)
+	st, seq := s.folded.get(session)
+	var msgs []bus.Msg
+	var err error
+	if st == nil {
+		st = newState(tenant, session)
+		msgs, err = bus.ReadAll(ctx, s.js, bus.StreamEvents, filter)
+	} else {
+		msgs, err = bus.ReadAfter(ctx, s.js, s.events, filter, seq)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load session %s: %w", session, err)
-	}
-	st := &state{
-		tenant:     tenant,
-		session:    session,
-		requests:   make(map[uuid.UUID]bool),
-		dispatched: make(map[uuid.UUID]bool),
-		results:    make(map[uuid.UUID]*event.ToolCompleted),
 	}
 	for _, m := range msgs {
 		ev, err := event.Parse(m.Data)
@@ -71,8 +79,73 @@ func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID) (*
 			return nil, fmt.Errorf("load session %s: seq %d: %w", session, m.StreamSeq, err)
 		}
 		st.apply(ev)
+		seq = m.StreamSeq
 	}
+	// The step changes the state it is given; the cache keeps its own.
+	s.folded.put(session, st.clone(), seq)
 	return st, nil
+}
+
+func newState(tenant string, session uuid.UUID) *state {
+	return &state{
+		tenant:     tenant,
+		session:    session,
+		requests:   make(map[uuid.UUID]bool),
+		dispatched: make(map[uuid.UUID]bool),
+		results:    make(map[uuid.UUID]*event.ToolCompleted),
+	}
+}
+
+// clone returns a copy of st that shares only immutable parts (events,
+// message contents) with it.
+func (st *state) clone() *state {
+	c := *st
+	c.requests = maps.Clone(st.requests)
+	c.dispatched = maps.Clone(st.dispatched)
+	c.results = maps.Clone(st.results)
+	c.messages = slices.Clone(st.messages)
+	c.queued = slices.Clone(st.queued)
+	return &c
+}
+
+// foldCache keeps the states this process folded last, so a step reads only
+// the events stored since. It is bounded; a state it dropped is folded
+// again from the whole log.
+type foldCache struct {
+	mu sync.Mutex
+	m  map[uuid.UUID]foldedState
+}
+
+type foldedState struct {
+	st  *state
+	seq uint64
+}
+
+const foldCacheSize = 4096
+
+func (c *foldCache) get(session uuid.UUID) (*state, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.m[session]
+	if !ok {
+		return nil, 0
+	}
+	return f.st.clone(), f.seq
+}
+
+func (c *foldCache) put(session uuid.UUID, st *state, seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[uuid.UUID]foldedState)
+	}
+	if _, ok := c.m[session]; !ok && len(c.m) >= foldCacheSize {
+		for k := range c.m { // drop one at random
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[session] = foldedState{st: st, seq: seq}
 }
 
 func (st *state) apply(ev any) {
