@@ -118,7 +118,9 @@ func Validate(typ string, data []byte) error {
 	return nil
 }
 
-var printer = message.NewPrinter(language.English)
+// printer is made on first use: building it at init costs every program
+// that links this package, including each sandbox start.
+var printer = sync.OnceValue(func() *message.Printer { return message.NewPrinter(language.English) })
 
 // describe flattens a validation error to "field: problem" clauses.
 func describe(ve *jsonschema.ValidationError) string {
@@ -127,7 +129,7 @@ func describe(ve *jsonschema.ValidationError) string {
 	walk = func(e *jsonschema.ValidationError) {
 		if len(e.Causes) == 0 {
 			field := "/" + strings.Join(e.InstanceLocation, "/")
-			parts = append(parts, fmt.Sprintf("%s: %s", field, e.ErrorKind.LocalizedString(printer)))
+			parts = append(parts, fmt.Sprintf("%s: %s", field, e.ErrorKind.LocalizedString(printer())))
 			return
 		}
 		for _, c := range e.Causes {

@@ -17,9 +17,12 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	sandboxmanager "corral.dev/services/sandbox-manager"
 )
 
 func main() {
+	sandboxmanager.RunExecutorIfRequested()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {

@@ -23,6 +23,9 @@ type Config struct {
 	// DefaultTimeout is a Bash call's timeout when it gives none
 	// (CORRAL_SANDBOX_TIMEOUT, a Go duration).
 	DefaultTimeout time.Duration
+	// IdleTimeout stops a session's sandbox after this long without calls
+	// (CORRAL_SANDBOX_IDLE_TIMEOUT, a Go duration); its workspace stays.
+	IdleTimeout time.Duration
 	// Instance names this sandbox-manager in call marks.
 	Instance string
 	// ShutdownGrace is how long running calls may finish at shutdown
@@ -66,6 +69,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return Config{}, fmt.Errorf("CORRAL_SANDBOX_TIMEOUT=%q: want a positive duration such as 2m", s)
 		}
 		cfg.DefaultTimeout = d
+	}
+	if s := getenv("CORRAL_SANDBOX_IDLE_TIMEOUT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return Config{}, fmt.Errorf("CORRAL_SANDBOX_IDLE_TIMEOUT=%q: want a positive duration such as 5m", s)
+		}
+		cfg.IdleTimeout = d
 	}
 	if s := getenv("CORRAL_SHUTDOWN_GRACE"); s != "" {
 		d, err := time.ParseDuration(s)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/lock"
 	"corral.dev/pkg/tool"
 	"corral.dev/services/sandbox-manager/internal/sandbox"
 )
@@ -25,6 +26,8 @@ type Service struct {
 	driver *sandbox.Driver
 	calls  jetstream.KeyValue
 	log    *slog.Logger
+	// sessions serialises the calls of each session.
+	sessions lock.Keyed
 }
 
 // New returns a sandbox-manager using js, whose streams [bus.Setup] has
@@ -39,6 +42,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		Dir:            filepath.Join(cfg.DataDir, "workspaces"),
 		Bwrap:          cfg.Bwrap,
 		DefaultTimeout: cfg.DefaultTimeout,
+		IdleTimeout:    cfg.IdleTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
@@ -50,18 +54,22 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 // for a grace period.
 func (s *Service) Run(ctx context.Context) error {
 	s.log.InfoContext(ctx, "sandbox-manager started", "data_dir", s.cfg.DataDir)
-	return bus.Consume(ctx, s.js, bus.Consumer{
+	err := bus.Consume(ctx, s.js, bus.Consumer{
 		Stream: bus.StreamTools,
 		Config: jetstream.ConsumerConfig{
 			Durable:       bus.ConsumerSandboxCalls,
 			FilterSubject: bus.ToolFilter(bus.ServiceSandbox),
 		},
 		Concurrency: s.cfg.Concurrency,
-		// Longer than the longest Bash call, which kills itself first.
-		Timeout:  tool.MaxTimeoutMillis*time.Millisecond + time.Minute,
+		// A call may wait for its session's earlier calls, and then run
+		// up to the longest Bash timeout, which kills it first.
+		Timeout:  3*tool.MaxTimeoutMillis*time.Millisecond + time.Minute,
 		Handler:  bus.Decode(s.handleCall),
 		OnGiveUp: s.recordGiveUp,
 		Grace:    s.cfg.ShutdownGrace,
 		Logger:   s.log,
 	})
+	// No call is running once Consume returns: stop every sandbox.
+	s.driver.Close()
+	return err
 }

@@ -45,6 +45,14 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 		Call:   c.Call,
 		Name:   c.Name,
 	}
+	// The mark is set and checked under the session's lock: calls of a
+	// session run one at a time, and a second copy of a call waits here
+	// until the first has recorded its result.
+	unlock, err := s.sessions.Lock(ctx, c.Session.String())
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if _, err := s.calls.Create(ctx, c.Call.String(), []byte(s.cfg.Instance)); err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("mark call %s: %w", c.Call, err)
@@ -97,7 +105,10 @@ func (s *Service) recorded(ctx context.Context, c *event.ToolCall) (bool, error)
 }
 
 func (s *Service) record(ctx context.Context, r *event.ToolCompleted) error {
-	return bus.Record(ctx, s.js, r, r.Call.String()+":result")
+	if err := bus.Record(ctx, s.js, r, r.Call.String()+":result"); err != nil && !errors.Is(err, bus.ErrDuplicate) {
+		return err
+	}
+	return nil
 }
 
 // recordGiveUp answers a call that can never run (undecodable, or failing

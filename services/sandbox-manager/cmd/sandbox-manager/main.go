@@ -20,6 +20,7 @@ import (
 )
 
 func main() {
+	sandboxmanager.RunExecutorIfRequested()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Getenv, os.Stderr); err != nil {

@@ -11,51 +11,74 @@ import (
 	"corral.dev/pkg/tool"
 )
 
-// bash runs one Bash call in a fresh sandbox around workspace.
+// callBackstop is how long past a call's timeout the manager waits for the
+// executor, which enforces the timeout itself, before it gives up on the
+// sandbox and kills it.
+const callBackstop = 10 * time.Second
+
+// bash runs one Bash call in the session's live sandbox, starting one if
+// the session has none.
 //
 // The call's timeout is its own (in ms) or the default, capped at the
-// maximum. When it expires, or ctx is cancelled, bwrap's process group is
-// killed, which takes down every process in the sandbox. Output is stdout and
-// stderr interleaved as written, capped at the output limit.
-func (d *Driver) bash(ctx context.Context, workspace string, a *tool.BashArgs) (Result, error) {
+// maximum. The executor kills every process of the call when it expires,
+// and when the command exits. Output is stdout and stderr interleaved as
+// written, capped at the output limit. If ctx ends first, the sandbox is
+// killed and bash returns ctx's error.
+func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result, error) {
 	timeout := d.cfg.DefaultTimeout
 	if a.Timeout > 0 {
 		timeout = time.Duration(a.Timeout) * time.Millisecond
 	}
 	timeout = min(timeout, d.cfg.MaxTimeout)
-	callCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	req := d.request(a.Command, timeout)
 
-	s, err := d.newCmd(workspace, a.Command)
-	if err != nil {
-		return Result{}, fmt.Errorf("bash: %w", err)
+	var resp response
+	for attempt := 0; ; attempt++ {
+		b, fresh, err := d.liveBox(s, s.key)
+		if err != nil {
+			return Result{}, fmt.Errorf("bash: %w", err)
+		}
+		callCtx, cancel := context.WithTimeout(ctx, timeout+callBackstop)
+		stop := context.AfterFunc(callCtx, b.kill)
+		resp, err = b.call(req)
+		stop()
+		expired := callCtx.Err() != nil
+		cancel()
+		if err == nil {
+			break
+		}
+		complaint := b.complaint()
+		d.discard(s, b)
+		switch {
+		case ctx.Err() != nil:
+			return Result{IsError: true}, fmt.Errorf("bash: %w", ctx.Err())
+		case expired:
+			return Result{TimedOut: true, IsError: true, Output: fmt.Sprintf("Command timed out after %s", timeout)}, nil
+		case errors.Is(err, errNotSent) && !fresh && attempt == 0:
+			// The sandbox died while idle and the command never reached
+			// it: run it in a new one.
+			continue
+		case !b.greeted:
+			return Result{}, fmt.Errorf("bash: start sandbox: %w: %s", err, complaint)
+		}
+		return Result{}, fmt.Errorf("bash: %w: %s", err, complaint)
 	}
-	if err := s.start(); err != nil {
-		return Result{}, fmt.Errorf("bash: start bwrap: %w", err)
+	if resp.Error != "" {
+		return Result{}, fmt.Errorf("bash: %s", resp.Error)
 	}
-	stop := context.AfterFunc(callCtx, s.kill)
-	o := s.wait()
-	stop()
 
-	res := Result{Truncated: s.out.truncated()}
+	out := &cappedBuffer{buf: resp.Output, limit: d.cfg.OutputLimit, omitted: resp.Omitted}
+	res := Result{Truncated: out.truncated()}
 	var b strings.Builder
-	b.WriteString(s.out.String())
-	switch {
-	case ctx.Err() != nil:
-		res.Output, res.IsError = b.String(), true
-		return res, fmt.Errorf("bash: %w", ctx.Err())
-	case callCtx.Err() != nil:
+	b.WriteString(out.String())
+	if resp.TimedOut {
 		res.TimedOut, res.IsError = true, true
 		newline(&b)
 		fmt.Fprintf(&b, "Command timed out after %s", timeout)
 		res.Output = b.String()
 		return res, nil
-	case o.waitErr != nil:
-		return Result{}, fmt.Errorf("bash: wait for bwrap: %w", o.waitErr)
-	case !o.started:
-		return Result{}, fmt.Errorf("bash: bwrap could not build the sandbox: %s", strings.TrimSpace(b.String()))
 	}
-	code := o.exitCode
+	code := resp.ExitCode
 	res.ExitCode = &code
 	if code != 0 {
 		res.IsError = true
@@ -68,6 +91,25 @@ func (d *Driver) bash(ctx context.Context, workspace string, a *tool.BashArgs) (
 	}
 	res.Output = b.String()
 	return res, nil
+}
+
+// request returns the executor request that runs command under the
+// configured limits.
+func (d *Driver) request(command string, timeout time.Duration) request {
+	c := d.cfg
+	return request{
+		Command:     command,
+		TimeoutMS:   timeout.Milliseconds(),
+		OutputLimit: c.OutputLimit,
+		Limits: limits{
+			CPU:     uint64(c.CPUSeconds),
+			CPUHard: uint64(c.CPUSeconds + cpuGrace),
+			AS:      uint64(c.MemoryBytes / 1024 * 1024),
+			FSize:   uint64(c.FileSizeBytes / 512 * 512),
+			NoFile:  uint64(c.OpenFiles),
+			NProc:   uint64(c.Processes),
+		},
+	}
 }
 
 // newline ends b's text with a newline unless it is empty or already does.

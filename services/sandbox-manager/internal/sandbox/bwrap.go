@@ -30,7 +30,10 @@ var libDirs = []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"}
 // are hidden behind /dev/null, directories behind an empty read-only tmpfs.
 var secrets = []string{"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh/ssh_host_*_key", "/etc/ssl/private"}
 
-// cpuGrace is how many CPU seconds a process gets after SIGXCPU before SIGKILL.
+// cpuGrace is how many CPU seconds a process gets after SIGXCPU before
+// SIGKILL. The hard CPU limit is this much above the soft one, so that a
+// runaway command first gets SIGXCPU (exit code 152), which says what
+// happened.
 const cpuGrace = 5
 
 // sandboxEnv is the whole environment of a sandboxed command.
@@ -108,14 +111,17 @@ func systemArgs() ([]string, error) {
 }
 
 // sandboxArgs returns the bwrap options that build a session's sandbox around
-// the host directory workspace; the caller appends any further options, "--"
-// and the command. Keeping every option here lets one-shot calls and a
-// long-lived executor share the same sandbox.
+// the host directory workspace, with our own binary at executorPath; the
+// caller appends "--" and the command, which runs as PID 1 of the sandbox.
+//
+// /tmp and /dev/shm are tmpfs of TmpSize bytes each and the rest of /dev is
+// read-only, so what a command leaves outside /workspace is bounded and
+// lives only as long as the sandbox.
 func (d *Driver) sandboxArgs(workspace string) []string {
 	args := []string{
 		// --unshare-all only tries a user namespace; demand one.
 		"--unshare-all", "--unshare-user",
-		"--die-with-parent", "--new-session",
+		"--die-with-parent", "--new-session", "--as-pid-1",
 		"--cap-drop", "ALL",
 		"--hostname", "sandbox",
 	}
@@ -126,41 +132,20 @@ func (d *Driver) sandboxArgs(workspace string) []string {
 	for _, kv := range sandboxEnv {
 		args = append(args, "--setenv", kv[0], kv[1])
 	}
+	size := strconv.FormatInt(d.cfg.TmpSize, 10)
 	args = append(args, d.system...)
 	args = append(args,
 		"--proc", "/proc",
 		"--dev", "/dev",
-		"--perms", "01777", "--size", strconv.FormatInt(d.cfg.TmpSize, 10), "--tmpfs", "/tmp",
+		"--perms", "01777", "--size", size, "--tmpfs", "/dev/shm",
+		"--remount-ro", "/dev",
+		"--perms", "01777", "--size", size, "--tmpfs", "/tmp",
 		"--dir", "/run",
+		"--ro-bind", d.exe, executorPath,
 		"--bind", workspace, "/workspace",
 		"--chdir", "/workspace",
 		// The root is a tmpfs made by bwrap; without this, / would be writable.
 		"--remount-ro", "/",
 	)
 	return args
-}
-
-// shellArgs returns the command line, run inside the sandbox, that applies
-// the resource limits and then runs command with bash (or sh if the sandbox
-// has no bash).
-//
-// The limits are set by /bin/sh, which is dash on Debian and bash in POSIX
-// mode elsewhere. Both take -v in KiB and -f in 512-byte blocks (bash
-// outside POSIX mode would use 1024-byte blocks for -f). The process limit is
-// -u in bash but -p in dash, where -u is an error; in bash -p is the read-only
-// pipe size, so try one then the other. Failing to set the other limits fails
-// the call rather than running unconfined.
-//
-// ulimit sets soft and hard limits alike, and at the hard CPU limit the
-// kernel sends SIGKILL. The hard CPU limit is therefore a little above the
-// soft one, so a runaway command first gets SIGXCPU (exit code 152), which
-// says what happened.
-func (d *Driver) shellArgs(command string) []string {
-	c := d.cfg
-	script := fmt.Sprintf(`ulimit -S -t %d && ulimit -H -t %d && ulimit -v %d && ulimit -f %d && ulimit -n %d || exit 126
-{ ulimit -u %d || ulimit -p %d; } 2>/dev/null
-if [ -x /bin/bash ]; then exec /bin/bash -c "$1"; fi
-exec /bin/sh -c "$1"`,
-		c.CPUSeconds, c.CPUSeconds+cpuGrace, c.MemoryBytes/1024, c.FileSizeBytes/512, c.OpenFiles, c.Processes, c.Processes)
-	return []string{"/bin/sh", "-c", script, "sh", command}
 }

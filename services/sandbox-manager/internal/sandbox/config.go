@@ -41,8 +41,13 @@ type Config struct {
 	// user, and then it bounds the processes of all sandboxes together (plus
 	// the manager's own threads). A real per-sandbox bound needs a pids cgroup.
 	Processes int
-	// TmpSize is the size in bytes of the sandbox's private /tmp (default 256 MiB).
+	// TmpSize is the size in bytes of each of the sandbox's private /tmp and
+	// /dev/shm (default 256 MiB).
 	TmpSize int64
+	// IdleTimeout is how long a session's sandbox stays up after its last
+	// call (default 5m). The next call after that starts a new sandbox:
+	// /workspace is kept, /tmp and /dev/shm start empty.
+	IdleTimeout time.Duration
 }
 
 // Defaults applied by [New] to zero fields of [Config].
@@ -56,6 +61,7 @@ const (
 	DefaultOpenFiles   = 1024
 	DefaultProcesses   = 512
 	DefaultTmpSize     = 256 << 20
+	DefaultIdleTimeout = 5 * time.Minute
 )
 
 // withDefaults returns c with zero fields set to their defaults and Dir made absolute.
@@ -87,6 +93,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TmpSize == 0 {
 		c.TmpSize = DefaultTmpSize
 	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
 	if c.Dir != "" {
 		abs, err := filepath.Abs(c.Dir)
 		if err != nil {
@@ -102,7 +111,7 @@ func (c Config) validate() error {
 	switch {
 	case c.Dir == "":
 		return errors.New("dir is required")
-	case c.DefaultTimeout < 0 || c.MaxTimeout < 0:
+	case c.DefaultTimeout < 0 || c.MaxTimeout < 0 || c.IdleTimeout < 0:
 		return errors.New("timeouts must not be negative")
 	case c.DefaultTimeout > c.MaxTimeout:
 		return fmt.Errorf("default timeout %s exceeds max timeout %s", c.DefaultTimeout, c.MaxTimeout)

@@ -3,13 +3,26 @@
 // workspace directory from the manager's side.
 //
 // Each session has a workspace, a host directory Dir/<tenant>/<session> that
-// the sandbox sees as /workspace, its only writable tree. A Bash call is one
-// bwrap invocation with new user, PID, mount, IPC, UTS and network namespaces
-// (no network at all), a read-only view of /usr, /etc and the library
-// directories, a private /proc, /dev and /tmp, an empty environment apart from
-// a few fixed variables, and resource limits set with ulimit before the
-// command runs. Nothing else of the host is visible: not /root, /home, /var,
+// the sandbox sees as /workspace, its only writable tree apart from a
+// private /tmp and /dev/shm. The sandbox has new user, PID, mount, IPC, UTS
+// and network namespaces (no network at all), a read-only view of /usr,
+// /etc and the library directories, a private /proc and a read-only /dev,
+// no capabilities, and an empty environment apart from a few fixed
+// variables. Nothing else of the host is visible: not /root, /home, /var,
 // the data directory or other sessions' workspaces.
+//
+// A session's first Bash call starts its sandbox, which then stays up: its
+// first process, PID 1, is an executor, which is this very binary (bound
+// read-only at /run/corral/executor and started with [ExecutorArg]; see
+// [RunExecutorIfRequested]). The Driver sends it calls over a pipe, and it
+// runs each with bash in a process group of its own, with the call's
+// rlimits, timeout and output cap, then kills whatever the call left
+// running and reports the exit status. A warm call thus costs about a
+// fork-exec of bash rather than a sandbox start. The sandbox is stopped
+// when the session has been idle for [Config.IdleTimeout], by
+// [Driver.Destroy] and by [Driver.Close], and it dies with the manager
+// process. /tmp and /dev/shm live as long as the sandbox; only /workspace
+// persists beyond it.
 //
 // The file tools never enter the sandbox: they open the workspace with
 // [os.Root], which refuses any path or symlink that leads outside it.

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,26 +19,29 @@ import (
 // probeTimeout bounds the trial sandbox that [New] starts.
 const probeTimeout = 30 * time.Second
 
-var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+// tenantRE is what a tenant name must match. It is compiled on first use,
+// not at init: every sandbox start runs this binary's package inits, and
+// this pattern alone takes 0.2 ms to compile.
+var tenantRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+})
 
 // Driver runs tool calls in per-session workspaces. It is safe for concurrent
 // use: calls of one session are serialised, calls of different sessions run
-// in parallel.
+// in parallel. Each session with a recent Bash call keeps a live sandbox;
+// [Driver.Close] kills them all.
 type Driver struct {
 	cfg           Config
 	bwrap         string
+	exe           string   // our own binary, the executor in every sandbox
 	disableUserns bool     // bwrap supports --disable-userns (0.8+)
 	system        []string // bwrap options for the read-only system tree
+	starter       *starter // the thread every bwrap is forked from
 
 	mu       sync.Mutex
-	sessions map[string]*sessionLock // by workspace path
-}
-
-// sessionLock serialises the calls of one session. ch holds a token while a
-// call runs; refs counts holders and waiters so the entry can be dropped.
-type sessionLock struct {
-	ch   chan struct{}
-	refs int
+	sessions map[string]*session // by workspace path
+	closed   bool
+	idle     sync.WaitGroup // idle timers that are running
 }
 
 // Result is what the model gets back from one call.
@@ -64,6 +66,11 @@ type Result struct {
 // if needed and checks that bwrap exists and can build a sandbox by running
 // one. Errors wrap [ErrNoBwrap] if bwrap is missing and
 // [ErrSandboxUnavailable] if it cannot create namespaces.
+//
+// Every sandbox runs this process's own executable as its executor, so the
+// program must call [RunExecutorIfRequested] first thing in main; New fails
+// if the trial sandbox's executor does not answer. Call [Driver.Close] to
+// stop the sandboxes.
 func New(cfg Config) (*Driver, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -83,24 +90,31 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox system tree: %w", err)
 	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find the executor binary: %w", err)
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox dir: %w", err)
 	}
 	d := &Driver{
 		cfg:           cfg,
 		bwrap:         path,
+		exe:           exe,
 		disableUserns: version[0] > 0 || version[1] >= 8,
 		system:        system,
-		sessions:      make(map[string]*sessionLock),
+		starter:       newStarter(),
+		sessions:      make(map[string]*session),
 	}
 	if err := d.probe(); err != nil {
+		d.starter.stop()
 		return nil, err
 	}
 	return d, nil
 }
 
 // probe checks that bwrap can create namespaces at all, then builds one
-// sandbox around cfg.Dir and runs true in it.
+// sandbox around cfg.Dir and runs true in it through the executor.
 func (d *Driver) probe() error {
 	bare := exec.Command(d.bwrap, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "--", "/bin/sh", "-c", ":")
 	bare.Env = []string{}
@@ -108,25 +122,27 @@ func (d *Driver) probe() error {
 		return fmt.Errorf("%w: %v: %s", ErrSandboxUnavailable, err, bytes.TrimSpace(out))
 	}
 
-	s, err := d.newCmd(d.cfg.Dir, "true")
+	b, err := d.startBox(d.cfg.Dir)
 	if err != nil {
 		return fmt.Errorf("probe sandbox: %w", err)
 	}
-	if err := s.start(); err != nil {
-		return fmt.Errorf("probe sandbox: start bwrap: %w", err)
-	}
 	// New takes no context, so the probe carries its own deadline.
-	timer := time.AfterFunc(probeTimeout, s.kill)
-	o := s.wait()
+	timer := time.AfterFunc(probeTimeout, b.kill)
+	resp, err := b.call(d.request("true", probeTimeout))
 	timer.Stop()
-	msg := strings.TrimSpace(s.out.String())
+	if err != nil {
+		err = fmt.Errorf("probe sandbox: %w: %s", err, b.complaint())
+		if !b.greeted {
+			err = fmt.Errorf("%w (unless bwrap says why, check that main calls RunExecutorIfRequested first)", err)
+		}
+		return err
+	}
+	b.stop()
 	switch {
-	case o.waitErr != nil:
-		return fmt.Errorf("probe sandbox: %w", o.waitErr)
-	case !o.started:
-		return fmt.Errorf("probe sandbox: bwrap could not build the sandbox: %s", msg)
-	case o.exitCode != 0:
-		return fmt.Errorf("probe sandbox: exit code %d: %s", o.exitCode, msg)
+	case resp.Error != "":
+		return fmt.Errorf("probe sandbox: %s", resp.Error)
+	case resp.ExitCode != 0:
+		return fmt.Errorf("probe sandbox: exit code %d: %s", resp.ExitCode, bytes.TrimSpace(resp.Output))
 	}
 	return nil
 }
@@ -134,15 +150,15 @@ func (d *Driver) probe() error {
 // Workspace returns the host directory of a session's workspace, or "" if
 // tenant is not a valid tenant name. The directory may not exist yet.
 func (d *Driver) Workspace(tenant string, session uuid.UUID) string {
-	if !tenantRE.MatchString(tenant) {
+	if !tenantRE().MatchString(tenant) {
 		return ""
 	}
 	return filepath.Join(d.cfg.Dir, tenant, session.String())
 }
 
 func (d *Driver) workspace(tenant string, session uuid.UUID) (string, error) {
-	if !tenantRE.MatchString(tenant) {
-		return "", fmt.Errorf("invalid tenant %q: want %s", tenant, tenantRE)
+	if !tenantRE().MatchString(tenant) {
+		return "", fmt.Errorf("invalid tenant %q: want %s", tenant, tenantRE())
 	}
 	if session == uuid.Nil {
 		return "", errors.New("invalid session: nil uuid")
@@ -156,75 +172,61 @@ func (d *Driver) workspace(tenant string, session uuid.UUID) (string, error) {
 // and the call itself. Everything the model should see, failures included,
 // comes back in the [Result]; an error means the call could not be carried
 // out (invalid tenant, unknown args type, workspace or sandbox could not be
-// set up, ctx cancelled).
-func (d *Driver) Run(ctx context.Context, tenant string, session uuid.UUID, args any) (Result, error) {
-	var call func(ctx context.Context, workspace string) (Result, error)
+// set up, sandbox lost mid-call ([ErrSandboxLost]), Driver closed, ctx
+// cancelled).
+func (d *Driver) Run(ctx context.Context, tenant string, sessionID uuid.UUID, args any) (Result, error) {
+	var call func(ctx context.Context, s *session) (Result, error)
 	switch a := args.(type) {
 	case *tool.BashArgs:
-		call = func(ctx context.Context, ws string) (Result, error) { return d.bash(ctx, ws, a) }
+		call = func(ctx context.Context, s *session) (Result, error) { return d.bash(ctx, s, a) }
 	case *tool.ReadArgs, *tool.WriteArgs, *tool.EditArgs, *tool.GlobArgs, *tool.GrepArgs:
-		call = func(ctx context.Context, ws string) (Result, error) { return d.fileTool(ctx, ws, a) }
+		call = func(ctx context.Context, s *session) (Result, error) { return d.fileTool(ctx, s.key, a) }
 	default:
 		return Result{}, fmt.Errorf("run: unsupported arguments %T", args)
 	}
-	dir, err := d.workspace(tenant, session)
+	dir, err := d.workspace(tenant, sessionID)
 	if err != nil {
 		return Result{}, err
 	}
-	unlock, ok := d.lock(ctx.Done(), dir)
+	s, unlock, ok := d.lock(ctx.Done(), dir)
 	if !ok {
-		return Result{}, fmt.Errorf("wait for session %s: %w", session, ctx.Err())
+		return Result{}, fmt.Errorf("wait for session %s: %w", sessionID, ctx.Err())
 	}
 	defer unlock()
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return Result{}, fmt.Errorf("run: %w", errClosed)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("create workspace: %w", err)
 	}
 	start := time.Now()
-	res, err := call(ctx, dir)
+	res, err := call(ctx, s)
 	res.Duration = time.Since(start)
 	return res, err
 }
 
-// Destroy removes a session's workspace. It waits for a running call of the
-// session to end first, which its timeout bounds. Destroying a session that
-// has no workspace is not an error.
+// Destroy stops a session's sandbox and removes its workspace. It waits
+// for a running call of the session to end first, which its timeout
+// bounds. Destroying a session that has no workspace is not an error.
 func (d *Driver) Destroy(tenant string, session uuid.UUID) error {
 	dir, err := d.workspace(tenant, session)
 	if err != nil {
 		return err
 	}
-	unlock, _ := d.lock(nil, dir) // a nil channel never fires: wait for the lock
+	s, unlock, _ := d.lock(nil, dir) // a nil channel never fires: wait for the lock
 	defer unlock()
+	d.mu.Lock()
+	b := s.box
+	s.box = nil
+	d.mu.Unlock()
+	if b != nil {
+		b.stop()
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove workspace: %w", err)
 	}
 	return nil
-}
-
-// lock takes the lock of the session whose workspace is key and returns the
-// func that releases it, or gives up with ok false when done is closed.
-func (d *Driver) lock(done <-chan struct{}, key string) (unlock func(), ok bool) {
-	d.mu.Lock()
-	l := d.sessions[key]
-	if l == nil {
-		l = &sessionLock{ch: make(chan struct{}, 1)}
-		d.sessions[key] = l
-	}
-	l.refs++
-	d.mu.Unlock()
-
-	release := func() {
-		d.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(d.sessions, key)
-		}
-		d.mu.Unlock()
-	}
-	select {
-	case l.ch <- struct{}{}:
-		return func() { <-l.ch; release() }, true
-	case <-done:
-		release()
-		return nil, false
-	}
 }

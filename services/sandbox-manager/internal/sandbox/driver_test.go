@@ -18,7 +18,7 @@ const tenant = "acme"
 
 // newDriver returns a Driver on a fresh directory. Where bwrap cannot build
 // sandboxes it skips the test, except in CI, where it fails.
-func newDriver(t *testing.T, cfg Config) *Driver {
+func newDriver(t testing.TB, cfg Config) *Driver {
 	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
@@ -30,6 +30,7 @@ func newDriver(t *testing.T, cfg Config) *Driver {
 		}
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(d.Close)
 	return d
 }
 
@@ -198,7 +199,7 @@ func TestRunWaitRespectsContext(t *testing.T) {
 	t.Parallel()
 	d := newDriver(t, Config{})
 	session := uuid.New()
-	unlock, _ := d.lock(nil, d.Workspace(tenant, session))
+	_, unlock, _ := d.lock(nil, d.Workspace(tenant, session))
 	defer unlock()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()

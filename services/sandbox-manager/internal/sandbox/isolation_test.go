@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -63,8 +64,12 @@ func TestSandboxIsolation(t *testing.T) {
 		{"tcp to host loopback", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && echo connected", port), fails("connected")},
 		{"only loopback", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", outputs("lo\n")},
 		{"hostname", "hostname", outputs("sandbox\n")},
-		{"pid 1 is the sandbox's", "tr '\\0' '\\n' < /proc/1/cmdline | head -n 1", outputs(d.bwrap + "\n")},
+		{"pid 1 is the executor", "tr '\\0' ' ' < /proc/1/cmdline", outputs(executorPath + " " + ExecutorArg + " ")},
 		{"no capabilities", "grep CapEff /proc/self/status", outputs("CapEff:\t0000000000000000\n")},
+		{"not traced", "grep TracerPid /proc/self/status", outputs("TracerPid:\t0\n")},
+		{"dev read-only", "touch /dev/corral-test", fails()},
+		{"dev shm bounded", "df -B1 --output=size /dev/shm | tail -n 1 | tr -d ' '", outputs(fmt.Sprint(DefaultTmpSize) + "\n")},
+		{"executor cannot be traced", "cat /proc/1/environ", fails()},
 	}
 	if d.disableUserns {
 		tests = append(tests, struct {
@@ -90,16 +95,25 @@ func TestSandboxIsolation(t *testing.T) {
 	}
 }
 
-// Each call gets a fresh /tmp: nothing written there survives the call.
+// /tmp belongs to the session's sandbox: it lasts from call to call while
+// the sandbox is warm, no other session sees it, and it starts empty in the
+// sandbox that follows an idle stop or a Destroy.
 func TestSandboxTmpIsPrivate(t *testing.T) {
 	t.Parallel()
-	d := newDriver(t, Config{})
-	session := uuid.New()
+	d := newDriver(t, Config{IdleTimeout: time.Hour})
+	session, other := uuid.New(), uuid.New()
 	if res := bash(t, d, session, "echo x > /tmp/f && cat /tmp/f"); res.Output != "x\n" {
 		t.Fatalf("writing /tmp: %+v", res)
 	}
+	if res := bash(t, d, session, "cat /tmp/f"); res.Output != "x\n" || res.IsError {
+		t.Errorf("/tmp in the next call: %+v, want the file written before", res)
+	}
+	if res := bash(t, d, other, "ls -A /tmp"); res.Output != "" || res.IsError {
+		t.Errorf("/tmp of another session: %+v, want empty", res)
+	}
+	stopSandbox(t, d, session)
 	if res := bash(t, d, session, "ls -A /tmp"); res.Output != "" || res.IsError {
-		t.Errorf("/tmp in the next call: %+v, want empty", res)
+		t.Errorf("/tmp after the sandbox stopped: %+v, want empty", res)
 	}
 }
 

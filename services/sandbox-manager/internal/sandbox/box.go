@@ -1,0 +1,206 @@
+package sandbox
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrSandboxLost is returned, wrapped, by [Driver.Run] when a session's
+// sandbox ended or stopped making sense in the middle of a Bash call: its
+// executor was killed from outside, ran out of memory, or broke the
+// protocol. The command may have run partly or fully. The sandbox is
+// discarded and the session's next call starts a new one; the workspace
+// is kept.
+var ErrSandboxLost = errors.New("sandbox lost during the call")
+
+const (
+	// waitDelay bounds how long we wait for bwrap's stderr to close after
+	// bwrap exits. With a PID namespace every process in the sandbox dies
+	// with it, so this only guards against the unexpected.
+	waitDelay = 2 * time.Second
+	// stopGrace is how long a sandbox whose stdin was closed gets to exit
+	// on its own before it is killed.
+	stopGrace = time.Second
+	// stderrLimit is how much of bwrap's and the executor's stderr is kept
+	// for error messages.
+	stderrLimit = 4 << 10
+	// maxHello bounds the executor's first line.
+	maxHello = 4 << 10
+)
+
+// box is a live sandbox: bwrap running our executor as the first process
+// of a sandbox around one workspace. Calls on a box must not overlap; kill
+// and stop may be called at any time, from any goroutine.
+type box struct {
+	cmd     *exec.Cmd
+	in      *os.File // the executor's stdin
+	out     *os.File // the executor's stdout
+	br      *bufio.Reader
+	stderr  *cappedBuffer // written by os/exec until done is closed
+	greeted bool          // the executor's hello has been read
+	nextID  uint64
+	maxResp int
+
+	mu     sync.Mutex
+	exited bool          // bwrap has exited and may be reaped: its pid may be reused
+	done   chan struct{} // closed once bwrap is reaped and the pipes are closed
+}
+
+// startBox starts a sandbox around workspace, with our own executable as
+// its executor. It returns once bwrap is running, without waiting for the
+// executor: the first call pipelines its request behind the startup.
+func (d *Driver) startBox(workspace string) (*box, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("stdin pipe: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, fmt.Errorf("stdout pipe: %w", err)
+	}
+	args := d.sandboxArgs(workspace)
+	args = append(args, "--", executorPath, ExecutorArg)
+	b := &box{
+		in:      inW,
+		out:     outR,
+		br:      bufio.NewReaderSize(outR, 64<<10),
+		stderr:  newCappedBuffer(stderrLimit),
+		maxResp: d.cfg.OutputLimit*4/3 + 64<<10, // base64 output and the rest
+		done:    make(chan struct{}),
+	}
+	b.cmd = exec.Command(d.bwrap, args...)
+	b.cmd.Env = []string{}
+	b.cmd.Dir = "/"
+	b.cmd.Stdin = inR
+	b.cmd.Stdout = outW
+	b.cmd.Stderr = b.stderr
+	// Its own process group, so that kill reaches bwrap and its helpers;
+	// killed if the manager dies, which is why it is forked from the
+	// starter's thread (see [starter]).
+	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	b.cmd.WaitDelay = waitDelay
+	var startErr error
+	err = d.starter.do(func() { startErr = b.cmd.Start() })
+	inR.Close()
+	outW.Close()
+	if err == nil {
+		err = startErr
+	}
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, fmt.Errorf("start bwrap: %w", err)
+	}
+	go b.wait()
+	return b, nil
+}
+
+// wait reaps bwrap, then closes the pipes, which ends any call in flight.
+func (b *box) wait() {
+	// Wait for the exit without reaping, so kill can stop using the pid first.
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, b.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break // on any other error, Wait below reports it
+		}
+	}
+	b.mu.Lock()
+	b.exited = true
+	b.mu.Unlock()
+	_ = b.cmd.Wait() // how bwrap ended matters less than that it did
+	b.in.Close()
+	b.out.Close()
+	close(b.done)
+}
+
+// alive reports whether bwrap is still running.
+func (b *box) alive() bool {
+	select {
+	case <-b.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill kills bwrap's process group. bwrap's --die-with-parent then kills
+// the executor, and with PID 1 of its namespace gone the kernel kills
+// everything else in the sandbox, whatever process group or session it is
+// in. kill may race with wait, so it only signals while bwrap is unreaped:
+// until then its pid, and so the group id, cannot belong to anyone else.
+func (b *box) kill() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.exited {
+		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// stop ends the sandbox and waits for it. It closes the executor's stdin,
+// which an idle executor takes as the sign to exit, so that the sandbox
+// winds down in order; one that does not exit promptly is killed.
+func (b *box) stop() {
+	b.in.Close()
+	select {
+	case <-b.done:
+	case <-time.After(stopGrace):
+		b.kill()
+		<-b.done
+	}
+}
+
+// errNotSent marks a call whose request never reached the executor, so the
+// command certainly did not run.
+var errNotSent = errors.New("request not sent")
+
+// call sends req and returns the executor's response. Any error leaves the
+// box unusable.
+func (b *box) call(req request) (response, error) {
+	b.nextID++
+	req.ID = b.nextID
+	if err := writeMsg(b.in, req); err != nil {
+		return response{}, fmt.Errorf("%w: %w", errNotSent, err)
+	}
+	if !b.greeted {
+		var h hello
+		if err := readMsg(b.br, maxHello, &h); err != nil {
+			return response{}, fmt.Errorf("executor did not start: %w", err)
+		}
+		if h.Version != protocolVersion {
+			return response{}, fmt.Errorf("executor speaks protocol version %d, not %d: was the binary replaced? restart the sandbox-manager", h.Version, protocolVersion)
+		}
+		b.greeted = true
+	}
+	var resp response
+	if err := readMsg(b.br, b.maxResp, &resp); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
+			return response{}, fmt.Errorf("%w: the executor exited", ErrSandboxLost)
+		}
+		return response{}, fmt.Errorf("%w: read response: %w", ErrSandboxLost, err)
+	}
+	if resp.ID != req.ID {
+		return response{}, fmt.Errorf("%w: response %d to request %d", ErrSandboxLost, resp.ID, req.ID)
+	}
+	return resp, nil
+}
+
+// complaint returns what bwrap and the executor wrote to stderr, once the
+// sandbox is gone.
+func (b *box) complaint() string {
+	b.kill()
+	<-b.done
+	return strings.TrimSpace(b.stderr.String())
+}

@@ -1,0 +1,105 @@
+package sandbox
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+
+	"golang.org/x/sys/unix"
+)
+
+// ExecutorArg is the argument that makes our binary run as a sandbox's
+// executor; see [RunExecutorIfRequested].
+const ExecutorArg = "corral-sandbox-executor"
+
+// executorPath is where a sandbox sees our binary, bound read-only.
+const executorPath = "/run/corral/executor"
+
+// maxRequest bounds one request line: the command and a little JSON.
+const maxRequest = 16 << 20
+
+// fatalSignals are the signals on which the Go runtime exits (or, sent with
+// kill, panics) unless the program asks for them.
+var fatalSignals = []os.Signal{
+	unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP, unix.SIGABRT,
+	unix.SIGBUS, unix.SIGFPE, unix.SIGSEGV, unix.SIGTERM, unix.SIGSTKFLT, unix.SIGSYS,
+}
+
+// RunExecutorIfRequested runs the executor and exits the process if this
+// process was started as one (its only argument is [ExecutorArg]), and
+// returns at once otherwise. Every binary that creates a [Driver] must call
+// it first thing in main, and every test binary that does so first thing in
+// TestMain: the Driver starts a sandbox by running its own executable inside
+// it as the executor, which reads commands from its stdin, runs them, and
+// answers on its stdout.
+//
+// It refuses to run unless it is PID 1 of its PID namespace, so that
+// starting the binary by hand with that argument cannot kill the caller's
+// processes.
+func RunExecutorIfRequested() {
+	if len(os.Args) != 2 || os.Args[1] != ExecutorArg {
+		return
+	}
+	if os.Getpid() != 1 {
+		fmt.Fprintf(os.Stderr, "%s: %s runs only as the first process of a sandbox\n", os.Args[0], ExecutorArg)
+		os.Exit(2)
+	}
+	code := 0
+	if err := serve(os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox executor: %v\n", err)
+		code = 1
+	}
+	// Nothing is buffered, so exit at once: os.Exit would run the race
+	// detector's exit hooks in race-enabled test binaries, which sleep a
+	// second and make every sandbox stop take that long.
+	unix.Exit(code)
+}
+
+// serve says hello on out, then runs the requests read from in one at a
+// time until in ends.
+func serve(in io.Reader, out io.Writer) error {
+	// As init of its PID namespace the executor receives, from inside the
+	// sandbox, only the signals it has a handler for, and the Go runtime
+	// has one for nearly all. Most it then drops, but it exits on these
+	// unless they are asked for: ask for them and drop them, so that a
+	// command cannot kill the executor with kill -TERM 1 or the like. Asked
+	// for, not ignored: an ignored signal would stay ignored in every
+	// command. (Not all signals: asking for each costs a round trip to the
+	// runtime's signal thread, about 20µs here.) The goroutine ends with
+	// the process.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, fatalSignals...)
+	go func() {
+		for range sigs {
+		}
+	}()
+	// Commands run as the same user. Not being dumpable keeps them from
+	// ptracing the executor or opening its pipes through /proc/1/fd.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl: %w", err)
+	}
+	x, err := newExecutor()
+	if err != nil {
+		return err
+	}
+	if err := writeMsg(out, hello{Version: protocolVersion}); err != nil {
+		return fmt.Errorf("write hello: %w", err)
+	}
+	br := bufio.NewReaderSize(in, 64<<10)
+	for {
+		var req request
+		err := readMsg(br, maxRequest, &req)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read request: %w", err)
+		}
+		if err := writeMsg(out, x.run(req)); err != nil {
+			return fmt.Errorf("write response: %w", err)
+		}
+	}
+}

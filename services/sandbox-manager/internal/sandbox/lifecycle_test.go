@@ -1,0 +1,391 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"corral.dev/pkg/tool"
+	"github.com/google/uuid"
+)
+
+// liveSandbox returns a session's live sandbox, or nil.
+func liveSandbox(d *Driver, session uuid.UUID) *box {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s := d.sessions[d.Workspace(tenant, session)]; s != nil {
+		return s.box
+	}
+	return nil
+}
+
+// sandboxPids returns the host pids of a session's bwrap and of the
+// executor it runs.
+func sandboxPids(t *testing.T, d *Driver, session uuid.UUID) (bwrap, executor int) {
+	t.Helper()
+	b := liveSandbox(d, session)
+	if b == nil {
+		t.Fatal("the session has no live sandbox")
+	}
+	bwrap = b.cmd.Process.Pid
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		state, ppid, err := procStat(p)
+		if err != nil || ppid != bwrap || state == "Z" {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
+		if strings.Contains(string(cmdline), ExecutorArg) {
+			return bwrap, pid
+		}
+	}
+	t.Fatalf("bwrap %d has no executor child", bwrap)
+	return 0, 0
+}
+
+// procStat returns the state and parent pid from a /proc/<pid>/stat file.
+func procStat(path string) (state string, ppid int, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", 0, err
+	}
+	// The command name, in parentheses, may hold spaces: parse after it.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	fields := strings.Fields(rest)
+	if !ok || len(fields) < 2 {
+		return "", 0, fmt.Errorf("%s: cannot parse %q", path, b)
+	}
+	ppid, err = strconv.Atoi(fields[1])
+	return fields[0], ppid, err
+}
+
+// gone checks that none of pids is a live process; a zombie waiting for
+// some other parent to reap it counts as gone.
+func gone(pids ...int) func() error {
+	return func() error {
+		for _, pid := range pids {
+			state, _, err := procStat(fmt.Sprintf("/proc/%d/stat", pid))
+			if err == nil && state != "Z" {
+				return fmt.Errorf("process %d still running (state %s)", pid, state)
+			}
+		}
+		return nil
+	}
+}
+
+// stopSandbox stops a session's sandbox the way an idle stop does.
+func stopSandbox(t *testing.T, d *Driver, session uuid.UUID) {
+	t.Helper()
+	s, unlock, _ := d.lock(nil, d.Workspace(tenant, session))
+	defer unlock()
+	d.mu.Lock()
+	b := s.box
+	s.box = nil
+	d.mu.Unlock()
+	if b == nil {
+		t.Fatal("the session has no live sandbox")
+	}
+	b.stop()
+}
+
+// Calls of a session run in one sandbox: the same bwrap and executor serve
+// them all.
+func TestWarmCallsReuseSandbox(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{IdleTimeout: time.Hour})
+	session := uuid.New()
+	bash(t, d, session, "true")
+	bwrap, executor := sandboxPids(t, d, session)
+	for i := range 3 {
+		if res := bash(t, d, session, "echo $i"); res.IsError {
+			t.Fatalf("call %d: %+v", i, res)
+		}
+		if b, x := sandboxPids(t, d, session); b != bwrap || x != executor {
+			t.Fatalf("call %d ran in bwrap %d with executor %d, want %d and %d", i, b, x, bwrap, executor)
+		}
+	}
+}
+
+// An executor killed from the host takes its sandbox with it; the
+// session's next call starts a new sandbox and succeeds.
+func TestExecutorKilledBetweenCalls(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{IdleTimeout: time.Hour})
+	session := uuid.New()
+	bash(t, d, session, "echo x > kept")
+	bwrap, executor := sandboxPids(t, d, session)
+	if err := syscall.Kill(executor, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, gone(bwrap, executor))
+	res := bash(t, d, session, "cat kept")
+	if res.IsError || res.Output != "x\n" {
+		t.Errorf("call after the kill = %+v, want output %q", res, "x\n")
+	}
+	if b, _ := sandboxPids(t, d, session); b == bwrap {
+		t.Errorf("the call ran in bwrap %d, which was killed", b)
+	}
+}
+
+// An executor killed during a call fails that call with ErrSandboxLost;
+// the next call gets a new sandbox.
+func TestExecutorKilledDuringCall(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{IdleTimeout: time.Hour})
+	session := uuid.New()
+	marker := fmt.Sprintf("60.%d3", os.Getpid())
+	bash(t, d, session, "true")
+	_, executor := sandboxPids(t, d, session)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := d.Run(t.Context(), tenant, session, &tool.BashArgs{Command: "sleep " + marker})
+		errc <- err
+	}()
+	waitFor(t, 5*time.Second, func() error {
+		if len(hostProcesses(t, marker)) == 0 {
+			return errors.New("the command has not started")
+		}
+		return nil
+	})
+	if err := syscall.Kill(executor, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrSandboxLost) {
+		t.Errorf("Run whose executor was killed: got %v, want an error wrapping ErrSandboxLost", err)
+	}
+	waitFor(t, 5*time.Second, noProcesses(t, marker))
+	if res := bash(t, d, session, "echo ok"); res.IsError || res.Output != "ok\n" {
+		t.Errorf("next call = %+v, want output %q", res, "ok\n")
+	}
+}
+
+// A timeout kills every process of the call, in its process group or not,
+// but not the executor: the sandbox stays warm.
+func TestTimeoutSparesExecutor(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{IdleTimeout: time.Hour})
+	session := uuid.New()
+	bash(t, d, session, "echo x > /tmp/kept")
+	bwrap, executor := sandboxPids(t, d, session)
+	marker := fmt.Sprintf("60.%d4", os.Getpid())
+	cmd := fmt.Sprintf("sleep %s & setsid sleep %s & (sleep %s &); echo started; sleep %s", marker, marker, marker, marker)
+	res := run(t, d, session, &tool.BashArgs{Command: cmd, Timeout: 300})
+	if !res.TimedOut || res.Output != "started\nCommand timed out after 300ms" {
+		t.Errorf("result = %+v, want a timeout", res)
+	}
+	waitFor(t, 5*time.Second, noProcesses(t, marker))
+	if b, x := sandboxPids(t, d, session); b != bwrap || x != executor {
+		t.Errorf("after the timeout: bwrap %d, executor %d; want %d and %d", b, x, bwrap, executor)
+	}
+	if res := bash(t, d, session, "cat /tmp/kept"); res.Output != "x\n" {
+		t.Errorf("/tmp/kept after the timeout = %+v, want x", res)
+	}
+}
+
+// What a command leaves running when it returns is killed then, whether it
+// stayed in the command's process group or left it; the sandbox stays warm.
+func TestOrphansKilledWhenCallReturns(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{IdleTimeout: time.Hour})
+	session := uuid.New()
+	marker := fmt.Sprintf("60.%d5", os.Getpid())
+	res := bash(t, d, session, fmt.Sprintf("sleep %s >/dev/null 2>&1 & setsid sleep %s >/dev/null 2>&1 & (setsid sleep %s >/dev/null 2>&1 &); echo bye", marker, marker, marker))
+	if res.IsError || res.Output != "bye\n" {
+		t.Errorf("result = %+v, want output %q", res, "bye\n")
+	}
+	waitFor(t, 5*time.Second, noProcesses(t, marker))
+	if liveSandbox(d, session) == nil {
+		t.Error("the sandbox stopped with the call")
+	}
+}
+
+// A command cannot kill the executor, PID 1 of its sandbox, with signals.
+func TestCommandsCannotKillExecutor(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{IdleTimeout: time.Hour})
+	session := uuid.New()
+	bash(t, d, session, "true")
+	bwrap, executor := sandboxPids(t, d, session)
+	// Every signal number, then everything but the shell itself.
+	cmd := "for n in $(seq 1 64); do kill -s $n 1; done 2>/dev/null; kill -KILL -1 2>/dev/null; echo alive"
+	if res := bash(t, d, session, cmd); res.Output != "alive\n" {
+		t.Errorf("signalling pid 1: %+v, want output %q", res, "alive\n")
+	}
+	if res := bash(t, d, session, "echo still"); res.Output != "still\n" {
+		t.Errorf("next call = %+v", res)
+	}
+	if b, x := sandboxPids(t, d, session); b != bwrap || x != executor {
+		t.Errorf("after the signals: bwrap %d, executor %d; want %d and %d", b, x, bwrap, executor)
+	}
+}
+
+// An idle sandbox is stopped, leaving no process behind; the next call
+// starts a new one on the same workspace.
+func TestIdleSandboxStopped(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{IdleTimeout: 300 * time.Millisecond})
+	session := uuid.New()
+	bash(t, d, session, "echo x > kept; echo y > /tmp/gone")
+	bwrap, executor := sandboxPids(t, d, session)
+	waitFor(t, 5*time.Second, func() error {
+		if liveSandbox(d, session) != nil {
+			return errors.New("the sandbox is still live")
+		}
+		return gone(bwrap, executor)()
+	})
+	res := bash(t, d, session, "cat kept; ls -A /tmp")
+	if res.IsError || res.Output != "x\n" {
+		t.Errorf("call after the idle stop = %+v, want output %q", res, "x\n")
+	}
+}
+
+func TestDestroyAndCloseStopSandboxes(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{IdleTimeout: time.Hour})
+	one, two := uuid.New(), uuid.New()
+	bash(t, d, one, "true")
+	bash(t, d, two, "true")
+	bwrap1, executor1 := sandboxPids(t, d, one)
+	bwrap2, executor2 := sandboxPids(t, d, two)
+
+	if err := d.Destroy(tenant, one); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, gone(bwrap1, executor1))
+	if err := gone(bwrap2, executor2)(); err == nil {
+		t.Error("Destroy of one session stopped the other's sandbox")
+	}
+
+	d.Close()
+	waitFor(t, 5*time.Second, gone(bwrap2, executor2))
+	if _, err := d.Run(t.Context(), tenant, two, &tool.BashArgs{Command: "true"}); err == nil {
+		t.Error("Run after Close: nil error")
+	}
+	d.Close()
+}
+
+// Started by hand outside a sandbox, the executor refuses to run: as
+// anything but PID 1 its kill(-1) would reach the caller's processes.
+func TestExecutorRefusesOutsideSandbox(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, ExecutorArg)
+	cmd.Stdin = strings.NewReader(`{"id":1,"command":"true"}` + "\n")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "first process of a sandbox") {
+		t.Errorf("executor outside a sandbox: %v, %q; want exit status 2 and a refusal", err, out)
+	}
+}
+
+// Where ptrace is refused, the executor sets limits with /bin/sh's ulimit;
+// run that fallback by hand inside a sandbox, with limits below the
+// sandbox's own so that they show.
+func TestShellFallbackLimits(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{})
+	l := limits{CPU: 7, CPUHard: 12, AS: 512 << 20, FSize: 1 << 20, NoFile: 256, NProc: 100}
+	command := "ulimit -St; ulimit -Ht; ulimit -v; ulimit -f; ulimit -n; ulimit -u; echo $BASH_VERSION | grep -q . && echo bash"
+	var quoted []string
+	for _, arg := range shellArgs(l, "/bin/bash", command) {
+		quoted = append(quoted, "'"+strings.ReplaceAll(arg, "'", `'\''`)+"'")
+	}
+	res := bash(t, d, uuid.New(), strings.Join(quoted, " "))
+	if want := "7\n12\n524288\n1024\n256\n100\nbash\n"; res.Output != want {
+		t.Errorf("limits under the fallback = %q, want %q", res.Output, want)
+	}
+}
+
+// helperDirEnv names the data directory of the manager that
+// TestSandboxDiesWithManager runs in a child process.
+const helperDirEnv = "CORRAL_SANDBOX_TEST_MANAGER_DIR"
+
+// helperMarkerEnv is how long the helper's last call sleeps, which marks it.
+const helperMarkerEnv = "CORRAL_SANDBOX_TEST_MANAGER_SLEEP"
+
+// TestHelperManager is the manager process of TestSandboxDiesWithManager:
+// it starts a sandbox, ends some OS threads, checks the sandbox survived
+// that, prints the pids of bwrap and the executor, and runs a long call
+// until it is killed.
+func TestHelperManager(t *testing.T) {
+	dir := os.Getenv(helperDirEnv)
+	if dir == "" {
+		t.Skip("run by TestSandboxDiesWithManager")
+	}
+	d := newDriver(t, Config{Dir: dir, IdleTimeout: time.Hour})
+	session := uuid.New()
+	bash(t, d, session, "true")
+	bwrap, executor := sandboxPids(t, d, session)
+	// A goroutine that ends locked to its thread ends the thread too. Had
+	// bwrap been forked from such a thread, its parent-death signal would
+	// fire now.
+	for range 8 {
+		done := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(done)
+		}()
+		<-done
+	}
+	bash(t, d, session, "true")
+	if b, x := sandboxPids(t, d, session); b != bwrap || x != executor {
+		t.Fatalf("the sandbox changed from %d/%d to %d/%d", bwrap, executor, b, x)
+	}
+	fmt.Printf("pids %d %d\n", bwrap, executor)
+	// Busy, the executor does not notice its stdin closing when we die.
+	_, _ = d.Run(t.Context(), tenant, session, &tool.BashArgs{Command: "sleep " + os.Getenv(helperMarkerEnv)})
+	t.Fatal("the call returned")
+}
+
+// A sandbox dies with its manager, however the manager dies.
+func TestSandboxDiesWithManager(t *testing.T) {
+	t.Parallel()
+	newDriver(t, Config{}) // skips where bwrap cannot run
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestHelperManager$", "-test.timeout=1m")
+	marker := fmt.Sprintf("60.%d6", os.Getpid())
+	cmd.Env = append(os.Environ(), helperDirEnv+"="+t.TempDir(), helperMarkerEnv+"="+marker)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	var bwrap, executor int
+	if _, err := fmt.Fscanf(stdout, "pids %d %d\n", &bwrap, &executor); err != nil {
+		t.Fatalf("read the helper's pids: %v", err)
+	}
+	waitFor(t, 5*time.Second, func() error {
+		if len(hostProcesses(t, marker)) == 0 {
+			return errors.New("the helper's call has not started")
+		}
+		return nil
+	})
+	if err := gone(bwrap)(); err == nil {
+		t.Fatalf("bwrap %d is not running", bwrap)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, gone(bwrap, executor))
+	waitFor(t, 5*time.Second, noProcesses(t, marker))
+}

@@ -1,0 +1,167 @@
+package sandbox
+
+import (
+	"sync"
+	"time"
+)
+
+// session is the Driver's state for one workspace: the lock that
+// serialises its calls and its live sandbox, if it has one.
+type session struct {
+	key   string        // the workspace path
+	token chan struct{} // holds a value while a call (or Destroy, or an idle stop) runs
+
+	// The rest is guarded by Driver.mu. box is set and cleared only by the
+	// holder of token; Close kills it without clearing it.
+	refs  int         // holders and waiters of token
+	box   *box        // the live sandbox, or nil
+	timer *time.Timer // stops box once the session is idle
+	calls uint64      // counts calls, so a late idle timer knows it is stale
+}
+
+// lock takes the lock of the session whose workspace is key and returns
+// the session and the func that releases it, or gives up with ok false
+// when done is closed. Releasing the lock of a session with a live sandbox
+// starts its idle timer.
+func (d *Driver) lock(done <-chan struct{}, key string) (s *session, unlock func(), ok bool) {
+	d.mu.Lock()
+	s = d.sessions[key]
+	if s == nil {
+		s = &session{key: key, token: make(chan struct{}, 1)}
+		d.sessions[key] = s
+	}
+	s.refs++
+	d.mu.Unlock()
+	select {
+	case s.token <- struct{}{}:
+	case <-done:
+		d.unref(s)
+		return nil, nil, false
+	}
+	d.mu.Lock()
+	s.calls++
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	d.mu.Unlock()
+	return s, func() {
+		d.mu.Lock()
+		if s.box != nil && !d.closed {
+			gen := s.calls
+			s.timer = time.AfterFunc(d.cfg.IdleTimeout, func() { d.stopIdle(s, gen) })
+		}
+		d.mu.Unlock()
+		<-s.token
+		d.unref(s)
+	}, true
+}
+
+// unref drops a reference to s, and s itself once nothing refers to it and
+// it has no sandbox.
+func (d *Driver) unref(s *session) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.refs--; s.refs == 0 && s.box == nil {
+		delete(d.sessions, s.key)
+	}
+}
+
+// stopIdle stops the sandbox of s unless a call came after the one that
+// armed the timer (whose count was gen) or the Driver is closed.
+func (d *Driver) stopIdle(s *session, gen uint64) {
+	d.mu.Lock()
+	if d.closed || s.box == nil || s.calls != gen {
+		d.mu.Unlock()
+		return
+	}
+	s.refs++
+	d.idle.Add(1)
+	d.mu.Unlock()
+	defer d.idle.Done()
+
+	s.token <- struct{}{} // a call that slipped in first is bounded by its timeout
+	d.mu.Lock()
+	var b *box
+	if s.calls == gen {
+		b, s.box = s.box, nil
+	}
+	d.mu.Unlock()
+	if b != nil {
+		b.stop()
+	}
+	<-s.token
+	d.unref(s)
+}
+
+// liveBox returns the live sandbox of s, starting one around workspace if
+// it has none or its sandbox died since the last call. fresh reports a new
+// one. The caller holds the lock of s.
+func (d *Driver) liveBox(s *session, workspace string) (b *box, fresh bool, err error) {
+	d.mu.Lock()
+	b = s.box
+	d.mu.Unlock()
+	if b != nil && b.alive() {
+		return b, false, nil
+	}
+	if b != nil {
+		d.discard(s, b)
+	}
+	b, err = d.startBox(workspace)
+	if err != nil {
+		return nil, false, err
+	}
+	d.mu.Lock()
+	closed := d.closed
+	if !closed {
+		s.box = b
+	}
+	d.mu.Unlock()
+	if closed {
+		b.kill()
+		<-b.done
+		return nil, false, errClosed
+	}
+	return b, true, nil
+}
+
+// discard kills b, the sandbox of s, and waits for it to end.
+func (d *Driver) discard(s *session, b *box) {
+	d.mu.Lock()
+	if s.box == b {
+		s.box = nil
+	}
+	d.mu.Unlock()
+	b.kill()
+	<-b.done
+}
+
+// Close stops every live sandbox and waits for them to end. Idle ones are
+// asked to exit; any still running after a second, such as one in the
+// middle of a call, is killed, and that call fails. Run fails once Close
+// has begun; Destroy still removes workspaces. Close is idempotent.
+func (d *Driver) Close() {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	d.closed = true
+	var boxes []*box
+	for _, s := range d.sessions {
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		if s.box != nil {
+			boxes = append(boxes, s.box)
+		}
+	}
+	d.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, b := range boxes {
+		wg.Go(b.stop)
+	}
+	wg.Wait()
+	d.idle.Wait()
+	d.starter.stop()
+}
