@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs Corral's benchmarks and their baselines in one run and prints the
+# figures side by side: the durable tool call round trip next to a bare
+# fork-exec, a bare bwrap start and a bare JetStream round trip; sandbox cold
+# start and warm call; throughput with 64 sessions; resume after SIGKILL.
+#   scripts/bench.sh [N]    # N iterations per latency benchmark (default 500)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n="${1:-500}"
+command -v bwrap >/dev/null 2>&1 || { echo "bench.sh: install bubblewrap first (scripts/test.sh does)" >&2; exit 1; }
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
+(cd services/sandbox-manager && go test -run '^$' -bench 'ForkExecTrue|BwrapTrue|WarmCall|ColdStart' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
+(cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ToolCallRoundTrip' -benchtime "${n}x" .) | tee -a "$out"
+(cd services/corral && go test -run '^$' -bench 'Throughput' -benchtime "$((n * 20))x" .) | tee -a "$out"
+(cd services/corral && go test -run '^$' -bench 'Resume' -benchtime 3x .) | tee -a "$out"
+
+echo
+echo "| benchmark | p50 | p99 | other |"
+echo "|---|---|---|---|"
+awk '/^Benchmark/ {
+	name=$1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
+	p50=""; p99=""; other=""
+	for (i = 3; i < NF; i++) {
+		if ($(i+1) == "p50-ms") p50=$i " ms"
+		else if ($(i+1) == "p99-ms") p99=$i " ms"
+		else if ($(i+1) ~ /\/s$|-ms$/) other=other $i " " $(i+1) " "
+	}
+	printf "| %s | %s | %s | %s|\n", name, p50, p99, other
+}' "$out"
