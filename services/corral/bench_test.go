@@ -206,4 +206,3 @@ func BenchmarkForkExecTrue(b *testing.B) {
 	b.StopTimer()
 	percentiles(b, ds, "")
 }
-
