@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -34,6 +35,17 @@ const (
 
 // ServiceSandbox is the tool service that runs calls in sandboxes.
 const ServiceSandbox = "sandbox"
+
+// RequestTimeout bounds each request to the server. A request sent just
+// before the server died can lose its answer; without a bound it would wait
+// out the caller's whole deadline (minutes for a handler) instead of failing
+// and being retried against the restarted server.
+const RequestTimeout = 10 * time.Second
+
+// Bound returns ctx limited to [RequestTimeout].
+func Bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, RequestTimeout)
+}
 
 // RequestSubject is where clients publish a [event.Request].
 func RequestSubject(tenant string, session uuid.UUID) string {

@@ -29,6 +29,8 @@ const OffloadThreshold = 16 << 10
 // wrapping [ErrDuplicate]: the event was recorded before, maybe not with
 // this content. Most callers treat that as success.
 func Record(ctx context.Context, js jetstream.JetStream, ev event.Event, msgID string) error {
+	ctx, cancel := Bound(ctx)
+	defer cancel()
 	h := ev.Head()
 	subject := EventSubject(h.Tenant, h.Session, h.Type)
 	data, err := json.Marshal(ev)
@@ -93,6 +95,8 @@ func Resolve(ctx context.Context, js jetstream.JetStream, data []byte) ([]byte, 
 	if err := json.Unmarshal(data, &stub); err != nil || stub.Type != event.TypeOffloaded {
 		return data, nil // not a stub after all: let the caller's parse judge it
 	}
+	ctx, cancel := Bound(ctx)
+	defer cancel()
 	obs, err := js.ObjectStore(ctx, BucketPayloads)
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", stub.Object, err)

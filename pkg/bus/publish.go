@@ -17,6 +17,8 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string,
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", subject, err)
 	}
+	ctx, cancel := Bound(ctx)
+	defer cancel()
 	if _, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID)); err != nil {
 		return fmt.Errorf("publish %s: %w", subject, err)
 	}

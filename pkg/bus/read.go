@@ -15,7 +15,9 @@ import (
 // when it is called, oldest first. Offloaded events come back resolved
 // (see [Resolve]).
 func ReadAll(ctx context.Context, js jetstream.JetStream, stream, filter string) ([]Msg, error) {
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+	rctx, cancel := Bound(ctx)
+	defer cancel()
+	cons, err := js.OrderedConsumer(rctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter},
 		// The server forgets the consumer soon after the read.
 		InactiveThreshold: 5 * time.Second,
@@ -23,7 +25,7 @@ func ReadAll(ctx context.Context, js jetstream.JetStream, stream, filter string)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", filter, err)
 	}
-	info, err := cons.Info(ctx)
+	info, err := cons.Info(rctx)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", filter, err)
 	}
@@ -89,7 +91,9 @@ func ParseSubject(subject string) (string, uuid.UUID, error) {
 func ReadAfter(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, filter string, seq uint64) ([]Msg, error) {
 	var out []Msg
 	for {
-		raw, err := stream.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(filter))
+		rctx, cancel := Bound(ctx)
+		raw, err := stream.GetMsg(rctx, seq+1, jetstream.WithGetMsgSubject(filter))
+		cancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return out, nil
 		}

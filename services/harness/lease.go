@@ -24,9 +24,11 @@ var errLeaseHeld = fmt.Errorf("session lease held by another harness: %w", bus.E
 func (s *Service) acquireLease(ctx context.Context, id uuid.UUID) (_ context.Context, release func(), err error) {
 	key := id.String()
 	me := []byte(s.cfg.Instance)
-	rev, err := s.leases.Create(ctx, key, me)
+	rctx, rcancel := bus.Bound(ctx)
+	defer rcancel()
+	rev, err := s.leases.Create(rctx, key, me)
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		e, gerr := s.leases.Get(ctx, key)
+		e, gerr := s.leases.Get(rctx, key)
 		if gerr != nil || string(e.Value()) != s.cfg.Instance {
 			return nil, nil, errLeaseHeld
 		}
@@ -46,14 +48,19 @@ func (s *Service) acquireLease(ctx context.Context, id uuid.UUID) (_ context.Con
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				r, err := s.leases.Update(ctx, key, me, rev)
+				// A renewal slower than the lease's TTL has failed anyway.
+				rctx, rcancel := context.WithTimeout(ctx, bus.LeaseTTL/3)
+				r, err := s.leases.Update(rctx, key, me, rev)
+				rcancel()
 				if err == nil {
 					rev = r
 					continue
 				}
 				// The update may have been applied and only its answer lost:
 				// the lease is still ours if it says so.
-				e, gerr := s.leases.Get(ctx, key)
+				rctx, rcancel = context.WithTimeout(ctx, bus.LeaseTTL/3)
+				e, gerr := s.leases.Get(rctx, key)
+				rcancel()
 				if gerr == nil && string(e.Value()) == s.cfg.Instance {
 					rev = e.Revision()
 					continue

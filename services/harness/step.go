@@ -48,6 +48,9 @@ func (s *Service) step(ctx context.Context, st *state) error {
 		if missing := st.missing(); len(missing) > 0 {
 			return s.dispatch(ctx, st, missing)
 		}
+		if err := s.backfillDispatched(ctx, st); err != nil {
+			return err
+		}
 		st.flushResults()
 	case st.answered != nil:
 		return s.complete(ctx, st)
@@ -151,17 +154,39 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 		if err := bus.Publish(ctx, s.js, bus.ToolSubject(bus.ServiceSandbox, st.tenant, st.session), c.ID.String(), &call); err != nil {
 			return err
 		}
-		d := event.ToolDispatched{
-			Header:  event.NewHeader(event.TypeToolDispatched, st.tenant, st.session),
-			Call:    c.ID,
-			Turn:    st.pending.Turn,
-			Name:    c.Name,
-			Summary: summary(input),
-			Service: bus.ServiceSandbox,
-		}
-		if err := s.record(ctx, &d, c.ID.String()+":dispatched"); err != nil {
+		if err := s.recordDispatched(ctx, st, c, input); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call, input json.RawMessage) error {
+	d := event.ToolDispatched{
+		Header:  event.NewHeader(event.TypeToolDispatched, st.tenant, st.session),
+		Call:    c.ID,
+		Turn:    st.pending.Turn,
+		Name:    c.Name,
+		Summary: summary(input),
+		Service: bus.ServiceSandbox,
+	}
+	return s.record(ctx, &d, c.ID.String()+":dispatched")
+}
+
+// backfillDispatched records the dispatch of calls that were put on the
+// queue, and have run, but whose harness died before recording that it
+// dispatched them, so that every call that ran shows in the log as
+// dispatched. Calls refused by [checkCall] were never dispatched.
+func (s *Service) backfillDispatched(ctx context.Context, st *state) error {
+	for _, c := range st.pending.Calls {
+		input := st.pending.Input(c)
+		if st.dispatched[c.ID] || checkCall(c.Name, input) != nil {
+			continue
+		}
+		if err := s.recordDispatched(ctx, st, c, input); err != nil {
+			return err
+		}
+		st.dispatched[c.ID] = true
 	}
 	return nil
 }

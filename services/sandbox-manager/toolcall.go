@@ -53,7 +53,10 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 		return err
 	}
 	defer unlock()
-	if _, err := s.calls.Create(ctx, c.Call.String(), []byte(s.cfg.Instance)); err != nil {
+	rctx, rcancel := bus.Bound(ctx)
+	_, err = s.calls.Create(rctx, c.Call.String(), []byte(s.cfg.Instance))
+	rcancel()
+	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("mark call %s: %w", c.Call, err)
 		}
