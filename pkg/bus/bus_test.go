@@ -43,7 +43,9 @@ func consume(t *testing.T, js jetstream.JetStream, c bus.Consumer) {
 	c.Stream = bus.StreamTools
 	c.Config.Durable = "test-" + strings.ReplaceAll(t.Name(), "/", "-")
 	c.Config.FilterSubject = "tools.test.>"
-	c.RetryDelay = 10 * time.Millisecond
+	if c.RetryDelay == 0 {
+		c.RetryDelay = 10 * time.Millisecond
+	}
 	go func() { done <- bus.Consume(ctx, js, c) }()
 	t.Cleanup(func() {
 		cancel()
@@ -117,6 +119,33 @@ func TestConsumeAcksAndRetries(t *testing.T) {
 	})
 	if dl := deadLetters(t, js); len(dl) != 0 {
 		t.Errorf("dead letters = %v, want none", dl)
+	}
+}
+
+// A handler that knows when it can go on has its message back then, not
+// after the consumer's RetryDelay.
+func TestConsumeNotYetAfter(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	var attempts atomic.Int32
+	consume(t, js, bus.Consumer{
+		RetryDelay: time.Hour,
+		Handler: func(ctx context.Context, m bus.Msg) error {
+			if attempts.Add(1) < 4 {
+				return bus.NotYet(20*time.Millisecond, errors.New("lease held"))
+			}
+			return nil
+		},
+	})
+	publish(t, js, "one", []byte(`{"n":1}`))
+	waitFor(t, 10*time.Second, func() error {
+		if n := attempts.Load(); n != 4 {
+			return fmt.Errorf("attempts = %d, want 4", n)
+		}
+		return nil
+	})
+	if !errors.Is(bus.NotYet(time.Second, errors.New("x")), bus.ErrNotYet) {
+		t.Error("NotYet does not match ErrNotYet")
 	}
 }
 

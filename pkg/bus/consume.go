@@ -26,6 +26,22 @@ var ErrPermanent = errors.New("permanent failure")
 // up for that.
 var ErrNotYet = errors.New("not yet")
 
+// NotYet returns an error matching [ErrNotYet] whose message is
+// redelivered after d rather than after RetryDelay, for a handler that
+// knows when it can go on (when a lease runs out, say).
+func NotYet(d time.Duration, err error) error {
+	return &notYetError{after: d, err: err}
+}
+
+type notYetError struct {
+	after time.Duration
+	err   error
+}
+
+func (e *notYetError) Error() string { return e.err.Error() }
+
+func (e *notYetError) Unwrap() []error { return []error{ErrNotYet, e.err} }
+
 // Permanent wraps err so that it matches [ErrPermanent].
 func Permanent(err error) error {
 	return fmt.Errorf("%w: %w", ErrPermanent, err)
@@ -232,7 +248,11 @@ func (c *Consumer) handle(base context.Context, log *slog.Logger, msg jetstream.
 		}
 		log.DebugContext(ctx, "message handled")
 	case errors.Is(err, ErrNotYet):
-		_ = msg.NakWithDelay(c.RetryDelay)
+		delay := c.RetryDelay
+		if ny, ok := errors.AsType[*notYetError](err); ok {
+			delay = max(ny.after, time.Millisecond)
+		}
+		_ = msg.NakWithDelay(delay)
 		log.DebugContext(ctx, "message not ready, will retry", "delivered", m.Delivered, "err", err)
 	case errors.Is(err, ErrPermanent) || (c.Config.MaxDeliver > 0 && m.Delivered >= uint64(c.Config.MaxDeliver)):
 		// The handler's ctx may be what failed; recording the failure

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
@@ -25,26 +26,46 @@ import (
 // embedded server, with a fake model running script.
 func inproc(b *testing.B, script modeltest.Script) jetstream.JetStream {
 	b.Helper()
-	_, _, js := natstest.Run(b)
+	_, js, getenv := benchPlatform(b, script)
+	runServices(b, js, getenv, true)
+	return js
+}
+
+// benchPlatform starts an embedded server and a fake model running script,
+// and returns the settings the services take.
+func benchPlatform(b *testing.B, script modeltest.Script) (*server.Server, jetstream.JetStream, func(string) string) {
+	b.Helper()
+	srv, _, js := natstest.Run(b)
 	fake := modeltest.New(b, script)
-	data := b.TempDir()
-	getenv := func(k string) string {
-		return map[string]string{
-			"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": "k", "CORRAL_MODEL": "openai:bench",
-			"CORRAL_DATA_DIR": data, "CORRAL_SHUTDOWN_GRACE": "1s",
-		}[k]
+	env := map[string]string{
+		"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": "k", "CORRAL_MODEL": "openai:bench",
+		"CORRAL_DATA_DIR": b.TempDir(), "CORRAL_SHUTDOWN_GRACE": "1s", "CORRAL_MAX_TURNS": "1000000",
+		"CORRAL_NATS_URL": srv.ClientURL(),
 	}
-	hcfg, err := harness.LoadConfig(getenv)
-	if err != nil {
-		b.Fatal(err)
+	return srv, js, func(k string) string { return env[k] }
+}
+
+// runServices runs a sandbox-manager, and a harness if withHarness, in this
+// process until the benchmark ends.
+func runServices(b *testing.B, js jetstream.JetStream, getenv func(string) string, withHarness bool) {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	b.Cleanup(func() { cancel(); wg.Wait() })
+	log := slog.New(slog.DiscardHandler)
+	if withHarness {
+		hcfg, err := harness.LoadConfig(getenv)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h, err := harness.New(ctx, hcfg, js, log)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = h.Run(ctx) }()
 	}
 	scfg, err := sandboxmanager.LoadConfig(getenv)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.DiscardHandler)
-	h, err := harness.New(ctx, hcfg, js, log)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -52,33 +73,42 @@ func inproc(b *testing.B, script modeltest.Script) jetstream.JetStream {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = h.Run(ctx) }()
+	wg.Add(1)
 	go func() { defer wg.Done(); _ = sm.Run(ctx) }()
-	b.Cleanup(func() { cancel(); wg.Wait() })
-	return js
 }
 
 // startSession publishes a request and returns a channel closed when the
-// session completes.
+// session completes. A session that fails fails the benchmark.
 func startSession(b *testing.B, js jetstream.JetStream, tenant string) (uuid.UUID, <-chan struct{}) {
+	b.Helper()
+	return startSessionPrompt(b, js, tenant, "go")
+}
+
+func startSessionPrompt(b *testing.B, js jetstream.JetStream, tenant, prompt string) (uuid.UUID, <-chan struct{}) {
 	b.Helper()
 	ctx := context.Background()
 	session := uuid.Must(uuid.NewV7())
 	done := make(chan struct{})
 	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.EventSubject(tenant, session, event.TypeSessionCompleted)},
+		FilterSubjects: []string{
+			bus.EventSubject(tenant, session, event.TypeSessionCompleted),
+			bus.EventSubject(tenant, session, event.TypeSessionFailed),
+		},
+		InactiveThreshold: time.Second,
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	go func() {
-		if _, err := cons.Next(jetstream.FetchMaxWait(10 * time.Minute)); err == nil {
-			close(done)
+		defer close(done)
+		msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Minute))
+		if err != nil {
+			b.Errorf("session %s: %v", session, err)
+		} else if msg.Subject() != bus.EventSubject(tenant, session, event.TypeSessionCompleted) {
+			b.Errorf("session %s: %s", session, msg.Data())
 		}
 	}()
-	req := event.Request{Header: event.NewHeader(event.TypeRequest, tenant, session), User: "bench", Prompt: "go"}
+	req := event.Request{Header: event.NewHeader(event.TypeRequest, tenant, session), User: "bench", Prompt: prompt}
 	if err := bus.Publish(ctx, js, bus.RequestSubject(tenant, session), req.ID.String(), &req); err != nil {
 		b.Fatal(err)
 	}
@@ -103,56 +133,71 @@ func percentiles(b *testing.B, ds []time.Duration, prefix string) (p50, p99 floa
 // records the model's response and dispatches the call, the sandbox-manager
 // runs `true` in the session's warm sandbox and records the result, and the
 // harness folds it in and asks the model for the next turn. Each op is the
-// time from one model request to the next; the fake model answers at once.
+// time from the fake model's answer to its next request. Sessions run one
+// after the other, rtTurns calls each, so the conversation the harness sends
+// stays small; each session's first call cold-starts its sandbox and is not
+// counted.
 func BenchmarkToolCallRoundTrip(b *testing.B) {
+	const rtTurns = 20
 	var mu sync.Mutex
-	var stamps []time.Time
-	turns := b.N + 1 // the first call cold-starts the sandbox; it is not counted
+	var ds []time.Duration
+	answered := map[string]time.Time{} // by session prompt
 	js := inproc(b, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		now := time.Now()
+		n := modeltest.Turns(c)
+		key := c.Messages[0].Text
 		mu.Lock()
-		stamps = append(stamps, time.Now())
-		mu.Unlock()
-		if modeltest.Turns(c) < turns {
-			return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "true"}}}}, nil
+		if n >= 2 {
+			ds = append(ds, now.Sub(answered[key]))
 		}
-		return modeltest.Turn{Text: "done"}, nil
+		mu.Unlock()
+		t := modeltest.Turn{Text: "done"}
+		if n < rtTurns {
+			t = modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "true"}}}}
+		}
+		mu.Lock()
+		answered[key] = time.Now()
+		mu.Unlock()
+		return t, nil
 	})
 	b.ResetTimer()
-	_, done := startSession(b, js, "bench")
-	<-done
-	b.StopTimer()
-	var ds []time.Duration
-	for i := 2; i < len(stamps); i++ {
-		ds = append(ds, stamps[i].Sub(stamps[i-1]))
+	for i := 0; i < b.N; i += rtTurns - 1 {
+		_, done := startSessionPrompt(b, js, "bench", fmt.Sprint("session ", i))
+		<-done
 	}
+	b.StopTimer()
 	percentiles(b, ds, "")
 }
 
-// BenchmarkThroughput runs 64 sessions at once whose model asks for a Read
-// per turn (a call that runs no process) and answers instantly, and reports
-// tool calls per second.
+// BenchmarkThroughput keeps 64 sessions in flight whose model asks for a
+// Glob per turn (a call that runs no process) and answers instantly, and
+// reports tool calls per second. Each session makes tpTurns calls, and a
+// new one starts as one ends, so that the conversations the harness sends
+// and the fake model parses stay small.
 func BenchmarkThroughput(b *testing.B) {
-	const sessions = 64
-	perSession := max(b.N/sessions, 1)
+	const sessions, tpTurns = 64, 10
 	js := inproc(b, func(c modeltest.Conversation) (modeltest.Turn, error) {
-		if modeltest.Turns(c) < perSession {
+		if modeltest.Turns(c) < tpTurns {
 			return modeltest.Turn{Calls: []modeltest.Call{{Name: "Glob", Input: map[string]any{"pattern": "*"}}}}, nil
 		}
 		return modeltest.Turn{Text: "done"}, nil
 	})
+	per := max(b.N/(sessions*tpTurns), 1)
 	b.ResetTimer()
 	start := time.Now()
-	var dones []<-chan struct{}
+	var wg sync.WaitGroup
 	for range sessions {
-		_, done := startSession(b, js, "bench")
-		dones = append(dones, done)
+		wg.Go(func() {
+			for range per {
+				_, done := startSession(b, js, "bench")
+				<-done
+			}
+		})
 	}
-	for _, d := range dones {
-		<-d
-	}
+	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	b.ReportMetric(float64(sessions*perSession)/elapsed.Seconds(), "calls/s")
+	b.ReportMetric(float64(sessions*per*tpTurns)/elapsed.Seconds(), "calls/s")
 }
 
 // BenchmarkJetStreamRoundTrip is the bare baseline: publish a message to a

@@ -53,6 +53,10 @@ func checkPlatform(ctx context.Context, js jetstream.JetStream, url string) erro
 func follow(ctx context.Context, js jetstream.JetStream, tenant string, session uuid.UUID, fn func(ev any, raw []byte, pending uint64) (done bool, err error)) error {
 	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.SessionEvents(tenant, session)},
+		// Many clients come and go; the server forgets each one's
+		// consumer soon after it stops pulling, not after the default
+		// five minutes.
+		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
 		return fmt.Errorf("follow session %s: %w", session, err)

@@ -29,8 +29,14 @@ func (s *Service) acquireLease(ctx context.Context, id uuid.UUID) (_ context.Con
 	rev, err := s.leases.Create(rctx, key, me)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		e, gerr := s.leases.Get(rctx, key)
-		if gerr != nil || string(e.Value()) != s.cfg.Instance {
+		if gerr != nil {
 			return nil, nil, errLeaseHeld
+		}
+		if string(e.Value()) != s.cfg.Instance {
+			// Come back when the holder's lease runs out, should it have
+			// died: the entry was written at its last renewal.
+			left := bus.LeaseTTL - time.Since(e.Created()) + 50*time.Millisecond
+			return nil, nil, bus.NotYet(min(max(left, 50*time.Millisecond), s.cfg.RetryDelay), errLeaseHeld)
 		}
 		rev, err = e.Revision(), nil // ours, left by a release that failed
 	}
