@@ -31,10 +31,16 @@ const (
 	ConsumerHarnessRequests = "harness-requests"
 	ConsumerHarnessSteps    = "harness-steps"
 	ConsumerSandboxCalls    = "sandbox-manager-calls"
+	ConsumerMemoryCalls     = "memory-calls"
 )
 
-// ServiceSandbox is the tool service that runs calls in sandboxes.
-const ServiceSandbox = "sandbox"
+// Tool services, the second token of a tool call's subject.
+const (
+	// ServiceSandbox runs calls in sandboxes.
+	ServiceSandbox = "sandbox"
+	// ServiceMemory keeps /memories and /skills.
+	ServiceMemory = "memory"
+)
 
 // RequestTimeout bounds each request to the server. A request sent just
 // before the server died can lose its answer; without a bound it would wait

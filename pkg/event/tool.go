@@ -53,6 +53,10 @@ type ToolCall struct {
 	User  string          `json:"user"`
 	Name  string          `json:"name"`
 	Input json.RawMessage `json:"input"`
+	// ExpectVersion is, for a Write or Edit of a memory or skill file, the
+	// version of it this session last read or wrote; zero when it knows
+	// none, so that only a new file may be created.
+	ExpectVersion int64 `json:"expect_version,omitempty"`
 }
 
 // ToolDispatched records that a call was put on the work queue.
@@ -81,6 +85,11 @@ type ToolCompleted struct {
 	TimedOut  bool      `json:"timed_out,omitempty"`
 	// DurationMS is how long the call ran, in milliseconds.
 	DurationMS int64 `json:"duration_ms"`
+	// Path and Version are, for a call on a memory or skill file, the file
+	// and the version of it the call read or wrote: what a later Write or
+	// Edit of it by this session expects to find.
+	Path    string `json:"path,omitempty"`
+	Version int64  `json:"version,omitempty"`
 }
 
 // Offloaded stands in the log for an event too large to carry inline: the

@@ -46,7 +46,11 @@ type state struct {
 	pending    *event.ModelResponded
 	dispatched map[uuid.UUID]bool
 	results    map[uuid.UUID]*event.ToolCompleted
-	usage      model.Usage
+	// versions holds, for each memory or skill file this session has read
+	// or written, the version it saw last: what its next Write or Edit of
+	// the file expects to find there.
+	versions map[string]int64
+	usage    model.Usage
 	// answered is set when the last response made no tool calls: the
 	// session's answer, to be recorded as completed.
 	answered *event.ModelResponded
@@ -93,6 +97,7 @@ func newState(tenant string, session uuid.UUID) *state {
 		requests:   make(map[uuid.UUID]bool),
 		dispatched: make(map[uuid.UUID]bool),
 		results:    make(map[uuid.UUID]*event.ToolCompleted),
+		versions:   make(map[string]int64),
 	}
 }
 
@@ -103,6 +108,7 @@ func (st *state) clone() *state {
 	c.requests = maps.Clone(st.requests)
 	c.dispatched = maps.Clone(st.dispatched)
 	c.results = maps.Clone(st.results)
+	c.versions = maps.Clone(st.versions)
 	c.messages = slices.Clone(st.messages)
 	c.queued = slices.Clone(st.queued)
 	return &c
@@ -178,6 +184,9 @@ func (st *state) apply(ev any) {
 		st.dispatched[e.Call] = true
 	case *event.ToolCompleted:
 		st.results[e.Call] = e
+		if e.Path != "" && !e.IsError {
+			st.versions[e.Path] = e.Version
+		}
 	case *event.SessionCompleted:
 		st.status = statusCompleted
 		st.answered = nil

@@ -127,7 +127,8 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 			continue
 		}
 		input := st.pending.Input(c)
-		if err := checkCall(c.Name, input); err != nil {
+		service, memPath, err := checkCall(c.Name, input)
+		if err != nil {
 			res := event.ToolCompleted{
 				Header:  event.NewHeader(event.TypeToolCompleted, st.tenant, st.session),
 				Call:    c.ID,
@@ -148,27 +149,30 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 			Name:   c.Name,
 			Input:  input,
 		}
+		if c.Name == tool.Write || c.Name == tool.Edit {
+			call.ExpectVersion = st.versions[memPath]
+		}
 		// The call goes on the queue before it is recorded as dispatched:
 		// a crash in between re-publishes it, and the duplicate window
 		// drops the copy.
-		if err := bus.Publish(ctx, s.js, bus.ToolSubject(bus.ServiceSandbox, st.tenant, st.session), c.ID.String(), &call); err != nil {
+		if err := bus.Publish(ctx, s.js, bus.ToolSubject(service, st.tenant, st.session), c.ID.String(), &call); err != nil {
 			return err
 		}
-		if err := s.recordDispatched(ctx, st, c, input); err != nil {
+		if err := s.recordDispatched(ctx, st, c, input, service); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call, input json.RawMessage) error {
+func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call, input json.RawMessage, service string) error {
 	d := event.ToolDispatched{
 		Header:  event.NewHeader(event.TypeToolDispatched, st.tenant, st.session),
 		Call:    c.ID,
 		Turn:    st.pending.Turn,
 		Name:    c.Name,
 		Summary: summary(input),
-		Service: bus.ServiceSandbox,
+		Service: service,
 	}
 	return s.record(ctx, &d, c.ID.String()+":dispatched")
 }
@@ -180,10 +184,14 @@ func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call,
 func (s *Service) backfillDispatched(ctx context.Context, st *state) error {
 	for _, c := range st.pending.Calls {
 		input := st.pending.Input(c)
-		if st.dispatched[c.ID] || checkCall(c.Name, input) != nil {
+		if st.dispatched[c.ID] {
 			continue
 		}
-		if err := s.recordDispatched(ctx, st, c, input); err != nil {
+		service, _, err := checkCall(c.Name, input)
+		if err != nil {
+			continue
+		}
+		if err := s.recordDispatched(ctx, st, c, input, service); err != nil {
 			return err
 		}
 		st.dispatched[c.ID] = true
@@ -192,11 +200,12 @@ func (s *Service) backfillDispatched(ctx context.Context, st *state) error {
 }
 
 // checkCall refuses calls that cannot run as written, in words the model
-// can act on.
-func checkCall(name string, input json.RawMessage) error {
+// can act on, and returns the service that runs the others, with the
+// path of the memory or skill file they name, if any.
+func checkCall(name string, input json.RawMessage) (service, memPath string, err error) {
 	args, err := tool.Parse(name, input)
 	if err != nil {
-		return err
+		return "", "", err
 	}
 	var p string
 	switch a := args.(type) {
@@ -211,8 +220,12 @@ func checkCall(name string, input json.RawMessage) error {
 	case *tool.GrepArgs:
 		p = a.Path
 	}
+	if tool.ForMemory(args) {
+		p, err := tool.MemoryPath(p)
+		return bus.ServiceMemory, p, err
+	}
 	_, err = tool.WorkspacePath(p)
-	return err
+	return bus.ServiceSandbox, "", err
 }
 
 // summary is the start of a call's input, for people watching.

@@ -1,0 +1,89 @@
+package tool
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Trees that live in the memory service rather than the sandbox.
+const (
+	// Memories holds what a tenant's agent has learnt, shared by the
+	// tenant; Private under it is each user's own.
+	Memories = "/memories"
+	Private  = "/memories/private"
+	// Skills holds the tenant's skills, one folder each with a SKILL.md.
+	Skills = "/skills"
+)
+
+// ErrBadMemoryPath is returned by [MemoryPath] for a path under /memories
+// or /skills that cannot name a file.
+var ErrBadMemoryPath = errors.New("invalid memory path")
+
+// MaxMemoryPathBytes is the longest path a memory or skill file may have.
+const MaxMemoryPathBytes = 512
+
+// ForMemory reports whether a call with the given parsed arguments (from
+// [Parse]) goes to the memory service: a file tool whose path is under
+// /memories or /skills. Everything else, Bash always, runs in the sandbox.
+func ForMemory(args any) bool {
+	var p string
+	switch a := args.(type) {
+	case *ReadArgs:
+		p = a.FilePath
+	case *WriteArgs:
+		p = a.FilePath
+	case *EditArgs:
+		p = a.FilePath
+	case *GlobArgs:
+		p = a.Path
+	case *GrepArgs:
+		p = a.Path
+	}
+	return IsMemoryPath(p)
+}
+
+// IsMemoryPath reports whether p, as the model wrote it, is in /memories or
+// /skills. It does not say p is valid: see [MemoryPath].
+func IsMemoryPath(p string) bool {
+	for _, root := range []string{Memories, Skills} {
+		if p == root || strings.HasPrefix(p, root+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// MemoryPath checks a path under /memories or /skills and returns it
+// without a trailing slash. Unlike workspace paths, nothing is resolved:
+// a path must already be in its one canonical form, so "..", ".", empty
+// segments ("//"), control characters, invalid UTF-8 and paths longer than
+// [MaxMemoryPathBytes] are refused with an error wrapping
+// [ErrBadMemoryPath] that says which.
+func MemoryPath(p string) (string, error) {
+	if !IsMemoryPath(p) {
+		return "", fmt.Errorf("%w: %q is not under %s or %s", ErrBadMemoryPath, p, Memories, Skills)
+	}
+	if len(p) > MaxMemoryPathBytes {
+		return "", fmt.Errorf("%w: longer than %d bytes", ErrBadMemoryPath, MaxMemoryPathBytes)
+	}
+	if !utf8.ValidString(p) {
+		return "", fmt.Errorf("%w: not valid UTF-8", ErrBadMemoryPath)
+	}
+	for _, r := range p {
+		if r < 0x20 || r == 0x7f {
+			return "", fmt.Errorf("%w: %q contains a control character", ErrBadMemoryPath, p)
+		}
+	}
+	p = strings.TrimSuffix(p, "/")
+	for _, seg := range strings.Split(p, "/")[1:] {
+		switch seg {
+		case "":
+			return "", fmt.Errorf("%w: %q has an empty segment (//)", ErrBadMemoryPath, p)
+		case ".", "..":
+			return "", fmt.Errorf("%w: %q has a %q segment; write the path without it", ErrBadMemoryPath, p, seg)
+		}
+	}
+	return p, nil
+}

@@ -1,0 +1,268 @@
+// Package storetest is the conformance suite every memory store passes.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"corral.dev/services/memory"
+)
+
+// Run runs the suite against stores made by newStore, one per subtest.
+func Run(t *testing.T, newStore func(t *testing.T) memory.Store) {
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, s memory.Store)
+	}{
+		{"CreateAndGet", testCreateAndGet},
+		{"ExpectedVersion", testExpectedVersion},
+		{"OpAppliedOnce", testOpAppliedOnce},
+		{"DeleteKeepsHistory", testDeleteKeepsHistory},
+		{"Scopes", testScopes},
+		{"Grep", testGrep},
+		{"MaxFiles", testMaxFiles},
+		{"Race", testRace},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newStore(t))
+		})
+	}
+}
+
+func put(t *testing.T, s memory.Store, k memory.Key, content string, expect int64) memory.File {
+	t.Helper()
+	f, err := s.Put(context.Background(), memory.Write{Key: k, Content: content, Expect: expect, By: "ada", Op: uuid.Must(uuid.NewV7())})
+	if err != nil {
+		t.Fatalf("Put(%s, expect %d): %v", k, expect, err)
+	}
+	return f
+}
+
+func key(path string) memory.Key { return memory.Key{Tenant: "acme", Path: path} }
+
+func testCreateAndGet(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	k := key("/memories/notes.md")
+	if _, err := s.Get(ctx, k); !errors.Is(err, memory.ErrNotFound) {
+		t.Fatalf("Get before Put: %v, want ErrNotFound", err)
+	}
+	w := put(t, s, k, "héllo\nworld\n", 0)
+	if w.Version <= 0 {
+		t.Errorf("version = %d, want > 0", w.Version)
+	}
+	got, err := s.Get(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Content != "héllo\nworld\n" || got.Version != w.Version || got.UpdatedBy != "ada" || got.Size != len("héllo\nworld\n") || got.UpdatedAt.IsZero() {
+		t.Errorf("Get = %+v, want the content, version %d, by ada", got, w.Version)
+	}
+}
+
+func testExpectedVersion(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	k := key("/memories/a.md")
+	v1 := put(t, s, k, "one", 0)
+	_, err := s.Put(ctx, memory.Write{Key: k, Content: "again", Expect: 0, By: "bob", Op: uuid.New()})
+	var ce *memory.ConflictError
+	if !errors.As(err, &ce) || ce.Current != v1.Version {
+		t.Fatalf("create over an existing file: %v, want a conflict at version %d", err, v1.Version)
+	}
+	v2 := put(t, s, k, "two", v1.Version)
+	if v2.Version <= v1.Version {
+		t.Fatalf("version after update = %d, want > %d", v2.Version, v1.Version)
+	}
+	if _, err := s.Put(ctx, memory.Write{Key: k, Content: "stale", Expect: v1.Version, By: "bob", Op: uuid.New()}); !errors.Is(err, memory.ErrConflict) {
+		t.Fatalf("write expecting a stale version: %v, want ErrConflict", err)
+	}
+	if _, err := s.Put(ctx, memory.Write{Key: key("/memories/none.md"), Content: "x", Expect: 7, By: "bob", Op: uuid.New()}); !errors.Is(err, memory.ErrConflict) {
+		t.Fatalf("write expecting a version of a missing file: %v, want ErrConflict", err)
+	}
+	got, _ := s.Get(ctx, k)
+	if got.Content != "two" || got.Version != v2.Version {
+		t.Errorf("after refused writes: %q v%d, want %q v%d", got.Content, got.Version, "two", v2.Version)
+	}
+}
+
+func testOpAppliedOnce(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	k := key("/skills/x/SKILL.md")
+	w := memory.Write{Key: k, Content: "first", By: "ada", Op: uuid.New()}
+	a, err := s.Put(ctx, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Put(ctx, w) // redelivered: expects 0, but it is its own write
+	if err != nil || b.Version != a.Version {
+		t.Fatalf("second Put of one op = v%d, %v; want v%d, nil", b.Version, err, a.Version)
+	}
+	h, err := s.History(ctx, k)
+	if err != nil || len(h) != 1 {
+		t.Fatalf("History = %v, %v; want one change", h, err)
+	}
+	if h[0].Op != w.Op || h[0].ChangedBy != "ada" || h[0].Version != a.Version {
+		t.Errorf("change = %+v, want op %s by ada at v%d", h[0], w.Op, a.Version)
+	}
+}
+
+func testDeleteKeepsHistory(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	k := key("/memories/gone.md")
+	v1 := put(t, s, k, "x", 0)
+	if err := s.Delete(ctx, memory.Write{Key: k, Expect: v1.Version + 100, By: "bob", Op: uuid.New()}); !errors.Is(err, memory.ErrConflict) {
+		t.Fatalf("Delete at a wrong version: %v, want ErrConflict", err)
+	}
+	del := memory.Write{Key: k, Expect: v1.Version, By: "bob", Op: uuid.New()}
+	if err := s.Delete(ctx, del); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, del); err != nil {
+		t.Fatalf("redelivered Delete: %v, want nil", err)
+	}
+	if _, err := s.Get(ctx, k); !errors.Is(err, memory.ErrNotFound) {
+		t.Fatalf("Get after Delete: %v, want ErrNotFound", err)
+	}
+	if err := s.Delete(ctx, memory.Write{Key: k, Expect: v1.Version, By: "bob", Op: uuid.New()}); !errors.Is(err, memory.ErrNotFound) {
+		t.Fatalf("Delete of a deleted file: %v, want ErrNotFound", err)
+	}
+	if fs, _ := s.List(ctx, "acme", "", "/memories/"); len(fs) != 0 {
+		t.Errorf("List after Delete = %v, want nothing", fs)
+	}
+	v3 := put(t, s, k, "back", 0)
+	h, err := s.History(ctx, k)
+	if err != nil || len(h) != 3 || !h[1].Deleted || h[1].ChangedBy != "bob" || h[2].Version != v3.Version || h[2].Version <= h[1].Version {
+		t.Fatalf("History = %+v, %v; want created, deleted by bob, created again", h, err)
+	}
+}
+
+func testScopes(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	put(t, s, key("/memories/shared.md"), "s", 0)
+	put(t, s, memory.Key{Tenant: "acme", Owner: "ada", Path: "/memories/private/mine.md"}, "ada's", 0)
+	put(t, s, memory.Key{Tenant: "acme", Owner: "bob", Path: "/memories/private/mine.md"}, "bob's", 0)
+	put(t, s, memory.Key{Tenant: "other", Path: "/memories/theirs.md"}, "t", 0)
+	put(t, s, key("/memories/a_b.md"), "u", 0)
+	put(t, s, key("/memories/axb/c.md"), "u", 0)
+	paths := func(tenant, user, prefix string) string {
+		fs, err := s.List(ctx, tenant, user, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, f := range fs {
+			if f.Content != "" {
+				t.Errorf("List carries content of %s", f.Path)
+			}
+			out = append(out, f.Owner+":"+f.Path)
+		}
+		return strings.Join(out, " ")
+	}
+	for _, tc := range []struct{ tenant, user, prefix, want string }{
+		{"acme", "ada", "/memories/", ":/memories/a_b.md :/memories/axb/c.md ada:/memories/private/mine.md :/memories/shared.md"},
+		{"acme", "bob", "/memories/private/", "bob:/memories/private/mine.md"},
+		{"acme", "eve", "/memories/private/", ""},
+		{"acme", "", "/memories/a_", ":/memories/a_b.md"},
+		{"other", "ada", "/", ":/memories/theirs.md"},
+		{"acme", "ada", "/skills/", ""},
+	} {
+		if got := paths(tc.tenant, tc.user, tc.prefix); got != tc.want {
+			t.Errorf("List(%s, %s, %s) = %q, want %q", tc.tenant, tc.user, tc.prefix, got, tc.want)
+		}
+	}
+	got, err := s.Get(ctx, memory.Key{Tenant: "acme", Owner: "bob", Path: "/memories/private/mine.md"})
+	if err != nil || got.Content != "bob's" {
+		t.Errorf("bob's private file = %q, %v", got.Content, err)
+	}
+	if _, err := s.Get(ctx, memory.Key{Tenant: "other", Path: "/memories/shared.md"}); !errors.Is(err, memory.ErrNotFound) {
+		t.Errorf("another tenant's Get: %v, want ErrNotFound", err)
+	}
+}
+
+func testGrep(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	put(t, s, key("/memories/a.md"), "alpha\nbeta gamma\ndelta\n", 0)
+	put(t, s, key("/memories/b.md"), "gamma ray\n", 0)
+	put(t, s, key("/skills/deploy/SKILL.md"), "gamma in a skill\n", 0)
+	put(t, s, memory.Key{Tenant: "acme", Owner: "bob", Path: "/memories/private/p.md"}, "gamma bob\n", 0)
+	put(t, s, memory.Key{Tenant: "other", Path: "/memories/a.md"}, "gamma other\n", 0)
+	got, err := s.Grep(ctx, "acme", "ada", "/memories/", "gam+a", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []memory.Match{{Path: "/memories/a.md", Line: 2, Text: "beta gamma"}, {Path: "/memories/b.md", Line: 1, Text: "gamma ray"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Grep = %v, want %v", got, want)
+	}
+	if got, _ := s.Grep(ctx, "acme", "bob", "/memories/private/", "^gamma", 100); len(got) != 1 || got[0].Text != "gamma bob" {
+		t.Errorf("bob's Grep of his private memories = %v", got)
+	}
+	if got, _ := s.Grep(ctx, "acme", "ada", "/", "gamma", 2); len(got) != 2 {
+		t.Errorf("Grep with limit 2 = %v", got)
+	}
+	if _, err := s.Grep(ctx, "acme", "ada", "/", "(unclosed", 10); !errors.Is(err, memory.ErrBadPattern) {
+		t.Errorf("Grep with a bad pattern: %v, want ErrBadPattern", err)
+	}
+}
+
+func testMaxFiles(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := s.Put(ctx, memory.Write{Key: key(fmt.Sprintf("/memories/%d.md", i)), Content: "x", By: "ada", Op: uuid.New(), MaxFiles: 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := s.Put(ctx, memory.Write{Key: key("/memories/3.md"), Content: "x", By: "ada", Op: uuid.New(), MaxFiles: 3})
+	if !errors.Is(err, memory.ErrTooMany) {
+		t.Fatalf("fourth file with MaxFiles 3: %v, want ErrTooMany", err)
+	}
+	if _, err := s.Get(ctx, key("/memories/3.md")); !errors.Is(err, memory.ErrNotFound) {
+		t.Errorf("refused file exists: %v", err)
+	}
+	f, _ := s.Get(ctx, key("/memories/0.md"))
+	if _, err := s.Put(ctx, memory.Write{Key: f.Key, Content: "y", Expect: f.Version, By: "ada", Op: uuid.New(), MaxFiles: 3}); err != nil {
+		t.Errorf("updating a file at the limit: %v", err)
+	}
+}
+
+// testRace has many writers update one file from the same version: exactly
+// one wins, the others are refused, and the file is the winner's whole
+// content.
+func testRace(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	k := key("/memories/race.md")
+	base := put(t, s, k, "base", 0)
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = s.Put(ctx, memory.Write{Key: k, Content: strings.Repeat(fmt.Sprint(i, ";"), 1000), Expect: base.Version, By: fmt.Sprint("w", i), Op: uuid.New()})
+		})
+	}
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Errorf("writers %d and %d both won", winner, i)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, memory.ErrConflict):
+			t.Errorf("writer %d: %v, want ErrConflict", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no writer won")
+	}
+	got, err := s.Get(ctx, k)
+	if err != nil || got.Content != strings.Repeat(fmt.Sprint(winner, ";"), 1000) || got.UpdatedBy != fmt.Sprint("w", winner) {
+		t.Errorf("file after the race = %.20q by %s, %v; want writer %d's whole content", got.Content, got.UpdatedBy, err, winner)
+	}
+}

@@ -1,0 +1,279 @@
+package memory
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BucketMemories is the KV bucket of the embedded store.
+const BucketMemories = "memories"
+
+// KVStore is a [Store] in a JetStream KV bucket, for running without a
+// database (corral dev). A file is a key, <tenant>.<owner>.<path> with the
+// owner and path base64url-encoded (the owner "_" for shared files), and its
+// version is the key's revision, so a write expecting a version is the
+// bucket's compare-and-set. A removal is a tombstone value, keeping who
+// removed it in the history. Grep reads the files it searches into the
+// service: fine for one developer, which is what this store is for.
+type KVStore struct {
+	kv jetstream.KeyValue
+}
+
+// kvHistory is how many versions of a file the bucket keeps (its maximum).
+const kvHistory = 64
+
+// NewKVStore creates the bucket, or opens it, and returns the store.
+func NewKVStore(ctx context.Context, js jetstream.JetStream) (*KVStore, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      BucketMemories,
+		Description: "memories and skills of corral dev's embedded store",
+		History:     kvHistory,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open kv %s: %w", BucketMemories, err)
+	}
+	return &KVStore{kv: kv}, nil
+}
+
+// kvFile is a file's value in the bucket.
+type kvFile struct {
+	Path    string    `json:"path"`
+	Owner   string    `json:"owner,omitempty"`
+	Content string    `json:"content,omitempty"`
+	Deleted bool      `json:"deleted,omitempty"`
+	By      string    `json:"by"`
+	At      time.Time `json:"at"`
+	Op      uuid.UUID `json:"op"`
+}
+
+var b64 = base64.RawURLEncoding
+
+func ownerToken(owner string) string {
+	if owner == "" {
+		return "_"
+	}
+	return b64.EncodeToString([]byte(owner))
+}
+
+func kvKey(k Key) string {
+	return k.Tenant + "." + ownerToken(k.Owner) + "." + b64.EncodeToString([]byte(k.Path))
+}
+
+func (s *KVStore) load(ctx context.Context, k Key) (*kvFile, uint64, error) {
+	e, err := s.kv.Get(ctx, kvKey(k))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var f kvFile
+	if err := json.Unmarshal(e.Value(), &f); err != nil {
+		return nil, 0, fmt.Errorf("decode %s: %w", k, err)
+	}
+	return &f, e.Revision(), nil
+}
+
+func (f *kvFile) file(k Key, rev uint64) File {
+	return File{Key: k, Content: f.Content, Size: len(f.Content), Version: int64(rev), UpdatedBy: f.By, UpdatedAt: f.At}
+}
+
+// Get implements [Store].
+func (s *KVStore) Get(ctx context.Context, k Key) (File, error) {
+	f, rev, err := s.load(ctx, k)
+	if err != nil {
+		return File{}, fmt.Errorf("get %s: %w", k, err)
+	}
+	if f == nil || f.Deleted {
+		return File{}, fmt.Errorf("get %s: %w", k, ErrNotFound)
+	}
+	return f.file(k, rev), nil
+}
+
+// Put implements [Store].
+func (s *KVStore) Put(ctx context.Context, w Write) (File, error) {
+	f, err := s.write(ctx, w, false)
+	if err != nil {
+		return File{}, fmt.Errorf("put %s: %w", w.Key, err)
+	}
+	return f, nil
+}
+
+// Delete implements [Store].
+func (s *KVStore) Delete(ctx context.Context, w Write) error {
+	if _, err := s.write(ctx, w, true); err != nil {
+		return fmt.Errorf("delete %s: %w", w.Key, err)
+	}
+	return nil
+}
+
+func (s *KVStore) write(ctx context.Context, w Write, del bool) (File, error) {
+	cur, rev, err := s.load(ctx, w.Key)
+	if err != nil {
+		return File{}, err
+	}
+	if cur != nil && cur.Op == w.Op {
+		return cur.file(w.Key, rev), nil // applied already
+	}
+	live := cur != nil && !cur.Deleted
+	switch {
+	case del && !live:
+		return File{}, ErrNotFound
+	case w.Expect == 0 && live:
+		return File{}, &ConflictError{Expected: 0, Current: int64(rev)}
+	case w.Expect != 0 && !live:
+		return File{}, fmt.Errorf("%w: expected version %d, but the file does not exist", ErrConflict, w.Expect)
+	case w.Expect != 0 && uint64(w.Expect) != rev:
+		return File{}, &ConflictError{Expected: w.Expect, Current: int64(rev)}
+	}
+	if !live && w.MaxFiles > 0 {
+		n, err := s.count(ctx, w.Tenant)
+		if err != nil {
+			return File{}, err
+		}
+		if n >= w.MaxFiles {
+			return File{}, fmt.Errorf("%w: tenant %s has %d files, the most it may have", ErrTooMany, w.Tenant, n)
+		}
+	}
+	next := kvFile{Path: w.Path, Owner: w.Owner, Content: w.Content, Deleted: del, By: w.By, At: time.Now().UTC(), Op: w.Op}
+	if del {
+		next.Content = ""
+	}
+	data, err := json.Marshal(&next)
+	if err != nil {
+		return File{}, err
+	}
+	if cur == nil {
+		rev, err = s.kv.Create(ctx, kvKey(w.Key), data)
+	} else {
+		rev, err = s.kv.Update(ctx, kvKey(w.Key), data, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
+		// Someone else wrote between our read and our write.
+		if again, arev, lerr := s.load(ctx, w.Key); lerr == nil && again != nil && again.Op == w.Op {
+			return again.file(w.Key, arev), nil
+		}
+		return File{}, fmt.Errorf("%w: written meanwhile", ErrConflict)
+	}
+	if err != nil {
+		return File{}, err
+	}
+	return next.file(w.Key, rev), nil
+}
+
+// isWrongSequence reports a compare-and-set that lost.
+func isWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// files returns the live files of a tenant visible to user (all users' when
+// user is "*"), whose path starts with prefix, by path.
+func (s *KVStore) files(ctx context.Context, tenant, user, prefix string) ([]File, error) {
+	filters := []string{tenant + ".*.*"}
+	if user != "*" {
+		filters = []string{tenant + "._.*", tenant + "." + ownerToken(user) + ".*"}
+		if user == "" {
+			filters = filters[:1]
+		}
+	}
+	watch, err := s.kv.WatchFiltered(ctx, filters, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer watch.Stop()
+	var out []File
+	for e := range watch.Updates() {
+		if e == nil {
+			break // all current values seen
+		}
+		var f kvFile
+		if err := json.Unmarshal(e.Value(), &f); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", e.Key(), err)
+		}
+		if f.Deleted || !strings.HasPrefix(f.Path, prefix) {
+			continue
+		}
+		out = append(out, f.file(Key{Tenant: tenant, Owner: f.Owner, Path: f.Path}, e.Revision()))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Path != out[j].Path {
+			return out[i].Path < out[j].Path
+		}
+		return out[i].Owner < out[j].Owner
+	})
+	return out, nil
+}
+
+func (s *KVStore) count(ctx context.Context, tenant string) (int, error) {
+	fs, err := s.files(ctx, tenant, "*", "")
+	return len(fs), err
+}
+
+// List implements [Store].
+func (s *KVStore) List(ctx context.Context, tenant, user, prefix string) ([]File, error) {
+	fs, err := s.files(ctx, tenant, user, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("list %s:%s: %w", tenant, prefix, err)
+	}
+	for i := range fs {
+		fs[i].Content = ""
+	}
+	return fs, nil
+}
+
+// Grep implements [Store].
+func (s *KVStore) Grep(ctx context.Context, tenant, user, prefix, pattern string, limit int) ([]Match, error) {
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadPattern, err)
+	}
+	fs, err := s.files(ctx, tenant, user, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("grep %s:%s: %w", tenant, prefix, err)
+	}
+	var out []Match
+	for _, f := range fs {
+		for i, line := range strings.Split(f.Content, "\n") {
+			if re.MatchString(line) {
+				out = append(out, Match{Path: f.Path, Line: i + 1, Text: line})
+				if len(out) == limit {
+					return out, nil
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// History implements [Store].
+func (s *KVStore) History(ctx context.Context, k Key) ([]Change, error) {
+	es, err := s.kv.History(ctx, kvKey(k))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("history %s: %w", k, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("history %s: %w", k, err)
+	}
+	out := make([]Change, 0, len(es))
+	for _, e := range es {
+		var f kvFile
+		if err := json.Unmarshal(e.Value(), &f); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", k, err)
+		}
+		out = append(out, Change{Version: int64(e.Revision()), Deleted: f.Deleted, Size: len(f.Content),
+			ChangedBy: f.By, ChangedAt: f.At, Op: f.Op})
+	}
+	return out, nil
+}
