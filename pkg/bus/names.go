@@ -24,6 +24,7 @@ const (
 	BucketLeases   = "leases"
 	BucketCalls    = "calls"
 	BucketPayloads = "payloads"
+	BucketSkills   = "skills"
 )
 
 // Durable consumer names, <service>-<purpose>.
@@ -162,8 +163,24 @@ var buckets = []jetstream.KeyValueConfig{
 }
 
 // Large events are kept here, content-addressed; see [Record].
-var payloadStore = jetstream.ObjectStoreConfig{
-	Bucket:      BucketPayloads,
-	Description: "event payloads too large for the session log, by SHA-256",
-	Storage:     jetstream.FileStorage,
+var objectStores = []jetstream.ObjectStoreConfig{
+	{
+		Bucket:      BucketPayloads,
+		Description: "event payloads too large for the session log, by SHA-256",
+		Storage:     jetstream.FileStorage,
+	},
+	{
+		// Written by the memory service whenever a tenant's skills change:
+		// <tenant>.index lists them for the harness's system prompt, and
+		// <tenant>.files holds every skill file for the sandboxes.
+		Bucket:      BucketSkills,
+		Description: "each tenant's skills, as the harness and the sandboxes see them",
+		Storage:     jetstream.FileStorage,
+	},
 }
+
+// SkillsIndex and SkillsFiles name a tenant's objects in [BucketSkills].
+func SkillsIndex(tenant string) string { return tenant + ".index" }
+
+// SkillsFiles: see [SkillsIndex].
+func SkillsFiles(tenant string) string { return tenant + ".files" }

@@ -21,8 +21,10 @@ func Setup(ctx context.Context, js jetstream.JetStream) error {
 			return fmt.Errorf("create kv %s: %w", cfg.Bucket, err)
 		}
 	}
-	if _, err := js.CreateOrUpdateObjectStore(ctx, payloadStore); err != nil {
-		return fmt.Errorf("create object store %s: %w", payloadStore.Bucket, err)
+	for _, cfg := range objectStores {
+		if _, err := js.CreateOrUpdateObjectStore(ctx, cfg); err != nil {
+			return fmt.Errorf("create object store %s: %w", cfg.Bucket, err)
+		}
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ const (
 	TypeSessionFailed    = "corral.session.v1.failed"
 	TypeDeadLetter       = "corral.bus.v1.deadletter"
 	TypeOffloaded        = "corral.bus.v1.offloaded"
+	TypeSkillSet         = "corral.skill.v1.set"
 )
 
 // ErrUnknownType is returned by [Parse] for a message whose "type" is not one
@@ -69,6 +70,7 @@ var registry = map[string]func() any{
 	TypeSessionFailed:    func() any { return &SessionFailed{} },
 	TypeDeadLetter:       func() any { return &DeadLetter{} },
 	TypeOffloaded:        func() any { return &Offloaded{} },
+	TypeSkillSet:         func() any { return &SkillSet{} },
 }
 
 // Parse reads a message's "type" and decodes it into the matching type,

@@ -16,18 +16,21 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/logger"
 	"corral.dev/services/harness"
+	"corral.dev/services/memory"
 	sandboxmanager "corral.dev/services/sandbox-manager"
 )
 
 func (e *env) devCmd() *cobra.Command {
-	var data, listen, level string
+	var data, listen, level, dbURL string
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run the whole platform in one process: embedded NATS, harness and sandbox-manager",
+		Short: "Run the whole platform in one process: embedded NATS, harness, sandbox-manager and memory",
 		Long: `Runs an embedded NATS server with JetStream (stored under --data) and every
 Corral service in this process. State is kept in --data, so a restart resumes
-unfinished sessions. Model providers are configured from the environment:
-OPENAI_API_KEY, OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, CORRAL_MODEL.`,
+unfinished sessions. Memories and skills are kept in PostgreSQL when
+--database-url (or DATABASE_URL) is given, and otherwise in the embedded NATS
+server. Model providers are configured from the environment: OPENAI_API_KEY,
+OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, CORRAL_MODEL.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if data == "" {
@@ -37,16 +40,17 @@ OPENAI_API_KEY, OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, CORRAL_M
 				}
 				data = d
 			}
-			return e.dev(cmd.Context(), data, listen, level)
+			return e.dev(cmd.Context(), data, listen, level, dbURL)
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "", "directory for Corral's state (default $XDG_STATE_HOME/corral or ~/.local/state/corral)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "HOST:PORT for the embedded NATS server")
+	cmd.Flags().StringVar(&dbURL, "database-url", e.getenv("DATABASE_URL"), "PostgreSQL URL for memories and skills (DATABASE_URL; default: kept in the embedded NATS server)")
 	cmd.Flags().StringVar(&level, "log-level", or(e.getenv("CORRAL_LOG_LEVEL"), "info"), "debug, info, warn or error")
 	return cmd
 }
 
-func (e *env) dev(ctx context.Context, data, listen, level string) error {
+func (e *env) dev(ctx context.Context, data, listen, level, dbURL string) error {
 	log := logger.New(e.stderr, level, e.getenv("CORRAL_LOG_FORMAT"))
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -73,8 +77,11 @@ Stop that server, or run Corral on another port and point the clients at it:
 	}()
 
 	getenv := func(k string) string {
-		if k == "CORRAL_DATA_DIR" {
+		switch k {
+		case "CORRAL_DATA_DIR":
 			return data
+		case "DATABASE_URL":
+			return dbURL
 		}
 		return e.getenv(k)
 	}
@@ -83,6 +90,10 @@ Stop that server, or run Corral on another port and point the clients at it:
 		return err
 	}
 	scfg, err := sandboxmanager.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	mcfg, err := memory.LoadConfig(getenv)
 	if err != nil {
 		return err
 	}
@@ -104,7 +115,21 @@ Stop that server, or run Corral on another port and point the clients at it:
 		return err
 	}
 	defer snc.Drain()
+	mnc, mjs, err := connect("memory")
+	if err != nil {
+		return err
+	}
+	defer mnc.Drain()
 	if err := bus.Setup(ctx, hjs); err != nil {
+		return err
+	}
+	store, closeStore, err := memory.OpenStore(ctx, mcfg, mjs)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	mem, err := memory.New(ctx, mcfg, mjs, store, log)
+	if err != nil {
 		return err
 	}
 	h, err := harness.New(ctx, hcfg, hjs, log)
@@ -119,7 +144,12 @@ Stop that server, or run Corral on another port and point the clients at it:
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return h.Run(gctx) })
 	g.Go(func() error { return sm.Run(gctx) })
-	fmt.Fprintf(e.stderr, "Corral is running: NATS on nats://%s, state in %s. Ctrl-C stops it.\nTry: corral run \"list the files in /workspace\"\n", listen, data)
+	g.Go(func() error { return mem.Run(gctx) })
+	where := "the embedded store"
+	if dbURL != "" {
+		where = "PostgreSQL"
+	}
+	fmt.Fprintf(e.stderr, "Corral is running: NATS on nats://%s, state in %s, memories in %s. Ctrl-C stops it.\nTry: corral run \"list the files in /workspace\"\n", listen, data, where)
 	err = g.Wait()
 	log.Info("corral dev stopped")
 	return err

@@ -28,6 +28,7 @@ type Service struct {
 	js        jetstream.JetStream
 	providers model.Providers
 	leases    jetstream.KeyValue
+	skills    jetstream.ObjectStore
 	log       *slog.Logger
 	events    jetstream.Stream
 	folded    foldCache
@@ -47,7 +48,12 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	skills, err := js.ObjectStore(ctx, bus.BucketSkills)
+	if err != nil {
+		return nil, err
+	}
 	return &Service{
+		skills:    skills,
 		cfg:       cfg,
 		events:    events,
 		js:        js,

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
@@ -77,9 +79,13 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 	if err != nil {
 		return nil, s.recordFailure(ctx, st.tenant, st.session, event.CodeUnknownModel, err.Error(), st.failureID())
 	}
+	skills, err := s.loadSkills(ctx, st.tenant)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := client.Complete(ctx, model.Request{
 		Model:     name,
-		System:    systemPrompt(st),
+		System:    systemPrompt(st, skills),
 		Messages:  st.messages,
 		Tools:     tool.Specs(),
 		MaxTokens: s.cfg.MaxTokens,
@@ -248,9 +254,40 @@ func (s *Service) complete(ctx context.Context, st *state) error {
 	return s.record(ctx, &ev, fmt.Sprintf("%s:completed:%d", st.session, st.turn))
 }
 
-func systemPrompt(st *state) string {
-	return fmt.Sprintf(`You are an agent run by Corral for user %q of tenant %q.
-You work in a sandbox: /workspace is your working directory and the only place you can write; the sandbox has no network.
-Use the tools to do the work. File paths are absolute, under /workspace. When you are done, reply with your answer and make no tool call.`,
+func systemPrompt(st *state, skills []event.Skill) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `You are an agent run by Corral for user %q of tenant %q.
+You work in a sandbox: /workspace is your working directory; the sandbox has no network. Bash always runs there.
+Besides /workspace, the file tools (Read, Write, Edit, Glob, Grep) reach two shared trees:
+- /memories: what this organisation's agent has learnt, shared by everyone in the tenant; /memories/private is your user's alone. Read what is relevant before you start, and write down what later sessions should know.
+- /skills: one folder per skill, each with a SKILL.md. Read a skill's files when its description fits the task.
+Before you Write or Edit an existing file under /memories or /skills, Read it: a write to a file you have not read, or that changed since you read it, is refused.
+Use the tools to do the work. File paths are absolute. When you are done, reply with your answer and make no tool call.`,
 		st.user, st.tenant)
+	if len(skills) > 0 {
+		b.WriteString("\n\nAvailable skills:\n")
+		for _, sk := range skills {
+			fmt.Fprintf(&b, "- %s: %s (%s)\n", sk.Name, sk.Description, sk.Path)
+		}
+	}
+	return b.String()
+}
+
+// loadSkills returns the tenant's skills as the memory service last
+// published them; none if it never has.
+func (s *Service) loadSkills(ctx context.Context, tenant string) ([]event.Skill, error) {
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	data, err := s.skills.GetBytes(rctx, bus.SkillsIndex(tenant))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load skills of %s: %w", tenant, err)
+	}
+	var set event.SkillSet
+	if err := json.Unmarshal(data, &set); err != nil {
+		return nil, fmt.Errorf("load skills of %s: %w", tenant, err)
+	}
+	return set.Skills, nil
 }

@@ -25,6 +25,7 @@ type Service struct {
 	js     jetstream.JetStream
 	driver *sandbox.Driver
 	calls  jetstream.KeyValue
+	skills jetstream.ObjectStore
 	log    *slog.Logger
 	// sessions serialises the calls of each session.
 	sessions lock.Keyed
@@ -38,16 +39,23 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", bus.BucketCalls, err)
 	}
+	skills, err := js.ObjectStore(ctx, bus.BucketSkills)
+	if err != nil {
+		return nil, fmt.Errorf("open object store %s: %w", bus.BucketSkills, err)
+	}
+	s := &Service{cfg: cfg, js: js, calls: calls, skills: skills, log: log.With("service", "sandbox-manager")}
 	d, err := sandbox.New(sandbox.Config{
 		Dir:            filepath.Join(cfg.DataDir, "workspaces"),
 		Bwrap:          cfg.Bwrap,
 		DefaultTimeout: cfg.DefaultTimeout,
 		IdleTimeout:    cfg.IdleTimeout,
+		Skills:         s.skillsDir,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	return &Service{cfg: cfg, js: js, driver: d, calls: calls, log: log.With("service", "sandbox-manager")}, nil
+	s.driver = d
+	return s, nil
 }
 
 // Run consumes tool calls until ctx is done, then lets running calls finish

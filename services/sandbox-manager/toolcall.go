@@ -87,6 +87,9 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 		return fmt.Errorf("run %s call %s: %w", c.Name, c.Call, err)
 	}
 	res.Output, res.IsError, res.ExitCode = r.Output, r.IsError, r.ExitCode
+	if c.Name == tool.Bash {
+		res.Output = noteSkillsWrite(res.Output)
+	}
 	res.Truncated, res.TimedOut, res.DurationMS = r.Truncated, r.TimedOut, r.Duration.Milliseconds()
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", r.IsError, "duration", r.Duration)
 	return s.record(ctx, &res)

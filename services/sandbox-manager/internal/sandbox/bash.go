@@ -34,7 +34,7 @@ func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result
 
 	var resp response
 	for attempt := 0; ; attempt++ {
-		b, fresh, err := d.liveBox(s, s.key)
+		b, fresh, err := d.liveBox(ctx, s, s.key)
 		if err != nil {
 			return Result{}, fmt.Errorf("bash: %w", err)
 		}

@@ -59,7 +59,7 @@ type box struct {
 // startBox starts a sandbox around workspace, with our own executable as
 // its executor. It returns once bwrap is running, without waiting for the
 // executor: the first call pipelines its request behind the startup.
-func (d *Driver) startBox(workspace string) (*box, error) {
+func (d *Driver) startBox(workspace, skills string) (*box, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("stdin pipe: %w", err)
@@ -70,7 +70,7 @@ func (d *Driver) startBox(workspace string) (*box, error) {
 		inW.Close()
 		return nil, fmt.Errorf("stdout pipe: %w", err)
 	}
-	args := d.sandboxArgs(workspace)
+	args := d.sandboxArgs(workspace, skills)
 	args = append(args, "--", executorPath, ExecutorArg)
 	b := &box{
 		in:      inW,

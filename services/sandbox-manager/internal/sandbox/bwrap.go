@@ -111,13 +111,14 @@ func systemArgs() ([]string, error) {
 }
 
 // sandboxArgs returns the bwrap options that build a session's sandbox around
-// the host directory workspace, with our own binary at executorPath; the
+// the host directory workspace, with the host directory skills (if any)
+// read-only at /skills, and our own binary at executorPath; the
 // caller appends "--" and the command, which runs as PID 1 of the sandbox.
 //
 // /tmp and /dev/shm are tmpfs of TmpSize bytes each and the rest of /dev is
 // read-only, so what a command leaves outside /workspace is bounded and
 // lives only as long as the sandbox.
-func (d *Driver) sandboxArgs(workspace string) []string {
+func (d *Driver) sandboxArgs(workspace, skills string) []string {
 	args := []string{
 		// --unshare-all only tries a user namespace; demand one.
 		"--unshare-all", "--unshare-user",
@@ -143,6 +144,13 @@ func (d *Driver) sandboxArgs(workspace string) []string {
 		"--dir", "/run",
 		"--ro-bind", d.exe, executorPath,
 		"--bind", workspace, "/workspace",
+	)
+	if skills != "" {
+		args = append(args, "--ro-bind", skills, "/skills")
+	} else {
+		args = append(args, "--dir", "/skills")
+	}
+	args = append(args,
 		"--chdir", "/workspace",
 		// The root is a tmpfs made by bwrap; without this, / would be writable.
 		"--remount-ro", "/",

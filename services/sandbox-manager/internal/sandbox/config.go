@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -48,6 +49,10 @@ type Config struct {
 	// call (default 5m). The next call after that starts a new sandbox:
 	// /workspace is kept, /tmp and /dev/shm start empty.
 	IdleTimeout time.Duration
+	// Skills, if set, returns a host directory holding the tenant's
+	// skills, bound read-only at /skills in each sandbox it starts ("" for
+	// none: /skills is then empty).
+	Skills func(ctx context.Context, tenant string) (string, error)
 }
 
 // Defaults applied by [New] to zero fields of [Config].

@@ -122,7 +122,7 @@ func (d *Driver) probe() error {
 		return fmt.Errorf("%w: %v: %s", ErrSandboxUnavailable, err, bytes.TrimSpace(out))
 	}
 
-	b, err := d.startBox(d.cfg.Dir)
+	b, err := d.startBox(d.cfg.Dir, "")
 	if err != nil {
 		return fmt.Errorf("probe sandbox: %w", err)
 	}
@@ -202,6 +202,7 @@ func (d *Driver) Run(ctx context.Context, tenant string, sessionID uuid.UUID, ar
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("create workspace: %w", err)
 	}
+	s.tenant = tenant
 	start := time.Now()
 	res, err := call(ctx, s)
 	res.Duration = time.Since(start)

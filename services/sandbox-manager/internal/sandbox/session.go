@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -8,8 +10,10 @@ import (
 // session is the Driver's state for one workspace: the lock that
 // serialises its calls and its live sandbox, if it has one.
 type session struct {
-	key   string        // the workspace path
-	token chan struct{} // holds a value while a call (or Destroy, or an idle stop) runs
+	key string // the workspace path
+	// tenant is set by the holder of token, for the sandbox it starts.
+	tenant string
+	token  chan struct{} // holds a value while a call (or Destroy, or an idle stop) runs
 
 	// The rest is guarded by Driver.mu. box is set and cleared only by the
 	// holder of token; Close kills it without clearing it.
@@ -97,7 +101,7 @@ func (d *Driver) stopIdle(s *session, gen uint64) {
 // liveBox returns the live sandbox of s, starting one around workspace if
 // it has none or its sandbox died since the last call. fresh reports a new
 // one. The caller holds the lock of s.
-func (d *Driver) liveBox(s *session, workspace string) (b *box, fresh bool, err error) {
+func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *box, fresh bool, err error) {
 	d.mu.Lock()
 	b = s.box
 	d.mu.Unlock()
@@ -107,7 +111,13 @@ func (d *Driver) liveBox(s *session, workspace string) (b *box, fresh bool, err 
 	if b != nil {
 		d.discard(s, b)
 	}
-	b, err = d.startBox(workspace)
+	var skills string
+	if d.cfg.Skills != nil {
+		if skills, err = d.cfg.Skills(ctx, s.tenant); err != nil {
+			return nil, false, fmt.Errorf("skills: %w", err)
+		}
+	}
+	b, err = d.startBox(workspace, skills)
 	if err != nil {
 		return nil, false, err
 	}

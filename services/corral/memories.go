@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/tool"
+	"corral.dev/services/memory"
+)
+
+// memOpts are the flags every memories and skills command takes.
+type memOpts struct {
+	nats, tenant, user string
+}
+
+func (e *env) memFlags(cmd *cobra.Command, o *memOpts) {
+	f := cmd.PersistentFlags()
+	f.StringVar(&o.nats, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
+	f.StringVar(&o.tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "tenant (CORRAL_TENANT)")
+	f.StringVar(&o.user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "user, whose /memories/private this is (CORRAL_USER)")
+}
+
+// memCall sends one request to the memory service's API.
+func (e *env) memCall(ctx context.Context, o *memOpts, subject string, req memory.APIRequest) (*memory.APIResponse, error) {
+	if err := event.CheckTenant(o.tenant); err != nil {
+		return nil, &exitError{2, err}
+	}
+	req.Tenant, req.User = o.tenant, o.user
+	nc, _, err := e.connect(o.nats)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	data, err := json.Marshal(&req)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	// A memory service that is starting (or restarting) answers soon.
+	msg, err := nc.RequestWithContext(ctx, subject, data)
+	for wait := 100 * time.Millisecond; errors.Is(err, nats.ErrNoResponders) && wait < 5*time.Second; wait *= 2 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		msg, err = nc.RequestWithContext(ctx, subject, data)
+	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, errors.New("the memory service is not running (start Corral with: corral dev)")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("memory service: %w", err)
+	}
+	if desc := msg.Header.Get("Nats-Service-Error"); desc != "" {
+		return nil, &exitError{1, errors.New(desc)}
+	}
+	var resp memory.APIResponse
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, fmt.Errorf("memory service: %w", err)
+	}
+	return &resp, nil
+}
+
+func (e *env) printFiles(files []memory.APIFile) {
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	for _, f := range files {
+		fmt.Fprintf(w, "%s\t%d bytes\tv%d\t%s\t%s\n", f.Path, f.Size, f.Version, f.UpdatedBy, f.UpdatedAt.Local().Format(time.DateTime))
+	}
+	w.Flush()
+}
+
+func (e *env) memoriesCmd() *cobra.Command {
+	var o memOpts
+	cmd := &cobra.Command{
+		Use:   "memories",
+		Short: "List, read, write and remove the files under /memories",
+		Long: `Memories are files under /memories that every session of a tenant can read and
+write with its file tools; /memories/private/... is the --user's own.`,
+	}
+	e.memFlags(cmd, &o)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "ls [PATH]",
+		Short: "List the files under PATH (default /memories)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p := tool.Memories
+			if len(args) == 1 {
+				p = args[0]
+			}
+			resp, err := e.memCall(cmd.Context(), &o, memory.SubjectList, memory.APIRequest{Path: p})
+			if err != nil {
+				return err
+			}
+			e.printFiles(resp.Files)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "cat PATH",
+		Short: "Print a file",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := e.memCall(cmd.Context(), &o, memory.SubjectGet, memory.APIRequest{Path: args[0]})
+			if err != nil {
+				return err
+			}
+			_, err = io.WriteString(e.stdout, resp.Files[0].Content)
+			return err
+		},
+	}, &cobra.Command{
+		Use:   "put PATH [FILE]",
+		Short: "Write a file from FILE, or from standard input",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var content []byte
+			var err error
+			if len(args) == 2 {
+				content, err = os.ReadFile(args[1])
+			} else {
+				content, err = io.ReadAll(cmd.InOrStdin())
+			}
+			if err != nil {
+				return err
+			}
+			resp, err := e.memCall(cmd.Context(), &o, memory.SubjectPut, memory.APIRequest{Path: args[0], Content: string(content), Op: uuid.Must(uuid.NewV7())})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "wrote %s (version %d)\n", resp.Files[0].Path, resp.Files[0].Version)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "rm PATH",
+		Short: "Remove a file (its history is kept)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := e.memCall(cmd.Context(), &o, memory.SubjectRemove, memory.APIRequest{Path: args[0], Op: uuid.Must(uuid.NewV7())}); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "removed %s\n", args[0])
+			return nil
+		},
+	})
+	return cmd
+}
+
+func (e *env) skillsCmd() *cobra.Command {
+	var o memOpts
+	cmd := &cobra.Command{
+		Use:   "skills",
+		Short: "List, push and remove the tenant's skills under /skills",
+		Long: `A skill is a folder /skills/<name>/ with a SKILL.md whose YAML front matter
+gives its name and description. Every session of the tenant sees the list in
+its system prompt, reads the files with its file tools, and finds them
+read-only at /skills in its sandbox.`,
+	}
+	e.memFlags(cmd, &o)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "ls",
+		Short: "List the skills and their files",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			resp, err := e.memCall(cmd.Context(), &o, memory.SubjectList, memory.APIRequest{Path: tool.Skills})
+			if err != nil {
+				return err
+			}
+			e.printFiles(resp.Files)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "push DIR",
+		Short: "Upload the skill in DIR (its SKILL.md names it), replacing what was there",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return e.pushSkill(cmd.Context(), &o, args[0])
+		},
+	}, &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Remove a skill and its files (their history is kept)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := e.memCall(cmd.Context(), &o, memory.SubjectRemove, memory.APIRequest{Path: tool.Skills + "/" + args[0], Recursive: true, Op: uuid.Must(uuid.NewV7())})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "removed skill %s (%d files)\n", args[0], resp.Removed)
+			return nil
+		},
+	})
+	return cmd
+}
+
+// pushSkill uploads every file of the skill folder dir, SKILL.md last, so
+// the skill is listed only once its files are there, then removes files the
+// folder no longer has.
+func (e *env) pushSkill(ctx context.Context, o *memOpts, dir string) error {
+	skill, err := os.ReadFile(filepath.Join(dir, "SKILL.md"))
+	if err != nil {
+		return &exitError{2, fmt.Errorf("%s is not a skill: %w", dir, err)}
+	}
+	name := skillName(string(skill))
+	if name == "" {
+		return &exitError{2, fmt.Errorf("%s/SKILL.md must start with YAML front matter giving name and description", dir)}
+	}
+	root := tool.Skills + "/" + name
+	var files []string
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != dir {
+			return filepath.SkipDir
+		}
+		if d.Type().IsRegular() && !strings.HasPrefix(d.Name(), ".") {
+			rel, _ := filepath.Rel(dir, p)
+			if rel != "SKILL.md" {
+				files = append(files, rel)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	files = append(files, "SKILL.md")
+	pushed := map[string]bool{}
+	for _, rel := range files {
+		content, err := os.ReadFile(filepath.Join(dir, rel))
+		if err != nil {
+			return err
+		}
+		p := path.Join(root, filepath.ToSlash(rel))
+		if _, err := e.memCall(ctx, o, memory.SubjectPut, memory.APIRequest{Path: p, Content: string(content), Op: uuid.Must(uuid.NewV7())}); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		pushed[p] = true
+	}
+	resp, err := e.memCall(ctx, o, memory.SubjectList, memory.APIRequest{Path: root})
+	if err != nil {
+		return err
+	}
+	for _, f := range resp.Files {
+		if !pushed[f.Path] {
+			if _, err := e.memCall(ctx, o, memory.SubjectRemove, memory.APIRequest{Path: f.Path, Op: uuid.Must(uuid.NewV7())}); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprintf(e.stdout, "pushed skill %s (%d files) to %s\n", name, len(files), root)
+	return nil
+}
+
+// skillName returns the name a SKILL.md's front matter gives, or "". The
+// memory service checks the whole front matter when SKILL.md is written.
+func skillName(content string) string {
+	rest, ok := strings.CutPrefix(content, "---\n")
+	if !ok {
+		return ""
+	}
+	yml, _, _ := strings.Cut(rest, "\n---")
+	for _, line := range strings.Split(yml, "\n") {
+		if v, ok := strings.CutPrefix(line, "name:"); ok {
+			return strings.Trim(strings.TrimSpace(v), `"'`)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,61 @@
+// Command memory keeps Corral's /memories and /skills.
+//
+// It is configured from the environment: CORRAL_NATS_URL, DATABASE_URL
+// (PostgreSQL; without it, files are kept in a JetStream KV bucket),
+// CORRAL_MEMORY_MAX_FILE_BYTES, CORRAL_MEMORY_MAX_FILES,
+// CORRAL_MEMORY_CONCURRENCY, CORRAL_SHUTDOWN_GRACE, CORRAL_LOG_LEVEL.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/logger"
+	"corral.dev/services/memory"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "memory:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	log := logger.New(stderr, getenv("CORRAL_LOG_LEVEL"), getenv("CORRAL_LOG_FORMAT"))
+	cfg, err := memory.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	nc, err := bus.Connect(cfg.NATSURL, "memory", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Drain()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if err := bus.Setup(ctx, js); err != nil {
+		return err
+	}
+	store, closeStore, err := memory.OpenStore(ctx, cfg, js)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	svc, err := memory.New(ctx, cfg, js, store, log)
+	if err != nil {
+		return err
+	}
+	return svc.Run(ctx)
+}

@@ -1,0 +1,71 @@
+package memory
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Config is the memory service's configuration, read from the environment.
+type Config struct {
+	// NATSURL is the NATS server (CORRAL_NATS_URL).
+	NATSURL string
+	// DatabaseURL is the PostgreSQL database (DATABASE_URL); empty keeps
+	// files in the embedded JetStream KV store.
+	DatabaseURL string
+	// MaxFileBytes bounds one file (CORRAL_MEMORY_MAX_FILE_BYTES).
+	MaxFileBytes int
+	// MaxFiles bounds the files of one tenant (CORRAL_MEMORY_MAX_FILES).
+	MaxFiles int
+	// Concurrency is how many calls run at once (CORRAL_MEMORY_CONCURRENCY).
+	Concurrency int
+	// ShutdownGrace is how long running calls may finish at shutdown
+	// (CORRAL_SHUTDOWN_GRACE, a Go duration).
+	ShutdownGrace time.Duration
+}
+
+// Defaults of the limits.
+const (
+	DefaultMaxFileBytes = 256 << 10
+	DefaultMaxFiles     = 10_000
+)
+
+// LoadConfig reads the configuration from getenv, applies defaults and
+// validates it; an error names the offending variable.
+func LoadConfig(getenv func(string) string) (Config, error) {
+	cfg := Config{
+		NATSURL:       getenv("CORRAL_NATS_URL"),
+		DatabaseURL:   getenv("DATABASE_URL"),
+		MaxFileBytes:  DefaultMaxFileBytes,
+		MaxFiles:      DefaultMaxFiles,
+		Concurrency:   32,
+		ShutdownGrace: 10 * time.Second,
+	}
+	if cfg.NATSURL == "" {
+		cfg.NATSURL = "nats://127.0.0.1:4222"
+	}
+	for _, v := range []struct {
+		name string
+		dst  *int
+	}{
+		{"CORRAL_MEMORY_MAX_FILE_BYTES", &cfg.MaxFileBytes},
+		{"CORRAL_MEMORY_MAX_FILES", &cfg.MaxFiles},
+		{"CORRAL_MEMORY_CONCURRENCY", &cfg.Concurrency},
+	} {
+		if s := getenv(v.name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n <= 0 {
+				return Config{}, fmt.Errorf("%s=%q: want a positive whole number", v.name, s)
+			}
+			*v.dst = n
+		}
+	}
+	if s := getenv("CORRAL_SHUTDOWN_GRACE"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return Config{}, fmt.Errorf("CORRAL_SHUTDOWN_GRACE=%q: want a duration such as 10s", s)
+		}
+		cfg.ShutdownGrace = d
+	}
+	return cfg, nil
+}

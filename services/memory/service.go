@@ -1,0 +1,80 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"corral.dev/pkg/bus"
+)
+
+// Service is the memory service.
+type Service struct {
+	cfg    Config
+	js     jetstream.JetStream
+	nc     *nats.Conn
+	store  Store
+	skills jetstream.ObjectStore
+	log    *slog.Logger
+}
+
+// OpenStore returns the store cfg names: PostgreSQL, migrated to the latest
+// schema, when DatabaseURL is set, and otherwise the KV store in js. close
+// releases it.
+func OpenStore(ctx context.Context, cfg Config, js jetstream.JetStream) (_ Store, close func(), err error) {
+	if cfg.DatabaseURL == "" {
+		s, err := NewKVStore(ctx, js)
+		return s, func() {}, err
+	}
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("connect to the database (DATABASE_URL): %w", err)
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return NewPGStore(pool), pool.Close, nil
+}
+
+// New returns a memory service answering from store, using js, whose
+// streams [bus.Setup] has created.
+func New(ctx context.Context, cfg Config, js jetstream.JetStream, store Store, log *slog.Logger) (*Service, error) {
+	skills, err := js.ObjectStore(ctx, bus.BucketSkills)
+	if err != nil {
+		return nil, fmt.Errorf("open object store %s: %w", bus.BucketSkills, err)
+	}
+	return &Service{cfg: cfg, js: js, nc: js.Conn(), store: store, skills: skills, log: log.With("service", "memory")}, nil
+}
+
+// Run consumes memory tool calls and answers the CLI's requests until ctx
+// is done, then lets running calls finish for a grace period.
+func (s *Service) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return bus.Consume(ctx, s.js, bus.Consumer{
+			Stream: bus.StreamTools,
+			Config: jetstream.ConsumerConfig{
+				Durable:       bus.ConsumerMemoryCalls,
+				FilterSubject: bus.ToolFilter(bus.ServiceMemory),
+			},
+			Concurrency: s.cfg.Concurrency,
+			Handler:     s.handleCall,
+			OnGiveUp:    s.recordGiveUp,
+			Grace:       s.cfg.ShutdownGrace,
+			Logger:      s.log,
+		})
+	})
+	g.Go(func() error { return s.serveAPI(ctx) })
+	s.log.InfoContext(ctx, "memory started", "store", fmt.Sprintf("%T", s.store))
+	return g.Wait()
+}
