@@ -324,4 +324,3 @@ func TestMemoryBadInput(t *testing.T) {
 		}
 	}
 }
-
