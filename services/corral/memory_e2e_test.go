@@ -33,6 +33,12 @@ func write(p, content string) modeltest.Call {
 	return modeltest.Call{Name: "Write", Input: map[string]any{"file_path": p, "content": content}}
 }
 
+// runOKCode runs a session as ada and returns what corral run does.
+func (p *platform) runOKCode(t *testing.T, tenant, prompt string) (int, string, string) {
+	t.Helper()
+	return p.corral(t, "run", "--tenant", tenant, "--user", "ada", prompt)
+}
+
 // runOK runs a session and returns its answer, failing the test if it fails.
 func (p *platform) runOK(t *testing.T, tenant, user, prompt string) string {
 	t.Helper()
@@ -128,10 +134,36 @@ func testMemoriesAreShared(t *testing.T, env map[string]string) {
 	for _, args := range [][]string{
 		{"memories", "cat", "/memories/private/todo.md", "--tenant", "acme", "--user", "bob"},
 		{"memories", "cat", "/memories/notes.md", "--tenant", "other"},
+		{"memories", "rm", "/memories/notes.md", "--tenant", "other"},
+		{"memories", "rm", "/memories/private/todo.md", "--tenant", "acme", "--user", "bob"},
 	} {
 		if code, stdout, _ := p.corral(t, args...); code == 0 || strings.Contains(stdout, "plan") || strings.Contains(stdout, "ship") {
 			t.Errorf("corral %v = %d, %q; want a failure showing nothing", args, code, stdout)
 		}
+	}
+	if code, _, stderr := p.corral(t, "memories", "rm", "/memories/notes.md", "--tenant", "acme"); code != 0 {
+		t.Fatalf("memories rm: %s", stderr)
+	}
+	got = p.runOK(t, "acme", "bob", "recall")
+	wantIn(t, "recall after rm", got, "/memories/notes.md does not exist")
+	if _, stdout, _ := p.corral(t, "memories", "cat", "/memories/private/todo.md", "--tenant", "acme", "--user", "ada"); stdout != "ada's secret plan\n" {
+		t.Errorf("ada's private memory after another rm = %q", stdout)
+	}
+}
+
+// A tenant may hold only so many files; the write past the limit is
+// refused and writes nothing.
+func TestMemoryFileLimit(t *testing.T) {
+	p := startDev(t, byPrompt(map[string][]modeltest.Call{
+		"fill": {write("/memories/1.md", "a"), write("/memories/2.md", "b"), write("/memories/3.md", "c")},
+	}), map[string]string{"CORRAL_MEMORY_MAX_FILES": "2"})
+	got := p.runOK(t, "acme", "ada", "fill")
+	wantIn(t, "fill", got, "Wrote 1 bytes to /memories/1.md", "Wrote 1 bytes to /memories/2.md", "too many files: tenant acme has 2 files")
+	if code, _, _ := p.corral(t, "memories", "cat", "/memories/3.md", "--tenant", "acme"); code == 0 {
+		t.Error("the file past the limit was written")
+	}
+	if code, _, _ := p.runOKCode(t, "other", "fill"); code != 0 {
+		t.Error("another tenant's session failed")
 	}
 }
 
@@ -275,6 +307,9 @@ func TestSkillsReachPromptAndSandbox(t *testing.T) {
 	before = len(p.model.Requests())
 	got = p.runOK(t, "other", "ada", "use")
 	wantNotIn(t, "another tenant's session", got, "name: deploy", "echo shipping")
+	if _, stdout, _ := p.corral(t, "skills", "ls", "--tenant", "other"); strings.Contains(stdout, "deploy") {
+		t.Errorf("another tenant's skills ls shows acme's skill:\n%s", stdout)
+	}
 	wantNotIn(t, "another tenant's system prompt", p.model.Requests()[before].System, "deploy")
 
 	// A SKILL.md without front matter is refused, and nothing is written.
