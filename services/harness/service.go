@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,9 +30,13 @@ type Service struct {
 	providers model.Providers
 	leases    jetstream.KeyValue
 	skills    jetstream.ObjectStore
-	log       *slog.Logger
-	events    jetstream.Stream
-	folded    foldCache
+	// skillsCache holds each tenant's skills list by the digest of the
+	// object it came from.
+	skillsMu    sync.Mutex
+	skillsCache map[string]cachedSkills
+	log         *slog.Logger
+	events      jetstream.Stream
+	folded      foldCache
 	// sessions serialises this process's work on a session, so that only
 	// one piece of it holds (and renews) the session's lease at a time.
 	sessions lock.Keyed
@@ -53,13 +58,14 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		return nil, err
 	}
 	return &Service{
-		skills:    skills,
-		cfg:       cfg,
-		events:    events,
-		js:        js,
-		providers: cfg.Providers(),
-		leases:    leases,
-		log:       log.With("service", "harness"),
+		skills:      skills,
+		skillsCache: make(map[string]cachedSkills),
+		cfg:         cfg,
+		events:      events,
+		js:          js,
+		providers:   cfg.Providers(),
+		leases:      leases,
+		log:         log.With("service", "harness"),
 	}, nil
 }
 

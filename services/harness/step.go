@@ -274,11 +274,26 @@ Use the tools to do the work. File paths are absolute. When you are done, reply 
 }
 
 // loadSkills returns the tenant's skills as the memory service last
-// published them; none if it never has.
+// published them; none if it never has. The list is cached per tenant and
+// fetched again only when the object's digest changes.
 func (s *Service) loadSkills(ctx context.Context, tenant string) ([]event.Skill, error) {
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
-	data, err := s.skills.GetBytes(rctx, bus.SkillsIndex(tenant))
+	name := bus.SkillsIndex(tenant)
+	info, err := s.skills.GetInfo(rctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load skills of %s: %w", tenant, err)
+	}
+	s.skillsMu.Lock()
+	c, ok := s.skillsCache[tenant]
+	s.skillsMu.Unlock()
+	if ok && c.digest == info.Digest {
+		return c.skills, nil
+	}
+	data, err := s.skills.GetBytes(rctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, nil
 	}
@@ -289,5 +304,13 @@ func (s *Service) loadSkills(ctx context.Context, tenant string) ([]event.Skill,
 	if err := json.Unmarshal(data, &set); err != nil {
 		return nil, fmt.Errorf("load skills of %s: %w", tenant, err)
 	}
+	s.skillsMu.Lock()
+	s.skillsCache[tenant] = cachedSkills{digest: info.Digest, skills: set.Skills}
+	s.skillsMu.Unlock()
 	return set.Skills, nil
+}
+
+type cachedSkills struct {
+	digest string
+	skills []event.Skill
 }

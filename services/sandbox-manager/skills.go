@@ -29,17 +29,22 @@ func (s *Service) skillsDir(ctx context.Context, tenant string) (string, error) 
 	}
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
-	data, err := s.skills.GetBytes(rctx, bus.SkillsFiles(tenant))
+	name := bus.SkillsFiles(tenant)
+	info, err := s.skills.GetInfo(rctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return "", nil
 	}
 	if err != nil {
 		return "", fmt.Errorf("load skills of %s: %w", tenant, err)
 	}
-	sum := sha256.Sum256(data)
+	sum := sha256.Sum256([]byte(info.Digest))
 	dir := filepath.Join(s.cfg.DataDir, "skills", tenant, hex.EncodeToString(sum[:16]))
 	if _, err := os.Stat(dir); err == nil {
-		return dir, nil
+		return dir, nil // laid out already
+	}
+	data, err := s.skills.GetBytes(rctx, name)
+	if err != nil {
+		return "", fmt.Errorf("load skills of %s: %w", tenant, err)
 	}
 	var set event.SkillSet
 	if err := json.Unmarshal(data, &set); err != nil {

@@ -35,7 +35,7 @@ func TestSandboxIsolation(t *testing.T) {
 	t.Cleanup(func() { ln.Close() })
 	port := ln.Addr().(*net.TCPAddr).Port
 
-	top := []string{"dev", "etc", "proc", "run", "tmp", "usr", "workspace"}
+	top := []string{"dev", "etc", "proc", "run", "skills", "tmp", "usr", "workspace"}
 	for _, dir := range libDirs {
 		if fileExists(dir) {
 			top = append(top, dir[1:])
