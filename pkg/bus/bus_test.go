@@ -428,4 +428,31 @@ func TestReadAfter(t *testing.T) {
 	if err != nil || len(none) != 0 {
 		t.Errorf("after the last: %v, %v", none, err)
 	}
+	if all[0].Subject != bus.EventSubject("acme", a, event.TypeSessionFailed) || all[0].MsgID != fmt.Sprintf("%s-0", a) {
+		t.Errorf("first = subject %q msg id %q", all[0].Subject, all[0].MsgID)
+	}
+
+	// More than one batch's worth, interleaved with another session's.
+	const many = 700
+	for i := 3; i < many; i++ {
+		for _, s := range []uuid.UUID{a, b} {
+			ev := &event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, "acme", s), Code: "c", Reason: fmt.Sprint(i)}
+			if err := bus.Record(ctx, js, ev, fmt.Sprintf("%s-%d", s, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := bus.ReadAfter(ctx, js, stream, bus.SessionEvents("acme", b), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != many {
+		t.Fatalf("%d events of session b, want %d", len(got), many)
+	}
+	for i, m := range got {
+		var ev event.SessionFailed
+		if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Session != b || ev.Reason != fmt.Sprint(i) {
+			t.Fatalf("event %d = %s, %v; want session b's reason %d", i, m.Data, err, i)
+		}
+	}
 }

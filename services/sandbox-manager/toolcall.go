@@ -29,9 +29,9 @@ func repeatable(name string) bool {
 }
 
 // handleCall runs one tool call and records its result. A call whose result
-// is recorded already is not run again. A call is marked as started in the
-// calls bucket before it runs; one that finds its mark without a result was
-// interrupted, and unless it is repeatable it is reported as interrupted
+// is recorded already is not run again. A call that is not repeatable is
+// marked as started in the calls bucket before it runs; one that finds its
+// mark without a result was interrupted, and is reported as interrupted
 // instead of being run twice.
 func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 	if c.Type != event.TypeToolCall {
@@ -53,21 +53,27 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 		return err
 	}
 	defer unlock()
-	rctx, rcancel := bus.Bound(ctx)
-	_, err = s.calls.Create(rctx, c.Call.String(), []byte(s.cfg.Instance))
-	rcancel()
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("mark call %s: %w", c.Call, err)
+	if repeatable(c.Name) {
+		// Safe to run twice, so not marked: a copy delivered again runs
+		// again, unless its result is recorded already.
+		if m, ok := bus.Delivery(ctx); ok && m.Delivered > 1 {
+			done, err := s.recorded(ctx, c)
+			if err != nil || done {
+				return err
+			}
 		}
-		done, err := s.recorded(ctx, c)
+	} else {
+		rctx, rcancel := bus.Bound(ctx)
+		_, err = s.calls.Create(rctx, c.Call.String(), []byte(s.cfg.Instance))
+		rcancel()
 		if err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		if !repeatable(c.Name) {
+			if !errors.Is(err, jetstream.ErrKeyExists) {
+				return fmt.Errorf("mark call %s: %w", c.Call, err)
+			}
+			done, err := s.recorded(ctx, c)
+			if err != nil || done {
+				return err
+			}
 			res.Output, res.IsError = interrupted, true
 			return s.record(ctx, &res)
 		}
