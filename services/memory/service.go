@@ -69,7 +69,7 @@ func (s *Service) Run(ctx context.Context) error {
 			},
 			Concurrency: s.cfg.Concurrency,
 			Handler:     s.handleCall,
-			OnGiveUp:    s.recordGiveUp,
+			OnGiveUp:    bus.GiveUpCall(s.js, "memory service"),
 			Grace:       s.cfg.ShutdownGrace,
 			Logger:      s.log,
 		})

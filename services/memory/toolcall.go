@@ -52,27 +52,7 @@ func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
 }
 
 func (s *Service) record(ctx context.Context, r *event.ToolCompleted) error {
-	if err := bus.Record(ctx, s.js, r, r.Call.String()+":result"); err != nil && !errors.Is(err, bus.ErrDuplicate) {
-		return err
-	}
-	return nil
-}
-
-// recordGiveUp answers a call that failed every delivery with an error
-// result, so its session does not wait for it forever.
-func (s *Service) recordGiveUp(ctx context.Context, m bus.Msg, reason error) error {
-	var c event.ToolCall
-	if json.Unmarshal(m.Data, &c) != nil || event.CheckTenant(c.Tenant) != nil || c.Call == uuid.Nil {
-		return nil // nothing to answer; the dead letter keeps it
-	}
-	res := event.ToolCompleted{
-		Header:  event.NewHeader(event.TypeToolCompleted, c.Tenant, c.Session),
-		Call:    c.Call,
-		Name:    c.Name,
-		Output:  "Error: the memory service could not run this call: " + reason.Error(),
-		IsError: true,
-	}
-	return s.record(ctx, &res)
+	return bus.RecordResult(ctx, s.js, r)
 }
 
 // result is what a call tells the model, and the file version it saw.

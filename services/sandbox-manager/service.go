@@ -73,7 +73,7 @@ func (s *Service) Run(ctx context.Context) error {
 		// up to the longest Bash timeout, which kills it first.
 		Timeout:  3*tool.MaxTimeoutMillis*time.Millisecond + time.Minute,
 		Handler:  bus.Decode(s.handleCall),
-		OnGiveUp: s.recordGiveUp,
+		OnGiveUp: bus.GiveUpCall(s.js, "sandbox"),
 		Grace:    s.cfg.ShutdownGrace,
 		Logger:   s.log,
 	})
