@@ -75,6 +75,10 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 	})
 	g.Go(func() error { return s.serveAPI(ctx) })
-	s.log.InfoContext(ctx, "memory started", "store", fmt.Sprintf("%T", s.store))
+	store := "embedded"
+	if _, ok := s.store.(*PGStore); ok {
+		store = "postgres"
+	}
+	s.log.InfoContext(ctx, "memory started", "store", store)
 	return g.Wait()
 }
