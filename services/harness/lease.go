@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,22 +27,9 @@ func (s *Service) acquireLease(ctx context.Context, id uuid.UUID) (_ context.Con
 	me := []byte(s.cfg.Instance)
 	rctx, rcancel := bus.Bound(ctx)
 	defer rcancel()
-	rev, err := s.leases.Create(rctx, key, me)
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		e, gerr := s.leases.Get(rctx, key)
-		if gerr != nil {
-			return nil, nil, errLeaseHeld
-		}
-		if string(e.Value()) != s.cfg.Instance {
-			// Come back when the holder's lease runs out, should it have
-			// died: the entry was written at its last renewal.
-			left := bus.LeaseTTL - time.Since(e.Created()) + 50*time.Millisecond
-			return nil, nil, bus.NotYet(min(max(left, 50*time.Millisecond), s.cfg.RetryDelay), errLeaseHeld)
-		}
-		rev, err = e.Revision(), nil // ours, left by a release that failed
-	}
+	rev, err := s.takeLease(rctx, key, me)
 	if err != nil {
-		return nil, nil, fmt.Errorf("lease %s: %w", key, err)
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
@@ -80,11 +68,78 @@ func (s *Service) acquireLease(ctx context.Context, id uuid.UUID) (_ context.Con
 	return ctx, func() {
 		cancel(nil)
 		<-done
-		// The step's own ctx may be done; deleting the lease still matters.
+		// The step's own ctx may be done; freeing the lease still matters.
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer dcancel()
-		if err := s.leases.Delete(dctx, key, jetstream.LastRevision(rev)); err != nil {
+		// Freed by writing an empty value rather than deleting the key: the
+		// next step of the session, most often ours, takes it back in one
+		// compare-and-set on the revision remembered here.
+		r, err := s.leases.Update(dctx, key, nil, rev)
+		if err != nil {
 			s.log.WarnContext(dctx, "release lease", "session", key, "err", err)
+			return
 		}
+		s.freed.put(key, r)
 	}, nil
+}
+
+// takeLease writes me into the lease key if the lease is free: the key is
+// missing (never taken, or expired), empty (released), or holds me (left by
+// a release that failed). It returns the revision written.
+func (s *Service) takeLease(ctx context.Context, key string, me []byte) (uint64, error) {
+	if rev, ok := s.freed.take(key); ok {
+		if r, err := s.leases.Update(ctx, key, me, rev); err == nil {
+			return r, nil
+		}
+	}
+	rev, err := s.leases.Create(ctx, key, me)
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		if err != nil {
+			return 0, fmt.Errorf("lease %s: %w", key, err)
+		}
+		return rev, nil
+	}
+	e, err := s.leases.Get(ctx, key)
+	if err != nil {
+		return 0, errLeaseHeld
+	}
+	switch string(e.Value()) {
+	case "", s.cfg.Instance:
+		r, err := s.leases.Update(ctx, key, me, e.Revision())
+		if err != nil {
+			return 0, errLeaseHeld
+		}
+		return r, nil
+	}
+	// Come back when the holder's lease runs out, should it have died:
+	// the entry was written at its last renewal.
+	left := bus.LeaseTTL - time.Since(e.Created()) + 50*time.Millisecond
+	return 0, bus.NotYet(min(max(left, 50*time.Millisecond), s.cfg.RetryDelay), errLeaseHeld)
+}
+
+// freedLeases remembers the revision at which this harness released each
+// session's lease, so that it can take it back in one round trip.
+type freedLeases struct {
+	mu   sync.Mutex
+	revs map[string]uint64
+}
+
+// maxFreed bounds the sessions remembered; past it, all are forgotten.
+const maxFreed = 16384
+
+func (f *freedLeases) put(key string, rev uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.revs == nil || len(f.revs) >= maxFreed {
+		f.revs = make(map[string]uint64)
+	}
+	f.revs[key] = rev
+}
+
+func (f *freedLeases) take(key string) (uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rev, ok := f.revs[key]
+	delete(f.revs, key)
+	return rev, ok
 }

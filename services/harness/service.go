@@ -29,6 +29,7 @@ type Service struct {
 	js        jetstream.JetStream
 	providers model.Providers
 	leases    jetstream.KeyValue
+	freed     freedLeases
 	skills    jetstream.ObjectStore
 	// skillsCache holds each tenant's skills list by the digest of the
 	// object it came from.
