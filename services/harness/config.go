@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/model"
+	"corral.dev/pkg/policy"
 )
 
 // Config is the harness's configuration, read from the environment by
@@ -39,6 +40,10 @@ type Config struct {
 	// before they are cancelled and left for redelivery
 	// (CORRAL_SHUTDOWN_GRACE, a Go duration).
 	ShutdownGrace time.Duration
+	// Policy decides which calls run, which need approval and which are
+	// refused: the file CORRAL_POLICY_FILE, or deploy/policy.yaml (built
+	// in).
+	Policy *policy.Policy
 }
 
 // LoadConfig reads the configuration from getenv, applies defaults and
@@ -71,6 +76,12 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}
 	if cfg.Concurrency, err = intVar(getenv, "CORRAL_HARNESS_CONCURRENCY", 64); err != nil {
 		return Config{}, err
+	}
+	cfg.Policy = policy.Default()
+	if f := getenv("CORRAL_POLICY_FILE"); f != "" {
+		if cfg.Policy, err = policy.Load(f); err != nil {
+			return Config{}, fmt.Errorf("CORRAL_POLICY_FILE: %w", err)
+		}
 	}
 	if cfg.DefaultModel == "" {
 		switch {

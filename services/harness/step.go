@@ -13,6 +13,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
+	"corral.dev/pkg/policy"
 	"corral.dev/pkg/tool"
 )
 
@@ -134,6 +135,9 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 		}
 		input := st.pending.Input(c)
 		service, memPath, err := checkCall(c.Name, input)
+		if err == nil {
+			err = s.allowed(st, c, input)
+		}
 		if err != nil {
 			res := event.ToolCompleted{
 				Header:  event.NewHeader(event.TypeToolCompleted, st.tenant, st.session),
@@ -186,7 +190,8 @@ func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call,
 // backfillDispatched records the dispatch of calls that were put on the
 // queue, and have run, but whose harness died before recording that it
 // dispatched them, so that every call that ran shows in the log as
-// dispatched. Calls refused by [checkCall] were never dispatched.
+// dispatched. Calls refused by [checkCall] or the policy were never
+// dispatched.
 func (s *Service) backfillDispatched(ctx context.Context, st *state) error {
 	for _, c := range st.pending.Calls {
 		input := st.pending.Input(c)
@@ -194,6 +199,9 @@ func (s *Service) backfillDispatched(ctx context.Context, st *state) error {
 			continue
 		}
 		service, _, err := checkCall(c.Name, input)
+		if err == nil {
+			err = s.allowed(st, c, input)
+		}
 		if err != nil {
 			continue
 		}
@@ -201,6 +209,20 @@ func (s *Service) backfillDispatched(ctx context.Context, st *state) error {
 			return err
 		}
 		st.dispatched[c.ID] = true
+	}
+	return nil
+}
+
+// allowed applies the tenant's policy to a call. A call that needs a
+// reviewer's approval is refused too, for now: approvals are not wired in,
+// and running it unapproved is what the rule exists to prevent.
+func (s *Service) allowed(st *state, c event.Call, input json.RawMessage) error {
+	d := s.cfg.Policy.Decide(policy.Call{Tenant: st.tenant, User: st.user, Tool: c.Name, Input: input})
+	switch d.Decision {
+	case policy.Deny:
+		return fmt.Errorf("refused by policy (rule %s): %s", d.Rule, d.Reason)
+	case policy.Approve:
+		return fmt.Errorf("this call needs a reviewer's approval under policy rule %s (%s), and this deployment takes no approvals, so it was not run", d.Rule, d.Reason)
 	}
 	return nil
 }

@@ -1,0 +1,236 @@
+// Package policy decides what the agent may do. A policy is data: ordered
+// rules, per tenant and for all tenants, each a CEL expression over the
+// tool call and deciding allow, approve (a person must approve the call)
+// or deny, with a reason. The first rule whose condition holds decides; a
+// call no rule matches is allowed.
+//
+// A condition sees these variables:
+//
+//	tool    string  the tool's name: "Bash", "Read", "Write", "Edit", "Glob", "Grep"
+//	args    map     the call's arguments as the model gave them
+//	path    string  the routed path: the file or directory the call acts
+//	                on, absolute ("/workspace/...", "/memories/...",
+//	                "/memories/private/<user>/...", "/skills/..."), or ""
+//	                for Bash
+//	tenant  string  the session's tenant
+//	user    string  the session's user
+//
+// For example:
+//
+//	tool == "Bash" && args.command.matches("git push|rm -rf|curl|ssh")
+//	tool in ["Write", "Edit"] && path.startsWith("/skills/")
+package policy
+
+import (
+	"bytes"
+	_ "embed"
+	"io"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/google/cel-go/cel"
+	"gopkg.in/yaml.v3"
+
+	"corral.dev/pkg/tool"
+)
+
+// Decisions a rule can make.
+const (
+	Allow   = "allow"
+	Approve = "approve"
+	Deny    = "deny"
+)
+
+// File is a policy file as written.
+type File struct {
+	// Rules apply to every tenant, after the tenant's own.
+	Rules []Rule `yaml:"rules"`
+	// Tenants holds each tenant's own rules, tried first.
+	Tenants map[string]struct {
+		Rules []Rule `yaml:"rules"`
+	} `yaml:"tenants"`
+}
+
+// Rule is one rule of a policy.
+type Rule struct {
+	Name     string `yaml:"name"`
+	When     string `yaml:"when"`
+	Decision string `yaml:"decision"`
+	Reason   string `yaml:"reason"`
+}
+
+// Decision is what a policy says of a call, and which rule said it (""
+// when none matched).
+type Decision struct {
+	Decision string `json:"decision"`
+	Rule     string `json:"rule,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// Policy is a compiled policy, safe for concurrent use.
+type Policy struct {
+	common  []compiled
+	tenants map[string][]compiled
+}
+
+type compiled struct {
+	Rule
+	prg cel.Program
+}
+
+// Call is what a policy decides on.
+type Call struct {
+	Tenant string
+	User   string
+	Tool   string
+	Input  json.RawMessage
+}
+
+var env = func() *cel.Env {
+	e, err := cel.NewEnv(
+		cel.Variable("tool", cel.StringType),
+		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("path", cel.StringType),
+		cel.Variable("tenant", cel.StringType),
+		cel.Variable("user", cel.StringType),
+	)
+	if err != nil {
+		panic(err)
+	}
+	return e
+}()
+
+// Parse compiles a policy file's contents. Errors name the rule and say
+// what is wrong with it.
+func Parse(data []byte) (*Policy, error) {
+	var f File
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) { // empty: no rules
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	p := &Policy{tenants: make(map[string][]compiled)}
+	var err error
+	if p.common, err = compile("rules", f.Rules); err != nil {
+		return nil, err
+	}
+	for t, tr := range f.Tenants {
+		if p.tenants[t], err = compile("tenants."+t, tr.Rules); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Load reads and compiles a policy file.
+func Load(file string) (*Policy, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	p, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return p, nil
+}
+
+func compile(where string, rules []Rule) ([]compiled, error) {
+	out := make([]compiled, 0, len(rules))
+	for i, r := range rules {
+		name := r.Name
+		if name == "" {
+			name = fmt.Sprintf("%s[%d]", where, i)
+			r.Name = name
+		}
+		switch r.Decision {
+		case Allow, Approve, Deny:
+		default:
+			return nil, fmt.Errorf("policy: rule %s: decision %q: want allow, approve or deny", name, r.Decision)
+		}
+		ast, iss := env.Compile(r.When)
+		if iss.Err() != nil {
+			return nil, fmt.Errorf("policy: rule %s: %w", name, iss.Err())
+		}
+		if ast.OutputType() != cel.BoolType {
+			return nil, fmt.Errorf("policy: rule %s: condition is %s, want a bool", name, ast.OutputType())
+		}
+		prg, err := env.Program(ast)
+		if err != nil {
+			return nil, fmt.Errorf("policy: rule %s: %w", name, err)
+		}
+		out = append(out, compiled{Rule: r, prg: prg})
+	}
+	return out, nil
+}
+
+// Decide returns the decision of the first rule, the tenant's first, whose
+// condition holds for c. A condition that fails to evaluate (an argument it
+// reads is missing, say) does not hold. Arguments that are not a JSON
+// object are seen as no arguments.
+func (p *Policy) Decide(c Call) Decision {
+	var args map[string]any
+	if json.Unmarshal(c.Input, &args) != nil || args == nil {
+		args = map[string]any{}
+	}
+	vars := map[string]any{
+		"tool": c.Tool, "args": args, "path": RoutedPath(c.Tool, args, c.User),
+		"tenant": c.Tenant, "user": c.User,
+	}
+	for _, rules := range [][]compiled{p.tenants[c.Tenant], p.common} {
+		for _, r := range rules {
+			out, _, err := r.prg.Eval(vars)
+			if err != nil {
+				continue
+			}
+			if hold, ok := out.Value().(bool); ok && hold {
+				return Decision{Decision: r.Decision, Rule: r.Name, Reason: r.Reason}
+			}
+		}
+	}
+	return Decision{Decision: Allow}
+}
+
+// RoutedPath is the path a call acts on as a policy sees it: absolute, and
+// for a private memory with its user made explicit.
+func RoutedPath(toolName string, args map[string]any, user string) string {
+	field := "file_path"
+	switch toolName {
+	case tool.Bash:
+		return ""
+	case tool.Glob, tool.Grep:
+		field = "path"
+	}
+	p, _ := args[field].(string)
+	if tool.IsMemoryPath(p) {
+		if rest, ok := strings.CutPrefix(p, tool.Private); ok && (rest == "" || rest[0] == '/') {
+			return tool.Private + "/" + user + rest
+		}
+		return p
+	}
+	if p == "" {
+		return tool.Workspace
+	}
+	if !path.IsAbs(p) {
+		p = path.Join(tool.Workspace, p)
+	}
+	return path.Clean(p)
+}
+
+// defaultPolicy is deploy/policy.yaml (a test keeps the two the same).
+//
+//go:embed default.yaml
+var defaultPolicy []byte
+
+// Default returns the default policy, deploy/policy.yaml.
+func Default() *Policy {
+	p, err := Parse(defaultPolicy)
+	if err != nil {
+		panic(err) // a test parses it
+	}
+	return p
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/modeltest"
+)
+
+func TestPolicyCheck(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(`
+tenants:
+  acme:
+    rules:
+      - name: no-make
+        when: tool == "Bash" && args.command.startsWith("make")
+        decision: deny
+        reason: acme builds in CI only
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--tool", "Bash", "--args", `{"command":"git push"}`}, 0, "approve by rule risky-shell: the command pushes code"},
+		{[]string{"--tool", "Write", "--args", `{"file_path":"/skills/x/SKILL.md","content":"x"}`}, 0, "approve by rule skill-changes"},
+		{[]string{"--tool", "Read", "--args", `{"file_path":"notes.md"}`}, 0, "allow (no rule matched)"},
+		{[]string{"--file", file, "--tenant", "acme", "--tool", "Bash", "--args", `{"command":"make all"}`}, 0, "deny by rule no-make: acme builds in CI only"},
+		{[]string{"--file", file, "--tenant", "other", "--tool", "Bash", "--args", `{"command":"make all"}`}, 0, "allow (no rule matched)"},
+		{[]string{"--tool", "Bash", "--args", `{"cmd":"x"}`}, 2, `unknown field "cmd"`},
+		{[]string{"--file", "/nonexistent.yaml", "--tool", "Bash"}, 2, "no such file"},
+	} {
+		var stdout, stderr syncBuffer
+		code := run(t.Context(), append([]string{"policy", "check"}, tc.args...), func(string) string { return "" }, &stdout, &stderr)
+		if code != tc.code || !strings.Contains(stdout.String()+stderr.String(), tc.want) {
+			t.Errorf("policy check %v = %d, %q %q; want %d and %q", tc.args, code, stdout.String(), stderr.String(), tc.code, tc.want)
+		}
+	}
+}
+
+// The harness applies the policy: a denied call and one that needs an
+// approval (which this deployment cannot give) are not run, and the model
+// is told why.
+func TestHarnessAppliesThePolicy(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(`
+rules:
+  - name: no-secrets
+    when: tool == "Read" && path.endsWith(".env")
+    decision: deny
+    reason: environment files stay unread
+  - name: risky-shell
+    when: tool == "Bash" && args.command.matches("git push")
+    decision: approve
+    reason: pushes code
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startDev(t, steps(echoResults,
+		modeltest.Call{Name: "Bash", Input: map[string]any{"command": "echo SECRET=1 > .env && echo ok"}},
+		modeltest.Call{Name: "Read", Input: map[string]any{"file_path": "/workspace/.env"}},
+		modeltest.Call{Name: "Bash", Input: map[string]any{"command": "touch pushed && git push"}},
+		modeltest.Call{Name: "Bash", Input: map[string]any{"command": "ls"}},
+	), map[string]string{"CORRAL_POLICY_FILE": file})
+	code, stdout, stderr := p.corral(t, "run", "--tenant", "acme", "try things")
+	if code != 0 {
+		t.Fatalf("corral run exited %d: %s", code, stderr)
+	}
+	wantIn(t, "results", stdout, "refused by policy (rule no-secrets): environment files stay unread",
+		"needs a reviewer's approval under policy rule risky-shell (pushes code)")
+	wantNotIn(t, "results", stdout, "SECRET=1", "pushed")
+	session := sessionOf(t, stderr)
+	if _, err := os.Stat(filepath.Join(p.data, "workspaces", "acme", session.String(), "pushed")); !os.IsNotExist(err) {
+		t.Errorf("the call that needed approval ran: %v", err)
+	}
+	dispatched := 0
+	for _, ev := range p.events(t, session) {
+		if _, ok := ev.(*event.ToolDispatched); ok {
+			dispatched++
+		}
+	}
+	if dispatched != 2 {
+		t.Errorf("%d calls dispatched, want 2 (the refused ones never leave the harness)", dispatched)
+	}
+}
