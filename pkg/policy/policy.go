@@ -24,10 +24,10 @@ package policy
 import (
 	"bytes"
 	_ "embed"
-	"io"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"strings"
