@@ -341,7 +341,7 @@ func TestMemoryBadInput(t *testing.T) {
 			write("/skills/s/SKILL.md", "no front matter"),
 			read("/memories"),
 		},
-	}), nil)
+	}), map[string]string{"CORRAL_POLICY_FILE": writeTemp(t, "# no rules: every call goes to the memory service\n")})
 	code, got, stderr := p.corral(t, "run", "--tenant", "acme", "--user", "ada", "bad")
 	if code != 0 {
 		t.Fatalf("corral run exited %d: %s", code, stderr)
