@@ -24,6 +24,10 @@ var ErrBadMemoryPath = errors.New("invalid memory path")
 // MaxMemoryPathBytes is the longest path a memory or skill file may have.
 const MaxMemoryPathBytes = 512
 
+// maxSegmentBytes is the longest name a path's part may have, as on disk
+// (skills are laid out as files in sandboxes).
+const maxSegmentBytes = 255
+
 // ForMemory reports whether a call with the given parsed arguments (from
 // [Parse]) goes to the memory service: a file tool whose path is under
 // /memories or /skills. Everything else, Bash always, runs in the sandbox.
@@ -78,6 +82,9 @@ func MemoryPath(p string) (string, error) {
 	}
 	p = strings.TrimSuffix(p, "/")
 	for _, seg := range strings.Split(p, "/")[1:] {
+		if len(seg) > maxSegmentBytes {
+			return "", fmt.Errorf("%w: a part of %q is longer than %d bytes", ErrBadMemoryPath, p, maxSegmentBytes)
+		}
 		switch seg {
 		case "":
 			return "", fmt.Errorf("%w: %q has an empty segment (//)", ErrBadMemoryPath, p)

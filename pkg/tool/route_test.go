@@ -25,6 +25,7 @@ func TestMemoryPath(t *testing.T) {
 		{in: "/memories/a\nb", bad: "control character"},
 		{in: "/memories/\xff", bad: "UTF-8"},
 		{in: "/memories/" + strings.Repeat("a", 600), bad: "longer than 512"},
+		{in: "/memories/" + strings.Repeat("a", 256), bad: "longer than 255"},
 		{in: "/workspace/a", bad: "not under"},
 		{in: "/memoriesx/a", bad: "not under"},
 		{in: "memories/a", bad: "not under"},

@@ -208,27 +208,35 @@ func (s *Service) apiRemove(ctx context.Context, req *APIRequest) (*APIResponse,
 		}
 	}
 	removed := 0
-	for i, key := range keys {
+	for _, key := range keys {
 		cur, err := s.store.Get(ctx, key)
-		if errors.Is(err, ErrNotFound) && (req.Recursive || len(keys) > 1) {
-			continue
+		if errors.Is(err, ErrNotFound) {
+			if req.Recursive {
+				continue
+			}
+			// Gone: maybe by this very request, retried after its
+			// skills failed to publish; publish them again.
+			if perr := s.skillsChanged(ctx, k); perr != nil {
+				return nil, perr
+			}
+			return nil, err
 		}
 		if err != nil {
 			return nil, err
 		}
 		// One op per file, derived from the request's, so a retried
 		// request removes each file once.
-		op := uuid.NewSHA1(req.Op, fmt.Append(nil, i, key.Path))
+		op := uuid.NewSHA1(req.Op, []byte(key.Path))
 		if err := s.store.Delete(ctx, Write{Key: key, Expect: cur.Version, By: byUser(req), Op: op}); err != nil {
 			return nil, err
 		}
 		removed++
 	}
-	if req.Recursive && removed == 0 {
-		return nil, fmt.Errorf("%s: %w", k.Path, ErrNotFound)
-	}
 	if err := s.skillsChanged(ctx, k); err != nil {
 		return nil, err
+	}
+	if req.Recursive && removed == 0 {
+		return nil, fmt.Errorf("%s: %w", k.Path, ErrNotFound)
 	}
 	return &APIResponse{Removed: removed}, nil
 }

@@ -178,15 +178,15 @@ func isWrongSequence(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
-// files returns the live files of a tenant visible to user (all users' when
-// user is "*"), whose path starts with prefix, by path.
-func (s *KVStore) files(ctx context.Context, tenant, user, prefix string) ([]File, error) {
-	filters := []string{tenant + ".*.*"}
-	if user != "*" {
-		filters = []string{tenant + "._.*", tenant + "." + ownerToken(user) + ".*"}
-		if user == "" {
-			filters = filters[:1]
-		}
+// files returns the live files of a tenant whose path starts with prefix,
+// by path: those visible to user, or every user's when all is set.
+func (s *KVStore) files(ctx context.Context, tenant, user, prefix string, all bool) ([]File, error) {
+	filters := []string{tenant + "._.*"}
+	switch {
+	case all:
+		filters = []string{tenant + ".*.*"}
+	case user != "":
+		filters = append(filters, tenant+"."+ownerToken(user)+".*")
 	}
 	watch, err := s.kv.WatchFiltered(ctx, filters, jetstream.IgnoreDeletes())
 	if err != nil {
@@ -217,13 +217,13 @@ func (s *KVStore) files(ctx context.Context, tenant, user, prefix string) ([]Fil
 }
 
 func (s *KVStore) count(ctx context.Context, tenant string) (int, error) {
-	fs, err := s.files(ctx, tenant, "*", "")
+	fs, err := s.files(ctx, tenant, "", "", true)
 	return len(fs), err
 }
 
 // List implements [Store].
 func (s *KVStore) List(ctx context.Context, tenant, user, prefix string) ([]File, error) {
-	fs, err := s.files(ctx, tenant, user, prefix)
+	fs, err := s.files(ctx, tenant, user, prefix, false)
 	if err != nil {
 		return nil, fmt.Errorf("list %s:%s: %w", tenant, prefix, err)
 	}
@@ -239,7 +239,7 @@ func (s *KVStore) Grep(ctx context.Context, tenant, user, prefix, pattern string
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadPattern, err)
 	}
-	fs, err := s.files(ctx, tenant, user, prefix)
+	fs, err := s.files(ctx, tenant, user, prefix, false)
 	if err != nil {
 		return nil, fmt.Errorf("grep %s:%s: %w", tenant, prefix, err)
 	}

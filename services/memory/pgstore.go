@@ -119,11 +119,21 @@ func (s *PGStore) Put(ctx context.Context, w Write) (File, error) {
 		out = f
 		return err
 	})
+	if errors.Is(err, errApplied) {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			f, _, err := applied(ctx, tx, w)
+			out = f
+			return err
+		})
+	}
 	if err != nil {
 		return File{}, fmt.Errorf("put %s: %w", w.Key, err)
 	}
 	return out, nil
 }
+
+// errApplied rolls back a write that found its own op applied meanwhile.
+var errApplied = errors.New("applied already")
 
 // applied returns the change w.Op made, if it was applied already.
 func applied(ctx context.Context, tx pgx.Tx, w Write) (File, bool, error) {
@@ -144,8 +154,16 @@ func applied(ctx context.Context, tx pgx.Tx, w Write) (File, bool, error) {
 	return f, true, nil
 }
 
-// conflict says why a write expecting w.Expect found something else.
+// conflict says why a write expecting w.Expect found something else:
+// errApplied when it was w itself, handled at the same time elsewhere and
+// committed while this one waited.
 func conflict(ctx context.Context, tx pgx.Tx, w Write) error {
+	if _, done, err := applied(ctx, tx, w); err != nil || done {
+		if done {
+			return errApplied
+		}
+		return err
+	}
 	var v int64
 	err := tx.QueryRow(ctx, `SELECT version FROM memory_files WHERE tenant = $1 AND owner = $2 AND path = $3`,
 		w.Tenant, w.Owner, w.Path).Scan(&v)
@@ -177,6 +195,10 @@ func (s *PGStore) Delete(ctx context.Context, w Write) error {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
+			// Done meanwhile by a copy of this very operation?
+			if _, done, err := applied(ctx, tx, w); done || err != nil {
+				return err
+			}
 			var v int64
 			err := tx.QueryRow(ctx, `SELECT version FROM memory_files WHERE tenant = $1 AND owner = $2 AND path = $3`,
 				w.Tenant, w.Owner, w.Path).Scan(&v)
@@ -223,6 +245,7 @@ func (s *PGStore) Grep(ctx context.Context, tenant, user, prefix, pattern string
 	if _, err := regexp.Compile(pattern); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadPattern, err)
 	}
+	pattern = postgresRegexp(pattern)
 	rows, err := s.pool.Query(ctx, `SELECT f.path, l.n, l.line FROM memory_files f,
 			regexp_split_to_table(f.content, E'\n') WITH ORDINALITY AS l(line, n)
 		WHERE f.tenant = $1 AND f.owner IN ('', $2) AND f.path LIKE $3 AND l.line ~ $4
@@ -239,6 +262,30 @@ func (s *PGStore) Grep(ctx context.Context, tenant, user, prefix, pattern string
 		return nil, grepErr(tenant, prefix, err)
 	}
 	return out, nil
+}
+
+// postgresRegexp rewrites the word-boundary escapes of Go's syntax, \b and
+// \B, as PostgreSQL's, \y and \Y (in PostgreSQL \b is a backspace).
+func postgresRegexp(pattern string) string {
+	var b strings.Builder
+	for i := 0; i < len(pattern); i++ {
+		c := pattern[i]
+		if c != '\\' || i+1 == len(pattern) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		switch pattern[i] {
+		case 'b':
+			b.WriteString(`\y`)
+		case 'B':
+			b.WriteString(`\Y`)
+		default:
+			b.WriteByte('\\')
+			b.WriteByte(pattern[i])
+		}
+	}
+	return b.String()
 }
 
 func grepErr(tenant, prefix string, err error) error {

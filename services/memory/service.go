@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/lock"
 )
 
 // Service is the memory service.
@@ -21,6 +22,8 @@ type Service struct {
 	store  Store
 	skills jetstream.ObjectStore
 	log    *slog.Logger
+	// publishing serialises the publishing of each tenant's skills.
+	publishing lock.Keyed
 }
 
 // OpenStore returns the store cfg names: PostgreSQL, migrated to the latest

@@ -51,7 +51,15 @@ func parseSkill(folder, content string) (frontMatter, error) {
 
 // publishSkills writes the tenant's skills to the skills object store: the
 // list for system prompts, and every file for sandboxes.
+//
+// Publishing is serialised per tenant and lists the skills only once it
+// holds the tenant's turn, so the last set published is the newest.
 func (s *Service) publishSkills(ctx context.Context, tenant string) error {
+	unlock, err := s.publishing.Lock(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	fs, err := s.store.List(ctx, tenant, "", tool.Skills+"/")
 	if err != nil {
 		return err

@@ -192,6 +192,10 @@ func (s *Service) write(ctx context.Context, c *event.ToolCall, p string, change
 	}
 	if cur.Version != 0 && cur.Version != c.ExpectVersion {
 		if s.ownOp(ctx, k, c.Call) { // redelivered after its write went through
+			// The first delivery may have failed to publish the skills.
+			if err := s.skillsChanged(ctx, k); err != nil {
+				return result{}, err
+			}
 			return result{text: fmt.Sprintf("Wrote %s (version %d)", k.Path, cur.Version), path: k.Path, version: cur.Version}, nil
 		}
 		return staleRead(k.Path, c.ExpectVersion), nil
@@ -212,10 +216,8 @@ func (s *Service) write(ctx context.Context, c *event.ToolCall, p string, change
 	case err != nil:
 		return result{}, err
 	}
-	if strings.HasPrefix(k.Path, tool.Skills+"/") {
-		if err := s.publishSkills(ctx, k.Tenant); err != nil {
-			return result{}, err
-		}
+	if err := s.skillsChanged(ctx, k); err != nil {
+		return result{}, err
 	}
 	verb := fmt.Sprintf("Wrote %d bytes to %s", len(content), k.Path)
 	if !create {
@@ -337,9 +339,9 @@ func (s *Service) grep(ctx context.Context, c *event.ToolCall, a *tool.GrepArgs)
 	if a.Glob != "" && !doublestar.ValidatePattern(a.Glob) {
 		return failf("invalid glob %q", a.Glob), nil
 	}
-	prefix := k.Path + "/"
+	prefix, only := k.Path+"/", ""
 	if f, err := s.store.Get(ctx, k); err == nil {
-		prefix = f.Path // a single file
+		prefix, only = f.Path, f.Path // a single file
 	}
 	ms, err := s.store.Grep(ctx, c.Tenant, c.User, prefix, a.Pattern, maxGrepMatches+1)
 	if errors.Is(err, ErrBadPattern) {
@@ -351,6 +353,9 @@ func (s *Service) grep(ctx context.Context, c *event.ToolCall, a *tool.GrepArgs)
 	var b strings.Builder
 	n := 0
 	for _, m := range ms {
+		if only != "" && m.Path != only {
+			continue // a file whose name merely starts with it
+		}
 		if a.Glob != "" && !doublestar.MatchUnvalidated(a.Glob, path.Base(m.Path)) &&
 			!doublestar.MatchUnvalidated(a.Glob, strings.TrimPrefix(m.Path, k.Path+"/")) {
 			continue

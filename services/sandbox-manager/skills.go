@@ -66,12 +66,15 @@ func (s *Service) skillsDir(ctx context.Context, tenant string) (string, error) 
 		if err != nil || !ok {
 			continue // not a skill file: never written outside the tree
 		}
+		// A file that cannot be laid out (its path is another file's
+		// folder, say) is left out rather than failing every sandbox.
 		host := filepath.Join(tmp, filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(host), 0o755); err != nil {
-			return "", err
+			s.log.WarnContext(ctx, "skill file left out", "tenant", tenant, "path", f.Path, "err", err)
+			continue
 		}
 		if err := os.WriteFile(host, []byte(f.Content), 0o644); err != nil {
-			return "", err
+			s.log.WarnContext(ctx, "skill file left out", "tenant", tenant, "path", f.Path, "err", err)
 		}
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {

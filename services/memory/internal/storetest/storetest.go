@@ -28,6 +28,7 @@ func Run(t *testing.T, newStore func(t *testing.T) memory.Store) {
 		{"Grep", testGrep},
 		{"MaxFiles", testMaxFiles},
 		{"Race", testRace},
+		{"SameOpAtOnce", testSameOpAtOnce},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -203,6 +204,12 @@ func testGrep(t *testing.T, s memory.Store) {
 	if got, _ := s.Grep(ctx, "acme", "bob", "/memories/private/", "^gamma", 100); len(got) != 1 || got[0].Text != "gamma bob" {
 		t.Errorf("bob's Grep of his private memories = %v", got)
 	}
+	if got, err := s.Grep(ctx, "acme", "ada", "/memories/", `\bgamma\b`, 100); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Grep with word boundaries = %v, %v; want %v", got, err, want)
+	}
+	if got, err := s.Grep(ctx, "acme", "ada", "/memories/", `\Bamma`, 100); err != nil || len(got) != 2 {
+		t.Errorf("Grep with a non-boundary = %v, %v; want 2 lines", got, err)
+	}
 	if got, _ := s.Grep(ctx, "acme", "ada", "/", "gamma", 2); len(got) != 2 {
 		t.Errorf("Grep with limit 2 = %v", got)
 	}
@@ -264,5 +271,31 @@ func testRace(t *testing.T, s memory.Store) {
 	got, err := s.Get(ctx, k)
 	if err != nil || got.Content != strings.Repeat(fmt.Sprint(winner, ";"), 1000) || got.UpdatedBy != fmt.Sprint("w", winner) {
 		t.Errorf("file after the race = %.20q by %s, %v; want writer %d's whole content", got.Content, got.UpdatedBy, err, winner)
+	}
+}
+
+// testSameOpAtOnce has one write handled several times at once (a message
+// redelivered while its first delivery still runs): it is applied once,
+// and every copy reports success with the version it made.
+func testSameOpAtOnce(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	k := key("/memories/once.md")
+	base := put(t, s, k, "base", 0)
+	w := memory.Write{Key: k, Content: "new", Expect: base.Version, By: "ada", Op: uuid.New()}
+	const n = 8
+	var wg sync.WaitGroup
+	got := make([]memory.File, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { got[i], errs[i] = s.Put(ctx, w) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || got[i].Version != got[0].Version {
+			t.Errorf("copy %d: v%d, %v; want v%d, nil", i, got[i].Version, errs[i], got[0].Version)
+		}
+	}
+	if h, err := s.History(ctx, k); err != nil || len(h) != 2 {
+		t.Errorf("History = %d changes, %v; want 2", len(h), err)
 	}
 }
