@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -67,7 +68,7 @@ var ErrDuplicate = errors.New("recorded already")
 func storePayload(ctx context.Context, js jetstream.JetStream, data []byte) (string, error) {
 	sum := sha256.Sum256(data)
 	name := "sha256-" + hex.EncodeToString(sum[:])
-	obs, err := js.ObjectStore(ctx, BucketPayloads)
+	obs, err := payloads(ctx, js)
 	if err != nil {
 		return "", err
 	}
@@ -97,7 +98,7 @@ func Resolve(ctx context.Context, js jetstream.JetStream, data []byte) ([]byte, 
 	}
 	ctx, cancel := Bound(ctx)
 	defer cancel()
-	obs, err := js.ObjectStore(ctx, BucketPayloads)
+	obs, err := payloads(ctx, js)
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", stub.Object, err)
 	}
@@ -110,4 +111,21 @@ func Resolve(ctx context.Context, js jetstream.JetStream, data []byte) ([]byte, 
 		return nil, fmt.Errorf("resolve %s: content does not match its hash", stub.Object)
 	}
 	return full, nil
+}
+
+// payloadStores holds the payloads store's handle per JetStream context,
+// so that offloading and resolving do not look the bucket up (a round
+// trip) every time.
+var payloadStores sync.Map // jetstream.JetStream → jetstream.ObjectStore
+
+func payloads(ctx context.Context, js jetstream.JetStream) (jetstream.ObjectStore, error) {
+	if obs, ok := payloadStores.Load(js); ok {
+		return obs.(jetstream.ObjectStore), nil
+	}
+	obs, err := js.ObjectStore(ctx, BucketPayloads)
+	if err != nil {
+		return nil, err
+	}
+	payloadStores.Store(js, obs)
+	return obs, nil
 }

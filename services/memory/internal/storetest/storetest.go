@@ -280,22 +280,27 @@ func testRace(t *testing.T, s memory.Store) {
 func testSameOpAtOnce(t *testing.T, s memory.Store) {
 	ctx := context.Background()
 	k := key("/memories/once.md")
-	base := put(t, s, k, "base", 0)
-	w := memory.Write{Key: k, Content: "new", Expect: base.Version, By: "ada", Op: uuid.New()}
-	const n = 8
-	var wg sync.WaitGroup
-	got := make([]memory.File, n)
-	errs := make([]error, n)
-	for i := range n {
-		wg.Go(func() { got[i], errs[i] = s.Put(ctx, w) })
-	}
-	wg.Wait()
-	for i := range n {
-		if errs[i] != nil || got[i].Version != got[0].Version {
-			t.Errorf("copy %d: v%d, %v; want v%d, nil", i, got[i].Version, errs[i], got[0].Version)
+	prev := put(t, s, k, "base", 0)
+	// Many rounds, many copies each: the copies must overlap for the test
+	// to mean anything, and how often they do is up to the scheduler.
+	const rounds, n = 20, 16
+	for r := range rounds {
+		w := memory.Write{Key: k, Content: fmt.Sprint("round ", r), Expect: prev.Version, By: "ada", Op: uuid.New()}
+		var wg sync.WaitGroup
+		got := make([]memory.File, n)
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() { got[i], errs[i] = s.Put(ctx, w) })
 		}
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil || got[i].Version != got[0].Version {
+				t.Fatalf("round %d, copy %d: v%d, %v; want v%d, nil", r, i, got[i].Version, errs[i], got[0].Version)
+			}
+		}
+		prev = got[0]
 	}
-	if h, err := s.History(ctx, k); err != nil || len(h) != 2 {
-		t.Errorf("History = %d changes, %v; want 2", len(h), err)
+	if h, err := s.History(ctx, k); err != nil || len(h) != rounds+1 {
+		t.Errorf("History = %d changes, %v; want %d", len(h), err, rounds+1)
 	}
 }
