@@ -21,10 +21,11 @@ const (
 
 // KV and object store bucket names.
 const (
-	BucketLeases   = "leases"
-	BucketCalls    = "calls"
-	BucketPayloads = "payloads"
-	BucketSkills   = "skills"
+	BucketLeases    = "leases"
+	BucketCalls     = "calls"
+	BucketPayloads  = "payloads"
+	BucketSkills    = "skills"
+	BucketApprovals = "approvals"
 )
 
 // Durable consumer names, <service>-<purpose>.
@@ -33,6 +34,7 @@ const (
 	ConsumerHarnessSteps    = "harness-steps"
 	ConsumerSandboxCalls    = "sandbox-manager-calls"
 	ConsumerMemoryCalls     = "memory-calls"
+	ConsumerApprovals       = "approval-requests"
 )
 
 // Tool services, the second token of a tool call's subject.
@@ -160,7 +162,21 @@ var buckets = []jetstream.KeyValueConfig{
 		Storage:     jetstream.FileStorage,
 		History:     1,
 	},
+	{
+		// The approval service's state: every approval asked for, pending
+		// or decided, by call ID. Decisions are kept for the reviewers'
+		// history; the session logs keep them for good.
+		Bucket:      BucketApprovals,
+		Description: "approvals: call ID -> the call, its context and its decision",
+		TTL:         ApprovalHistoryTTL,
+		Storage:     jetstream.FileStorage,
+		History:     1,
+	},
 }
+
+// ApprovalHistoryTTL is how long the approval service keeps an approval;
+// the session logs keep the requests and decisions for good.
+const ApprovalHistoryTTL = 90 * 24 * time.Hour
 
 // Large events are kept here, content-addressed; see [Record].
 var objectStores = []jetstream.ObjectStoreConfig{

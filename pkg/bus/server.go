@@ -109,3 +109,15 @@ func (a slogAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(fo
 func (a slogAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
 func (a slogAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
 func (a slogAdapter) Tracef(format string, v ...any)  {}
+
+// UserFromEnv returns an option signing in as CORRAL_NATS_USER with
+// CORRAL_NATS_PASSWORD, when they are set: each service has its own user
+// and permissions in deploy/nats.conf.
+func UserFromEnv(getenv func(string) string) nats.Option {
+	return func(o *nats.Options) error {
+		if u := getenv("CORRAL_NATS_USER"); u != "" {
+			o.User, o.Password = u, getenv("CORRAL_NATS_PASSWORD")
+		}
+		return nil
+	}
+}

@@ -12,17 +12,20 @@ import (
 
 // Type names, one per schema (schemas/<domain>/v1/<name>.json).
 const (
-	TypeRequest          = "corral.session.v1.request"
-	TypeSessionRequested = "corral.session.v1.requested"
-	TypeModelResponded   = "corral.model.v1.responded"
-	TypeToolCall         = "corral.tool.v1.call"
-	TypeToolDispatched   = "corral.tool.v1.dispatched"
-	TypeToolCompleted    = "corral.tool.v1.completed"
-	TypeSessionCompleted = "corral.session.v1.completed"
-	TypeSessionFailed    = "corral.session.v1.failed"
-	TypeDeadLetter       = "corral.bus.v1.deadletter"
-	TypeOffloaded        = "corral.bus.v1.offloaded"
-	TypeSkillSet         = "corral.skill.v1.set"
+	TypeRequest           = "corral.session.v1.request"
+	TypeSessionRequested  = "corral.session.v1.requested"
+	TypeModelResponded    = "corral.model.v1.responded"
+	TypeToolCall          = "corral.tool.v1.call"
+	TypeToolDispatched    = "corral.tool.v1.dispatched"
+	TypeToolCompleted     = "corral.tool.v1.completed"
+	TypeSessionCompleted  = "corral.session.v1.completed"
+	TypeSessionFailed     = "corral.session.v1.failed"
+	TypeDeadLetter        = "corral.bus.v1.deadletter"
+	TypeOffloaded         = "corral.bus.v1.offloaded"
+	TypeSkillSet          = "corral.skill.v1.set"
+	TypeApprovalRequested = "corral.approval.v1.requested"
+	TypeApprovalDecided   = "corral.approval.v1.decided"
+	TypeSessionStopped    = "corral.session.v1.stopped"
 )
 
 // ErrUnknownType is returned by [Parse] for a message whose "type" is not one
@@ -60,17 +63,20 @@ func Kind(typ string) string {
 }
 
 var registry = map[string]func() any{
-	TypeRequest:          func() any { return &Request{} },
-	TypeSessionRequested: func() any { return &SessionRequested{} },
-	TypeModelResponded:   func() any { return &ModelResponded{} },
-	TypeToolCall:         func() any { return &ToolCall{} },
-	TypeToolDispatched:   func() any { return &ToolDispatched{} },
-	TypeToolCompleted:    func() any { return &ToolCompleted{} },
-	TypeSessionCompleted: func() any { return &SessionCompleted{} },
-	TypeSessionFailed:    func() any { return &SessionFailed{} },
-	TypeDeadLetter:       func() any { return &DeadLetter{} },
-	TypeOffloaded:        func() any { return &Offloaded{} },
-	TypeSkillSet:         func() any { return &SkillSet{} },
+	TypeRequest:           func() any { return &Request{} },
+	TypeSessionRequested:  func() any { return &SessionRequested{} },
+	TypeModelResponded:    func() any { return &ModelResponded{} },
+	TypeToolCall:          func() any { return &ToolCall{} },
+	TypeToolDispatched:    func() any { return &ToolDispatched{} },
+	TypeToolCompleted:     func() any { return &ToolCompleted{} },
+	TypeSessionCompleted:  func() any { return &SessionCompleted{} },
+	TypeSessionFailed:     func() any { return &SessionFailed{} },
+	TypeDeadLetter:        func() any { return &DeadLetter{} },
+	TypeOffloaded:         func() any { return &Offloaded{} },
+	TypeSkillSet:          func() any { return &SkillSet{} },
+	TypeApprovalRequested: func() any { return &ApprovalRequested{} },
+	TypeApprovalDecided:   func() any { return &ApprovalDecided{} },
+	TypeSessionStopped:    func() any { return &SessionStopped{} },
 }
 
 // Parse reads a message's "type" and decodes it into the matching type,

@@ -53,6 +53,7 @@ const (
 	CodeUnknownModel   = "unknown_model"
 	CodeModelError     = "model_error"
 	CodePoison         = "poison_message"
+	CodeBudget         = "budget_exceeded"
 )
 
 // SessionFailed records that a session cannot go on, and why.
@@ -61,6 +62,19 @@ type SessionFailed struct {
 	Header
 	Code   string `json:"code"`
 	Reason string `json:"reason"`
+	// Budget names the budget a session exceeded (code budget_exceeded),
+	// as <scope>.<limit>: "session.steps", "user_daily.cost_usd".
+	Budget string `json:"budget,omitempty"`
+}
+
+// SessionStopped records that someone stopped a session (corral stop): the
+// harness asks the model nothing more, the sandbox-manager kills the
+// running call and destroys the session's sandbox.
+// Schema: schemas/session/v1/stopped.json.
+type SessionStopped struct {
+	Header
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
 }
 
 var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)

@@ -18,7 +18,7 @@ import (
 // connect opens a client connection to the platform at url.
 func (e *env) connect(url string) (*nats.Conn, jetstream.JetStream, error) {
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	nc, err := bus.Connect(url, "corral", log, nats.Timeout(5*time.Second))
+	nc, err := bus.Connect(url, "corral", log, nats.Timeout(5*time.Second), bus.UserFromEnv(e.getenv))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w\nIs Corral running? Start it with: corral dev (or set --nats / CORRAL_NATS_URL)", err)
 	}

@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,23 +19,30 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
 	"corral.dev/pkg/logger"
+	"corral.dev/services/approval"
 	"corral.dev/services/harness"
 	"corral.dev/services/memory"
 	sandboxmanager "corral.dev/services/sandbox-manager"
 )
 
 func (e *env) devCmd() *cobra.Command {
-	var data, listen, level, dbURL string
+	var data, listen, level, dbURL, approvals string
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run the whole platform in one process: embedded NATS, harness, sandbox-manager and memory",
+		Short: "Run the whole platform in one process: embedded NATS, harness, sandbox-manager, memory and approval",
 		Long: `Runs an embedded NATS server with JetStream (stored under --data) and every
 Corral service in this process. State is kept in --data, so a restart resumes
 unfinished sessions. Memories and skills are kept in PostgreSQL when
 --database-url (or DATABASE_URL) is given, and otherwise in the embedded NATS
 server. Model providers are configured from the environment: OPENAI_API_KEY,
-OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, CORRAL_MODEL.`,
+OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, CORRAL_MODEL.
+
+Reviewers approve held calls on the page at --approvals. Unless
+CORRAL_REVIEWER_TOKENS names reviewers, one reviewer ($USER) is made with a
+token kept in --data and printed at start. The key that signs decisions is
+made once and kept in --data too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if data == "" {
@@ -40,17 +52,18 @@ OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, CORRAL_MODEL.`,
 				}
 				data = d
 			}
-			return e.dev(cmd.Context(), data, listen, level, dbURL)
+			return e.dev(cmd.Context(), data, listen, level, dbURL, approvals)
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "", "directory for Corral's state (default $XDG_STATE_HOME/corral or ~/.local/state/corral)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "HOST:PORT for the embedded NATS server")
 	cmd.Flags().StringVar(&dbURL, "database-url", e.getenv("DATABASE_URL"), "PostgreSQL URL for memories and skills (DATABASE_URL; default: kept in the embedded NATS server)")
+	cmd.Flags().StringVar(&approvals, "approvals", or(e.getenv("CORRAL_APPROVAL_LISTEN"), "127.0.0.1:7480"), "HOST:PORT for the reviewers' web page (CORRAL_APPROVAL_LISTEN); empty serves none")
 	cmd.Flags().StringVar(&level, "log-level", or(e.getenv("CORRAL_LOG_LEVEL"), "info"), "debug, info, warn or error")
 	return cmd
 }
 
-func (e *env) dev(ctx context.Context, data, listen, level, dbURL string) error {
+func (e *env) dev(ctx context.Context, data, listen, level, dbURL, approvals string) error {
 	log := logger.New(e.stderr, level, e.getenv("CORRAL_LOG_FORMAT"))
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -76,12 +89,21 @@ Stop that server, or run Corral on another port and point the clients at it:
 		srv.WaitForShutdown()
 	}()
 
+	keys, err := devKeys(data, e.getenv)
+	if err != nil {
+		return err
+	}
 	getenv := func(k string) string {
 		switch k {
 		case "CORRAL_DATA_DIR":
 			return data
 		case "DATABASE_URL":
 			return dbURL
+		case "CORRAL_APPROVAL_LISTEN":
+			return approvals
+		}
+		if v, ok := keys[k]; ok {
+			return v
 		}
 		return e.getenv(k)
 	}
@@ -120,6 +142,11 @@ Stop that server, or run Corral on another port and point the clients at it:
 		return err
 	}
 	defer mnc.Drain()
+	anc, ajs, err := connect("approval")
+	if err != nil {
+		return err
+	}
+	defer anc.Drain()
 	if err := bus.Setup(ctx, hjs); err != nil {
 		return err
 	}
@@ -140,17 +167,97 @@ Stop that server, or run Corral on another port and point the clients at it:
 	if err != nil {
 		return err
 	}
+	acfg, err := approval.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	if approvals != "" {
+		// Say what to do about a taken port before anything starts.
+		ln, err := net.Listen("tcp", approvals)
+		if err != nil {
+			return fmt.Errorf("the reviewers' page cannot listen on %s (%v); pick another with --approvals HOST:PORT", approvals, err)
+		}
+		ln.Close()
+	}
+	ap, err := approval.New(ctx, acfg, ajs, log)
+	if err != nil {
+		return err
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return h.Run(gctx) })
 	g.Go(func() error { return sm.Run(gctx) })
 	g.Go(func() error { return mem.Run(gctx) })
+	g.Go(func() error { return ap.Run(gctx) })
 	where := "the embedded store"
 	if dbURL != "" {
 		where = "PostgreSQL"
 	}
-	fmt.Fprintf(e.stderr, "Corral is running: NATS on nats://%s, state in %s, memories in %s. Ctrl-C stops it.\nTry: corral run \"list the files in /workspace\"\n", listen, data, where)
+	fmt.Fprintf(e.stderr, "Corral is running: NATS on nats://%s, state in %s, memories in %s. Ctrl-C stops it.\n", listen, data, where)
+	if approvals != "" {
+		fmt.Fprintf(e.stderr, "Reviewers approve held calls at http://%s", approvals)
+		if t := keys["CORRAL_REVIEWER_TOKENS"]; t != "" {
+			name, token, _ := strings.Cut(t, "=")
+			fmt.Fprintf(e.stderr, " (%s signs in with token %s)", name, token)
+		}
+		fmt.Fprintln(e.stderr)
+	}
+	fmt.Fprintln(e.stderr, `Try: corral run "list the files in /workspace"`)
 	err = g.Wait()
 	log.Info("corral dev stopped")
 	return err
+}
+
+// devKeys returns the settings `corral dev` makes for approvals unless the
+// environment gives them: a signing key, its public half for the harness,
+// and one reviewer's token. They are kept in data, so that a restart keeps
+// decisions verifiable and the reviewer signed in.
+func devKeys(data string, getenv func(string) string) (map[string]string, error) {
+	out := make(map[string]string)
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return nil, err
+	}
+	key := getenv("CORRAL_APPROVAL_SIGNING_KEY")
+	if key == "" && getenv("CORRAL_APPROVAL_SIGNING_KEY_FILE") == "" {
+		k, err := keepSecret(filepath.Join(data, "approval.key"), func() string {
+			_, priv, _ := ed25519.GenerateKey(rand.Reader)
+			return event.EncodeKey(priv)
+		})
+		if err != nil {
+			return nil, err
+		}
+		out["CORRAL_APPROVAL_SIGNING_KEY"], key = k, k
+	}
+	if getenv("CORRAL_APPROVAL_PUBLIC_KEY") == "" && key != "" {
+		priv, err := event.DecodePrivateKey(key)
+		if err != nil {
+			return nil, fmt.Errorf("CORRAL_APPROVAL_SIGNING_KEY: %w", err)
+		}
+		out["CORRAL_APPROVAL_PUBLIC_KEY"] = event.EncodeKey(priv.Public().(ed25519.PublicKey))
+	}
+	if getenv("CORRAL_REVIEWER_TOKENS") == "" && getenv("CORRAL_REVIEWER_HEADER") == "" {
+		token, err := keepSecret(filepath.Join(data, "reviewer.token"), func() string { return rand.Text() })
+		if err != nil {
+			return nil, err
+		}
+		out["CORRAL_REVIEWER_TOKENS"] = or(getenv("USER"), "reviewer") + "=" + token
+	}
+	return out, nil
+}
+
+// keepSecret returns the secret kept in file, making it with mk first if
+// there is none.
+func keepSecret(file string, mk func() string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	s := mk()
+	if err := os.WriteFile(file, []byte(s+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return s, nil
 }

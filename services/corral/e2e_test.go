@@ -95,6 +95,8 @@ func startDevAt(t *testing.T, addr, data string, script modeltest.Script, env ma
 		"ANTHROPIC_API_KEY":  "sk-ant-test",
 		"CORRAL_MODEL":       "openai:gpt-test",
 		"CORRAL_LOG_LEVEL":   "debug",
+		// Tests run side by side: each platform's page on its own port.
+		"CORRAL_APPROVAL_LISTEN": freeAddr(t),
 	}
 	for k, v := range env {
 		vars[k] = v

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	corral.dev/pkg v0.0.0
+	corral.dev/services/approval v0.0.0
 	corral.dev/services/harness v0.0.0
 	corral.dev/services/memory v0.0.0
 	corral.dev/services/sandbox-manager v0.0.0
@@ -15,9 +16,13 @@ require (
 )
 
 require (
+	cel.dev/expr v0.25.1 // indirect
 	corral.dev/schemas v0.0.0 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
+	github.com/aymanbagabas/go-udiff v0.4.1 // indirect
 	github.com/bmatcuk/doublestar/v4 v4.10.4 // indirect
+	github.com/google/cel-go v0.31.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -35,16 +40,22 @@ require (
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/exp v0.0.0-20260824195058-e88cd73687aa // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20240826202546-f6391c0de4c7 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260831171406-18b4a7587f8a // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
 replace (
 	corral.dev/pkg => ../../pkg
 	corral.dev/schemas => ../../schemas
+	corral.dev/services/approval => ../approval
 	corral.dev/services/harness => ../harness
 	corral.dev/services/memory => ../memory
 	corral.dev/services/sandbox-manager => ../sandbox-manager

@@ -63,7 +63,7 @@ func (e *env) logs(ctx context.Context, url string, session uuid.UUID, followFla
 		return follow(ctx, js, "*", session, func(ev any, raw []byte, pending uint64) (bool, error) {
 			print(ev, raw)
 			switch ev.(type) {
-			case *event.SessionCompleted, *event.SessionFailed:
+			case *event.SessionCompleted, *event.SessionFailed, *event.SessionStopped:
 				return pending == 0, nil
 			}
 			return false, nil
@@ -105,6 +105,15 @@ func describe(ev any) string {
 		body = fmt.Sprintf("turns=%d tokens=%d/%d answer=%q", ev.Turns, ev.Usage.InputTokens, ev.Usage.OutputTokens, oneLine(ev.Answer, 400))
 	case *event.SessionFailed:
 		body = fmt.Sprintf("code=%s reason=%q", ev.Code, ev.Reason)
+		if ev.Budget != "" {
+			body += " budget=" + ev.Budget
+		}
+	case *event.SessionStopped:
+		body = fmt.Sprintf("by=%s reason=%q", ev.By, ev.Reason)
+	case *event.ApprovalRequested:
+		body = fmt.Sprintf("call=%s %s rule=%s input=%s", ev.Call, ev.Tool, ev.Rule, oneLine(string(ev.Input), 200))
+	case *event.ApprovalDecided:
+		body = fmt.Sprintf("call=%s approved=%t reviewer=%s reason=%q", ev.Call, ev.Approved, ev.Reviewer, ev.Reason)
 	default:
 		raw, _ := json.Marshal(ev)
 		body = string(raw)

@@ -41,18 +41,28 @@ func (e *env) memCall(ctx context.Context, o *memOpts, subject string, req memor
 		return nil, &exitError{2, err}
 	}
 	req.Tenant, req.User = o.tenant, o.user
-	nc, _, err := e.connect(o.nats)
-	if err != nil {
+	var resp memory.APIResponse
+	if err := e.request(ctx, o.nats, "memory service", subject, &req, &resp); err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	data, err := json.Marshal(&req)
+	return &resp, nil
+}
+
+// request sends one request to a service's API at subject and decodes its
+// answer into resp. An error the service answers with is the command's.
+func (e *env) request(ctx context.Context, url, service, subject string, req, resp any) error {
+	nc, _, err := e.connect(url)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	defer nc.Close()
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	// A memory service that is starting (or restarting) answers soon.
+	// A service that is starting (or restarting) answers soon.
 	msg, err := nc.RequestWithContext(ctx, subject, data)
 	for wait := 100 * time.Millisecond; errors.Is(err, nats.ErrNoResponders) && wait < 5*time.Second; wait *= 2 {
 		select {
@@ -62,19 +72,18 @@ func (e *env) memCall(ctx context.Context, o *memOpts, subject string, req memor
 		msg, err = nc.RequestWithContext(ctx, subject, data)
 	}
 	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, errors.New("the memory service is not running (start Corral with: corral dev)")
+		return fmt.Errorf("the %s is not running (start Corral with: corral dev)", service)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("memory service: %w", err)
+		return fmt.Errorf("%s: %w", service, err)
 	}
 	if desc := msg.Header.Get("Nats-Service-Error"); desc != "" {
-		return nil, &exitError{1, errors.New(desc)}
+		return &exitError{1, errors.New(desc)}
 	}
-	var resp memory.APIResponse
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return nil, fmt.Errorf("memory service: %w", err)
+	if err := json.Unmarshal(msg.Data, resp); err != nil {
+		return fmt.Errorf("%s: %w", service, err)
 	}
-	return &resp, nil
+	return nil
 }
 
 func (e *env) printFiles(files []memory.APIFile) {

@@ -65,6 +65,7 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		fmt.Fprintf(e.stderr, "session %s\n", session)
 	}
 	var failed *event.SessionFailed
+	var stopped *event.SessionStopped
 	err = follow(ctx, js, o.tenant, session, func(ev any, raw []byte, _ uint64) (bool, error) {
 		if o.json {
 			fmt.Fprintf(e.stdout, "%s\n", raw)
@@ -80,6 +81,9 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		case *event.SessionFailed:
 			failed = ev
 			return true, nil
+		case *event.SessionStopped:
+			stopped = ev
+			return true, nil
 		}
 		return false, nil
 	})
@@ -88,6 +92,9 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 	}
 	if failed != nil {
 		return &exitError{1, fmt.Errorf("session %s failed (%s): %s", session, failed.Code, failed.Reason)}
+	}
+	if stopped != nil {
+		return &exitError{1, fmt.Errorf("session %s was stopped by %s%s", session, stopped.By, prefixed(": ", stopped.Reason))}
 	}
 	return nil
 }
@@ -111,8 +118,25 @@ func progress(ev any) string {
 		return fmt.Sprintf("%s %s", mark, oneLine(ev.Output, 120))
 	case *event.SessionFailed:
 		return fmt.Sprintf("✗ %s: %s", ev.Code, ev.Reason)
+	case *event.SessionStopped:
+		return fmt.Sprintf("■ stopped by %s%s", ev.By, prefixed(": ", ev.Reason))
+	case *event.ApprovalRequested:
+		return fmt.Sprintf("⏸ %s waits for a reviewer (rule %s): corral approve %s", ev.Tool, ev.Rule, ev.Call)
+	case *event.ApprovalDecided:
+		verdict := "denied"
+		if ev.Approved {
+			verdict = "approved"
+		}
+		return fmt.Sprintf("▶ %s by %s%s", verdict, ev.Reviewer, prefixed(": ", ev.Reason))
 	}
 	return ""
+}
+
+func prefixed(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
 }
 
 func textOf(ev *event.ModelResponded) string {

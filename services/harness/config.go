@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"os"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/policy"
 )
@@ -44,6 +46,11 @@ type Config struct {
 	// refused: the file CORRAL_POLICY_FILE, or deploy/policy.yaml (built
 	// in).
 	Policy *policy.Policy
+	// ApprovalKey is the approval service's public key
+	// (CORRAL_APPROVAL_PUBLIC_KEY, base64): a call the policy holds for
+	// approval runs only on a decision it verifies. Without it, such calls
+	// are refused.
+	ApprovalKey ed25519.PublicKey
 }
 
 // LoadConfig reads the configuration from getenv, applies defaults and
@@ -81,6 +88,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	if f := getenv("CORRAL_POLICY_FILE"); f != "" {
 		if cfg.Policy, err = policy.Load(f); err != nil {
 			return Config{}, fmt.Errorf("CORRAL_POLICY_FILE: %w", err)
+		}
+	}
+	if k := getenv("CORRAL_APPROVAL_PUBLIC_KEY"); k != "" {
+		if cfg.ApprovalKey, err = event.DecodePublicKey(k); err != nil {
+			return Config{}, fmt.Errorf("CORRAL_APPROVAL_PUBLIC_KEY: %w", err)
 		}
 	}
 	if cfg.DefaultModel == "" {

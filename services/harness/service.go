@@ -96,6 +96,7 @@ func (s *Service) Run(ctx context.Context) error {
 				FilterSubjects: []string{
 					"events.*.*." + event.Kind(event.TypeSessionRequested),
 					"events.*.*." + event.Kind(event.TypeToolCompleted),
+					"events.*.*." + event.Kind(event.TypeApprovalDecided),
 				},
 			},
 			Concurrency: s.cfg.Concurrency,

@@ -21,6 +21,7 @@ const (
 	statusRunning
 	statusCompleted
 	statusFailed
+	statusStopped
 )
 
 // state is a session as folded from its log.
@@ -50,7 +51,11 @@ type state struct {
 	// or written, the version it saw last: what its next Write or Edit of
 	// the file expects to find there.
 	versions map[string]int64
-	usage    model.Usage
+	// asked holds the calls an approval was asked for; decisions the
+	// decisions recorded on each, checked when acted on.
+	asked     map[uuid.UUID]bool
+	decisions map[uuid.UUID][]*event.ApprovalDecided
+	usage     model.Usage
 	// answered is set when the last response made no tool calls: the
 	// session's answer, to be recorded as completed.
 	answered *event.ModelResponded
@@ -98,6 +103,8 @@ func newState(tenant string, session uuid.UUID) *state {
 		dispatched: make(map[uuid.UUID]bool),
 		results:    make(map[uuid.UUID]*event.ToolCompleted),
 		versions:   make(map[string]int64),
+		asked:      make(map[uuid.UUID]bool),
+		decisions:  make(map[uuid.UUID][]*event.ApprovalDecided),
 	}
 }
 
@@ -109,6 +116,8 @@ func (st *state) clone() *state {
 	c.dispatched = maps.Clone(st.dispatched)
 	c.results = maps.Clone(st.results)
 	c.versions = maps.Clone(st.versions)
+	c.asked = maps.Clone(st.asked)
+	c.decisions = maps.Clone(st.decisions)
 	c.messages = slices.Clone(st.messages)
 	c.queued = slices.Clone(st.queued)
 	return &c
@@ -187,6 +196,13 @@ func (st *state) apply(ev any) {
 		if e.Path != "" && !e.IsError {
 			st.versions[e.Path] = e.Version
 		}
+	case *event.ApprovalRequested:
+		st.asked[e.Call] = true
+	case *event.ApprovalDecided:
+		st.decisions[e.Call] = append(slices.Clip(st.decisions[e.Call]), e)
+	case *event.SessionStopped:
+		st.status = statusStopped
+		st.answered = nil
 	case *event.SessionCompleted:
 		st.status = statusCompleted
 		st.answered = nil

@@ -135,8 +135,12 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 		}
 		input := st.pending.Input(c)
 		service, memPath, err := checkCall(c.Name, input)
+		var held bool
 		if err == nil {
-			err = s.allowed(st, c, input)
+			held, err = s.gate(ctx, st, c, input)
+		}
+		if held {
+			continue // until a reviewer decides
 		}
 		if err != nil {
 			res := event.ToolCompleted{
@@ -199,10 +203,7 @@ func (s *Service) backfillDispatched(ctx context.Context, st *state) error {
 			continue
 		}
 		service, _, err := checkCall(c.Name, input)
-		if err == nil {
-			err = s.allowed(st, c, input)
-		}
-		if err != nil {
+		if err != nil || s.decide(st, c, input).verdict != policy.Allow {
 			continue
 		}
 		if err := s.recordDispatched(ctx, st, c, input, service); err != nil {
@@ -213,18 +214,74 @@ func (s *Service) backfillDispatched(ctx context.Context, st *state) error {
 	return nil
 }
 
-// allowed applies the tenant's policy to a call. A call that needs a
-// reviewer's approval is refused too, for now: approvals are not wired in,
-// and running it unapproved is what the rule exists to prevent.
-func (s *Service) allowed(st *state, c event.Call, input json.RawMessage) error {
+// gate applies the tenant's policy to a call: it returns an error for a
+// call that must not run, with the reason for the model, and held for a
+// call that waits for a reviewer, after asking for the approval.
+func (s *Service) gate(ctx context.Context, st *state, c event.Call, input json.RawMessage) (held bool, err error) {
+	v := s.decide(st, c, input)
+	switch v.verdict {
+	case policy.Deny:
+		return false, errors.New(v.reason)
+	case policy.Approve:
+		if st.asked[c.ID] {
+			return true, nil
+		}
+		ev := event.ApprovalRequested{
+			Header:   event.NewHeader(event.TypeApprovalRequested, st.tenant, st.session),
+			Call:     c.ID,
+			Turn:     st.pending.Turn,
+			User:     st.user,
+			Tool:     c.Name,
+			Input:    input,
+			ArgsHash: event.ArgsHash(c.Name, input),
+			Rule:     v.rule,
+			Reason:   v.reason,
+		}
+		if err := s.record(ctx, &ev, c.ID.String()+":approval"); err != nil {
+			return false, err
+		}
+		st.asked[c.ID] = true
+		return true, nil
+	}
+	return false, nil
+}
+
+// verdict is what may be done with a call: allow (run it), deny (refuse it
+// for reason) or approve (ask a reviewer under rule).
+type verdict struct {
+	verdict, rule, reason string
+}
+
+// decide applies the policy and any reviewer's decision to a call. A
+// decision counts only if it verifies: signed by the approval service, for
+// this very call and these arguments; others are ignored and logged.
+func (s *Service) decide(st *state, c event.Call, input json.RawMessage) verdict {
 	d := s.cfg.Policy.Decide(policy.Call{Tenant: st.tenant, User: st.user, Tool: c.Name, Input: input})
 	switch d.Decision {
 	case policy.Deny:
-		return fmt.Errorf("refused by policy (rule %s): %s", d.Rule, d.Reason)
+		return verdict{policy.Deny, d.Rule, fmt.Sprintf("refused by policy (rule %s): %s", d.Rule, d.Reason)}
 	case policy.Approve:
-		return fmt.Errorf("this call needs a reviewer's approval under policy rule %s (%s), and this deployment takes no approvals, so it was not run", d.Rule, d.Reason)
+		if s.cfg.ApprovalKey == nil {
+			return verdict{policy.Deny, d.Rule, fmt.Sprintf("this call needs a reviewer's approval under policy rule %s (%s), and this deployment takes no approvals, so it was not run", d.Rule, d.Reason)}
+		}
+		hash := event.ArgsHash(c.Name, input)
+		for _, dec := range st.decisions[c.ID] {
+			if err := dec.Verify(s.cfg.ApprovalKey, st.tenant, st.session, c.ID, hash); err != nil {
+				s.log.Warn("ignoring a decision that does not verify", "session", st.session, "call", c.ID, "reviewer", dec.Reviewer, "err", err)
+				continue
+			}
+			if dec.Approved {
+				return verdict{policy.Allow, d.Rule, ""}
+			}
+			why := dec.Reason
+			if why == "" {
+				why = "no reason given"
+			}
+			return verdict{policy.Deny, d.Rule, fmt.Sprintf("a reviewer (%s) denied this call, held under policy rule %s: %s", dec.Reviewer, d.Rule, why)}
+		}
+		return verdict{policy.Approve, d.Rule, d.Reason}
 	}
-	return nil
+	return verdict{policy.Allow, d.Rule, ""}
 }
 
 // checkCall refuses calls that cannot run as written, in words the model

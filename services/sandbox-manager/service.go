@@ -6,6 +6,7 @@ package sandboxmanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -29,6 +30,7 @@ type Service struct {
 	log    *slog.Logger
 	// sessions serialises the calls of each session.
 	sessions lock.Keyed
+	stops    stops
 }
 
 // New returns a sandbox-manager using js, whose streams [bus.Setup] has
@@ -62,6 +64,9 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 // for a grace period.
 func (s *Service) Run(ctx context.Context) error {
 	s.log.InfoContext(ctx, "sandbox-manager started", "data_dir", s.cfg.DataDir)
+	wctx, stopWatching := context.WithCancel(ctx)
+	watched := make(chan error, 1)
+	go func() { watched <- s.watchStops(wctx) }()
 	err := bus.Consume(ctx, s.js, bus.Consumer{
 		Stream: bus.StreamTools,
 		Config: jetstream.ConsumerConfig{
@@ -77,7 +82,9 @@ func (s *Service) Run(ctx context.Context) error {
 		Grace:    s.cfg.ShutdownGrace,
 		Logger:   s.log,
 	})
+	stopWatching()
+	werr := <-watched
 	// No call is running once Consume returns: stop every sandbox.
 	s.driver.Close()
-	return err
+	return errors.Join(err, werr)
 }

@@ -83,7 +83,17 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 		res.Output, res.IsError = "Error: "+err.Error(), true
 		return s.record(ctx, &res)
 	}
-	r, err := s.driver.Run(ctx, c.Tenant, c.Session, args)
+	callCtx, done, stopped := s.stops.start(ctx, c.Session)
+	if stopped != "" {
+		res.Output, res.IsError = "Not run: "+stopped+".", true
+		return s.record(ctx, &res)
+	}
+	defer done()
+	r, err := s.driver.Run(callCtx, c.Tenant, c.Session, args)
+	if errors.Is(context.Cause(callCtx), errStopped) && ctx.Err() == nil {
+		res.Output, res.IsError = "Killed: the session was stopped while this call ran.", true
+		return s.record(ctx, &res)
+	}
 	if ctx.Err() != nil {
 		// Stopped under the call (shutdown): no result is recorded, and the
 		// redelivery finds the call marked as started.

@@ -36,7 +36,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	nc, err := bus.Connect(cfg.NATSURL, "memory", log)
+	nc, err := bus.Connect(cfg.NATSURL, "memory", log, bus.UserFromEnv(getenv))
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	nc, err := bus.Connect(cfg.NATSURL, "sandbox-manager", log)
+	nc, err := bus.Connect(cfg.NATSURL, "sandbox-manager", log, bus.UserFromEnv(getenv))
 	if err != nil {
 		return err
 	}

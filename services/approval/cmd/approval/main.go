@@ -1,0 +1,56 @@
+// Command approval keeps the calls Corral's policy holds for a person's
+// approval, serves the reviewers' web page and signs their decisions.
+//
+// It is configured from the environment: CORRAL_NATS_URL,
+// CORRAL_APPROVAL_SIGNING_KEY (or _FILE), CORRAL_APPROVAL_LISTEN,
+// CORRAL_REVIEWER_TOKENS, CORRAL_REVIEWER_HEADER, CORRAL_APPROVAL_TIMEOUT,
+// CORRAL_LOG_LEVEL.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/logger"
+	"corral.dev/services/approval"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "approval:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, getenv func(string) string) error {
+	log := logger.New(os.Stderr, getenv("CORRAL_LOG_LEVEL"), getenv("CORRAL_LOG_FORMAT"))
+	cfg, err := approval.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	nc, err := bus.Connect(cfg.NATSURL, "approval", log, bus.UserFromEnv(getenv))
+	if err != nil {
+		return err
+	}
+	defer nc.Drain()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if err := bus.Setup(ctx, js); err != nil {
+		return err
+	}
+	svc, err := approval.New(ctx, cfg, js, log)
+	if err != nil {
+		return err
+	}
+	return svc.Run(ctx)
+}

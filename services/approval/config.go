@@ -1,0 +1,91 @@
+package approval
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"corral.dev/pkg/event"
+)
+
+// Config is the approval service's configuration, read from the
+// environment by [LoadConfig].
+type Config struct {
+	// NATSURL is the NATS server to connect to (CORRAL_NATS_URL).
+	NATSURL string
+	// SigningKey signs every decision (CORRAL_APPROVAL_SIGNING_KEY, the
+	// base64 seed, or CORRAL_APPROVAL_SIGNING_KEY_FILE, a file holding
+	// it). The harness verifies with its public half.
+	SigningKey ed25519.PrivateKey
+	// Listen is where the reviewers' web page is served
+	// (CORRAL_APPROVAL_LISTEN); empty serves none.
+	Listen string
+	// Reviewers maps sign-in tokens to reviewers' names
+	// (CORRAL_REVIEWER_TOKENS: "alice=token1,bob=token2").
+	Reviewers map[string]string
+	// ReviewerHeader, when set, is a request header an authenticating
+	// proxy in front of the page sets to the signed-in reviewer's name
+	// (CORRAL_REVIEWER_HEADER, e.g. X-Forwarded-User). Set it only when
+	// every request comes through that proxy.
+	ReviewerHeader string
+	// Timeout is how long an approval may wait for a decision before it
+	// is denied (CORRAL_APPROVAL_TIMEOUT, a Go duration; empty: it
+	// waits until someone decides or the session is stopped).
+	Timeout time.Duration
+	// Sweep is how often expired approvals are looked for.
+	Sweep time.Duration
+	// Concurrency is how many approval requests are handled at once.
+	Concurrency int
+}
+
+// LoadConfig reads the configuration from getenv; an error names the
+// offending variable.
+func LoadConfig(getenv func(string) string) (Config, error) {
+	cfg := Config{
+		NATSURL:        or(getenv("CORRAL_NATS_URL"), "nats://127.0.0.1:4222"),
+		Listen:         getenv("CORRAL_APPROVAL_LISTEN"),
+		ReviewerHeader: getenv("CORRAL_REVIEWER_HEADER"),
+		Reviewers:      make(map[string]string),
+		Sweep:          time.Second,
+		Concurrency:    16,
+	}
+	key := getenv("CORRAL_APPROVAL_SIGNING_KEY")
+	if f := getenv("CORRAL_APPROVAL_SIGNING_KEY_FILE"); f != "" && key == "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return Config{}, fmt.Errorf("CORRAL_APPROVAL_SIGNING_KEY_FILE: %w", err)
+		}
+		key = string(b)
+	}
+	if key == "" {
+		return Config{}, fmt.Errorf("CORRAL_APPROVAL_SIGNING_KEY (or _FILE) is not set: the approval service signs every decision with it (corral approvals keygen makes one)")
+	}
+	var err error
+	if cfg.SigningKey, err = event.DecodePrivateKey(key); err != nil {
+		return Config{}, fmt.Errorf("CORRAL_APPROVAL_SIGNING_KEY: %w", err)
+	}
+	if s := getenv("CORRAL_REVIEWER_TOKENS"); s != "" {
+		for _, pair := range strings.Split(s, ",") {
+			name, token, ok := strings.Cut(strings.TrimSpace(pair), "=")
+			if !ok || name == "" || len(token) < 16 {
+				return Config{}, fmt.Errorf("CORRAL_REVIEWER_TOKENS: want name=token pairs separated by commas, each token at least 16 characters")
+			}
+			cfg.Reviewers[token] = name
+		}
+	}
+	if s := getenv("CORRAL_APPROVAL_TIMEOUT"); s != "" {
+		if cfg.Timeout, err = time.ParseDuration(s); err != nil || cfg.Timeout <= 0 {
+			return Config{}, fmt.Errorf("CORRAL_APPROVAL_TIMEOUT=%q: want a positive duration such as 1h", s)
+		}
+	}
+	return cfg, nil
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

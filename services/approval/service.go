@@ -1,0 +1,415 @@
+// Package approval is Corral's approval service. It keeps every call a
+// policy holds for a person's approval, shows them to reviewers (a web page
+// and the CLI's API), and records each decision, signed, in the session's
+// log: the only place the harness takes decisions from.
+package approval
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
+)
+
+// Service is the approval service.
+type Service struct {
+	cfg Config
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	log *slog.Logger
+
+	// mu guards items, the bucket as last watched, and changed, closed
+	// and replaced on every change so that watchers of the page wake.
+	mu      sync.Mutex
+	items   map[string]*Approval
+	changed chan struct{}
+	synced  chan struct{}
+}
+
+// New returns an approval service using js, whose streams and buckets
+// [bus.Setup] has created.
+func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logger) (*Service, error) {
+	kv, err := js.KeyValue(ctx, bus.BucketApprovals)
+	if err != nil {
+		return nil, fmt.Errorf("open kv %s: %w", bus.BucketApprovals, err)
+	}
+	return &Service{
+		cfg:     cfg,
+		js:      js,
+		kv:      kv,
+		log:     log.With("service", "approval"),
+		items:   make(map[string]*Approval),
+		changed: make(chan struct{}),
+		synced:  make(chan struct{}),
+	}, nil
+}
+
+// Run consumes approval requests and session ends, expires approvals,
+// serves the CLI's API and the reviewers' page until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.watch(ctx) })
+	g.Go(func() error {
+		return bus.Consume(ctx, s.js, bus.Consumer{
+			Stream: bus.StreamEvents,
+			Config: jetstream.ConsumerConfig{
+				Durable: bus.ConsumerApprovals,
+				FilterSubjects: []string{
+					"events.*.*." + event.Kind(event.TypeApprovalRequested),
+					"events.*.*." + event.Kind(event.TypeSessionStopped),
+					"events.*.*." + event.Kind(event.TypeSessionFailed),
+					"events.*.*." + event.Kind(event.TypeSessionCompleted),
+				},
+			},
+			Concurrency: s.cfg.Concurrency,
+			Handler:     s.handle,
+			Logger:      s.log,
+		})
+	})
+	g.Go(func() error { return s.sweep(ctx) })
+	g.Go(func() error { return s.serveAPI(ctx) })
+	if s.cfg.Listen != "" {
+		g.Go(func() error { return s.serveWeb(ctx) })
+	}
+	s.log.InfoContext(ctx, "approval started", "listen", s.cfg.Listen, "timeout", s.cfg.Timeout)
+	return g.Wait()
+}
+
+// watch keeps items in step with the bucket, whichever instance wrote it,
+// and wakes the page's live updates on every change.
+func (s *Service) watch(ctx context.Context) error {
+	for ctx.Err() == nil {
+		w, err := s.kv.WatchAll(ctx)
+		if err != nil {
+			s.log.WarnContext(ctx, "watch approvals", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for e := range w.Updates() {
+			if e == nil { // the initial values are in
+				s.mu.Lock()
+				select {
+				case <-s.synced:
+				default:
+					close(s.synced)
+				}
+				s.mu.Unlock()
+				continue
+			}
+			s.mu.Lock()
+			if e.Operation() == jetstream.KeyValuePut {
+				var a Approval
+				if err := json.Unmarshal(e.Value(), &a); err == nil {
+					s.items[e.Key()] = &a
+				}
+			} else {
+				delete(s.items, e.Key())
+			}
+			close(s.changed)
+			s.changed = make(chan struct{})
+			s.mu.Unlock()
+		}
+		_ = w.Stop()
+	}
+	return nil
+}
+
+// list returns the approvals as last watched, newest first, of tenant
+// ("" for every tenant) with one of statuses (none for all).
+func (s *Service) list(tenant string, statuses ...string) []*Approval {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*Approval
+	for _, a := range s.items {
+		if (tenant == "" || a.Tenant == tenant) && (len(statuses) == 0 || slices.Contains(statuses, a.Status)) {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Approval) int { return b.RequestedAt.Compare(a.RequestedAt) })
+	return out
+}
+
+// updates returns a channel closed at the next change of the approvals.
+func (s *Service) updates() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+func (s *Service) handle(ctx context.Context, m bus.Msg) error {
+	ev, err := event.Parse(m.Data)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	switch e := ev.(type) {
+	case *event.ApprovalRequested:
+		return s.ask(ctx, e)
+	case *event.SessionStopped, *event.SessionFailed, *event.SessionCompleted:
+		h := ev.(event.Event).Head()
+		return s.cancel(ctx, h.Tenant, h.Session)
+	}
+	return nil
+}
+
+// ask keeps a new approval request, with its session's context.
+func (s *Service) ask(ctx context.Context, e *event.ApprovalRequested) error {
+	a := &Approval{
+		ID: e.Call, Tenant: e.Tenant, Session: e.Session, Turn: e.Turn, User: e.User,
+		Tool: e.Tool, Input: e.Input, ArgsHash: e.ArgsHash, Rule: e.Rule, Why: e.Reason,
+		RequestedAt: e.Time, Status: Pending,
+	}
+	if s.cfg.Timeout > 0 {
+		t := e.Time.Add(s.cfg.Timeout)
+		a.ExpiresAt = &t
+	}
+	if _, err := s.kv.Get(ctx, a.key()); err == nil {
+		return nil // a redelivery
+	}
+	if err := s.addContext(ctx, a); err != nil {
+		return err
+	}
+	data, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	if _, err := s.kv.Create(ctx, a.key(), data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("keep approval %s: %w", a.ID, err)
+	}
+	s.log.InfoContext(ctx, "approval requested", "id", a.ID, "tenant", a.Tenant, "session", a.Session, "tool", a.Tool, "rule", a.Rule)
+	return nil
+}
+
+// maxSteps is how many of a session's last steps a reviewer sees.
+const maxSteps = 5
+
+// addContext reads what a reviewer needs from the session's log: the
+// prompt it works on and its last steps.
+func (s *Service) addContext(ctx context.Context, a *Approval) error {
+	msgs, err := bus.ReadAll(ctx, s.js, bus.StreamEvents, bus.SessionEvents(a.Tenant, a.Session))
+	if err != nil {
+		return err
+	}
+	var steps []Step
+	at := map[uuid.UUID]int{}
+	inputs := map[uuid.UUID]json.RawMessage{}
+	for _, m := range msgs {
+		ev, err := event.Parse(m.Data)
+		if err != nil {
+			continue
+		}
+		switch e := ev.(type) {
+		case *event.SessionRequested:
+			a.Prompt = e.Prompt
+		case *event.ModelResponded:
+			for _, c := range e.Calls {
+				inputs[c.ID] = e.Input(c)
+			}
+			if t := (model.Response{Content: e.Content}).Text(); t != "" {
+				steps = append(steps, Step{Tool: "model", Summary: clip(t, 300)})
+			}
+		case *event.ToolDispatched:
+			at[e.Call] = len(steps)
+			steps = append(steps, Step{Tool: e.Name, Summary: clip(string(inputs[e.Call]), 300)})
+		case *event.ToolCompleted:
+			i, ok := at[e.Call]
+			if !ok {
+				at[e.Call] = len(steps)
+				steps = append(steps, Step{Tool: e.Name, Summary: clip(string(inputs[e.Call]), 300)})
+				i = len(steps) - 1
+			}
+			steps[i].Result, steps[i].IsError = clip(e.Output, 500), e.IsError
+		}
+	}
+	if len(steps) > maxSteps {
+		steps = steps[len(steps)-maxSteps:]
+	}
+	a.Steps = steps
+	return nil
+}
+
+func clip(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= n {
+		return s
+	}
+	r := []rune(s[:n])
+	return string(r[:len(r)-1]) + "…"
+}
+
+// cancel marks the pending approvals of a session that ended as cancelled.
+func (s *Service) cancel(ctx context.Context, tenant string, session uuid.UUID) error {
+	keys, err := s.kv.ListKeysFiltered(ctx, fmt.Sprintf("%s.%s.*", tenant, session))
+	if err != nil {
+		return fmt.Errorf("list approvals of %s: %w", session, err)
+	}
+	for k := range keys.Keys() {
+		_, err := s.update(ctx, k, func(a *Approval) error {
+			if a.Status != Pending {
+				return &DecidedError{a}
+			}
+			a.Status, a.DecidedAt, a.Published = Cancelled, time.Now().UTC(), true
+			return nil
+		})
+		var decided *DecidedError
+		if err != nil && !errors.As(err, &decided) {
+			return err
+		}
+	}
+	return nil
+}
+
+// update applies fn to the approval under k and stores it if fn returns
+// nil, retrying when someone else changed it in between.
+func (s *Service) update(ctx context.Context, k string, fn func(a *Approval) error) (*Approval, error) {
+	for {
+		e, err := s.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, ErrNotFound
+		}
+		if err != nil {
+			return nil, err
+		}
+		var a Approval
+		if err := json.Unmarshal(e.Value(), &a); err != nil {
+			return nil, fmt.Errorf("approval %s: %w", k, err)
+		}
+		if err := fn(&a); err != nil {
+			return &a, err
+		}
+		data, err := json.Marshal(&a)
+		if err != nil {
+			return nil, err
+		}
+		_, err = s.kv.Update(ctx, k, data, e.Revision())
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("store approval %s: %w", k, err)
+		}
+		return &a, nil
+	}
+}
+
+// errUnchanged tells [Service.update] there is nothing to store.
+var errUnchanged = errors.New("unchanged")
+
+// find returns the bucket key of approval id.
+func (s *Service) find(ctx context.Context, id uuid.UUID) (string, error) {
+	keys, err := s.kv.ListKeysFiltered(ctx, "*.*."+id.String())
+	if err != nil {
+		return "", err
+	}
+	for k := range keys.Keys() {
+		return k, nil
+	}
+	return "", ErrNotFound
+}
+
+// Decide records reviewer's decision on approval id: approved or not, with
+// a reason. A decision on an approval no longer pending returns a
+// [*DecidedError] saying who decided it.
+func (s *Service) Decide(ctx context.Context, id uuid.UUID, approve bool, reviewer, reason string) (*Approval, error) {
+	if strings.TrimSpace(reviewer) == "" {
+		return nil, errors.New("a decision needs a reviewer's name")
+	}
+	k, err := s.find(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.update(ctx, k, func(a *Approval) error {
+		if a.Status != Pending {
+			return &DecidedError{a}
+		}
+		a.Status, a.Reviewer, a.Reason, a.DecidedAt = Denied, reviewer, reason, time.Now().UTC()
+		if approve {
+			a.Status = Approved
+		}
+		return nil
+	})
+	if err != nil {
+		return a, err
+	}
+	s.log.InfoContext(ctx, "approval decided", "id", a.ID, "status", a.Status, "reviewer", reviewer)
+	return a, s.publish(ctx, a)
+}
+
+// publish records a's decision, signed, in its session's log, and notes
+// that it did. A decision stored but not yet published (the service died
+// in between) is published by the sweep.
+func (s *Service) publish(ctx context.Context, a *Approval) error {
+	d := event.ApprovalDecided{
+		Header:   event.NewHeader(event.TypeApprovalDecided, a.Tenant, a.Session),
+		Call:     a.ID,
+		ArgsHash: a.ArgsHash,
+		Approved: a.Status == Approved,
+		Reviewer: a.Reviewer,
+		Reason:   a.Reason,
+	}
+	d.Sign(s.cfg.SigningKey)
+	if err := bus.Record(ctx, s.js, &d, a.ID.String()+":decided"); err != nil && !errors.Is(err, bus.ErrDuplicate) {
+		return fmt.Errorf("publish decision on %s: %w", a.ID, err)
+	}
+	_, err := s.update(ctx, a.key(), func(a *Approval) error {
+		if a.Published {
+			return errUnchanged
+		}
+		a.Published = true
+		return nil
+	})
+	if err != nil && !errors.Is(err, errUnchanged) {
+		return err
+	}
+	return nil
+}
+
+// sweep denies approvals left undecided past their expiry and publishes
+// decisions kept but not yet published.
+func (s *Service) sweep(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-s.synced:
+	}
+	t := time.NewTicker(s.cfg.Sweep)
+	defer t.Stop()
+	for {
+		now := time.Now()
+		for _, a := range s.list("", Pending, Approved, Denied) {
+			var err error
+			switch {
+			case a.Status == Pending && a.ExpiresAt != nil && now.After(*a.ExpiresAt):
+				reason := fmt.Sprintf("no reviewer decided within %s", s.cfg.Timeout)
+				_, err = s.Decide(ctx, a.ID, false, "corral", reason)
+			case a.Status != Pending && !a.Published:
+				err = s.publish(ctx, a)
+			}
+			var decided *DecidedError
+			if err != nil && !errors.As(err, &decided) && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "sweep approvals", "id", a.ID, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

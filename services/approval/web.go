@@ -1,0 +1,345 @@
+package approval
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aymanbagabas/go-udiff"
+	"github.com/google/uuid"
+
+	"corral.dev/pkg/tool"
+)
+
+//go:embed web/*.html
+var webFiles embed.FS
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"detail": detail,
+	"ago": func(t time.Time) string {
+		return time.Since(t).Round(time.Second).String()
+	},
+	"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+}).ParseFS(webFiles, "web/*.html"))
+
+// cookieName holds a signed-in reviewer's session.
+const cookieName = "corral_reviewer"
+
+// signInFor is how long a sign-in lasts.
+const signInFor = 12 * time.Hour
+
+// web serves the reviewers' page.
+type web struct {
+	s *Service
+	// key signs the sign-in cookie and the CSRF tokens; derived from the
+	// signing key, so that sign-ins survive a restart.
+	key []byte
+}
+
+// reviewer is who a request comes from, and the nonce of their sign-in,
+// which their CSRF token is bound to.
+type reviewer struct {
+	name, nonce string
+}
+
+func (s *Service) serveWeb(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("approval page: %w", err)
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	s.log.InfoContext(ctx, "reviewers' page", "url", "http://"+ln.Addr().String())
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Handler returns the reviewers' page.
+func (s *Service) Handler() http.Handler {
+	mac := hmac.New(sha256.New, s.cfg.SigningKey.Seed())
+	mac.Write([]byte("corral approval page"))
+	w := &web{s: s, key: mac.Sum(nil)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", w.signedIn(w.index))
+	mux.HandleFunc("GET /live", w.signedIn(w.live))
+	mux.HandleFunc("POST /decide", w.signedIn(w.checkCSRF(w.decide)))
+	mux.HandleFunc("POST /signout", w.signedIn(w.checkCSRF(w.signOut)))
+	mux.HandleFunc("GET /signin", w.signInPage)
+	mux.HandleFunc("POST /signin", w.signIn)
+	// Cross-origin form posts are refused before any handler sees them;
+	// the CSRF tokens also refuse same-site forgeries.
+	return http.NewCrossOriginProtection().Handler(securityHeaders(mux))
+}
+
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors 'none'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Referrer-Policy", "same-origin")
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (w *web) sign(parts ...string) string {
+	mac := hmac.New(sha256.New, w.key)
+	mac.Write([]byte(strings.Join(parts, "\x00")))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// who returns the signed-in reviewer of r, if any.
+func (w *web) who(r *http.Request) (reviewer, bool) {
+	if h := w.s.cfg.ReviewerHeader; h != "" {
+		if name := strings.TrimSpace(r.Header.Get(h)); name != "" {
+			return reviewer{name: name}, true
+		}
+	}
+	c, err := r.Cookie(cookieName)
+	if err != nil {
+		return reviewer{}, false
+	}
+	payload, sig, ok := strings.Cut(c.Value, ".")
+	if !ok || !hmac.Equal([]byte(sig), []byte(w.sign("cookie", payload))) {
+		return reviewer{}, false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil {
+		return reviewer{}, false
+	}
+	parts := strings.SplitN(string(raw), "\x00", 3)
+	if len(parts) != 3 {
+		return reviewer{}, false
+	}
+	exp, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || time.Now().Unix() > exp {
+		return reviewer{}, false
+	}
+	// A reviewer whose token was withdrawn is signed out.
+	if !w.known(parts[0]) {
+		return reviewer{}, false
+	}
+	return reviewer{name: parts[0], nonce: parts[2]}, true
+}
+
+func (w *web) known(name string) bool {
+	for _, n := range w.s.cfg.Reviewers {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *web) csrf(rv reviewer) string { return w.sign("csrf", rv.name, rv.nonce) }
+
+type handler func(http.ResponseWriter, *http.Request, reviewer)
+
+func (w *web) signedIn(h handler) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		rv, ok := w.who(r)
+		if !ok {
+			if r.Method == http.MethodGet && r.URL.Path == "/" {
+				http.Redirect(rw, r, "/signin", http.StatusSeeOther)
+				return
+			}
+			http.Error(rw, "sign in first", http.StatusUnauthorized)
+			return
+		}
+		h(rw, r, rv)
+	}
+}
+
+func (w *web) checkCSRF(h handler) handler {
+	return func(rw http.ResponseWriter, r *http.Request, rv reviewer) {
+		got := r.PostFormValue("csrf")
+		if got == "" || !hmac.Equal([]byte(got), []byte(w.csrf(rv))) {
+			http.Error(rw, "this form is out of date or was not sent by this page (bad CSRF token): reload the page and try again", http.StatusForbidden)
+			return
+		}
+		h(rw, r, rv)
+	}
+}
+
+func (w *web) signInPage(rw http.ResponseWriter, r *http.Request) {
+	w.render(rw, http.StatusOK, "signin.html", map[string]any{"Header": w.s.cfg.ReviewerHeader})
+}
+
+func (w *web) signIn(rw http.ResponseWriter, r *http.Request) {
+	token := r.PostFormValue("token")
+	var name string
+	for t, n := range w.s.cfg.Reviewers {
+		if subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
+			name = n
+		}
+	}
+	if name == "" {
+		w.render(rw, http.StatusUnauthorized, "signin.html", map[string]any{"Error": "That token is not a reviewer's."})
+		return
+	}
+	nonce := make([]byte, 16)
+	_, _ = rand.Read(nonce)
+	exp := time.Now().Add(signInFor)
+	payload := base64.RawURLEncoding.EncodeToString([]byte(strings.Join([]string{name, strconv.FormatInt(exp.Unix(), 10), base64.RawURLEncoding.EncodeToString(nonce)}, "\x00")))
+	http.SetCookie(rw, &http.Cookie{
+		Name: cookieName, Value: payload + "." + w.sign("cookie", payload), Path: "/",
+		Expires: exp, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+	})
+	http.Redirect(rw, r, "/", http.StatusSeeOther)
+}
+
+func (w *web) signOut(rw http.ResponseWriter, r *http.Request, _ reviewer) {
+	http.SetCookie(rw, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(rw, r, "/signin", http.StatusSeeOther)
+}
+
+// view is what the page shows.
+type view struct {
+	Reviewer string
+	CSRF     string
+	Pending  []*Approval
+	History  []*Approval
+	Message  string
+	Error    string
+}
+
+const historySize = 50
+
+func (w *web) view(rv reviewer) view {
+	<-w.s.synced
+	pending := w.s.list("", Pending)
+	history := w.s.list("", Approved, Denied, Cancelled)
+	slices.SortFunc(history, func(a, b *Approval) int { return b.DecidedAt.Compare(a.DecidedAt) })
+	if len(history) > historySize {
+		history = history[:historySize]
+	}
+	return view{Reviewer: rv.name, CSRF: w.csrf(rv), Pending: pending, History: history}
+}
+
+func (w *web) index(rw http.ResponseWriter, r *http.Request, rv reviewer) {
+	v := w.view(rv)
+	v.Message = r.URL.Query().Get("done")
+	w.render(rw, http.StatusOK, "page.html", v)
+}
+
+func (w *web) decide(rw http.ResponseWriter, r *http.Request, rv reviewer) {
+	id, err := uuid.Parse(r.PostFormValue("id"))
+	verdict := r.PostFormValue("verdict")
+	if err != nil || (verdict != "approve" && verdict != "deny") {
+		v := w.view(rv)
+		v.Error = "The form names no approval or no decision."
+		w.render(rw, http.StatusBadRequest, "page.html", v)
+		return
+	}
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	a, err := w.s.Decide(r.Context(), id, verdict == "approve", rv.name, reason)
+	var decided *DecidedError
+	switch {
+	case errors.As(err, &decided):
+		v := w.view(rv)
+		v.Error = "Not decided: " + err.Error() + "."
+		w.render(rw, http.StatusConflict, "page.html", v)
+	case errors.Is(err, ErrNotFound):
+		v := w.view(rv)
+		v.Error = "There is no such approval."
+		w.render(rw, http.StatusNotFound, "page.html", v)
+	case err != nil && a == nil:
+		http.Error(rw, err.Error(), http.StatusInternalServerError)
+	default:
+		// The decision is kept; a failed publish is retried by the sweep.
+		http.Redirect(rw, r, "/?done="+a.Status+"+"+a.Tool+"+call", http.StatusSeeOther)
+	}
+}
+
+// live streams the approvals part of the page as server-sent events,
+// whenever anything changes.
+func (w *web) live(rw http.ResponseWriter, r *http.Request, rv reviewer) {
+	flusher, ok := rw.(http.Flusher)
+	if !ok {
+		http.Error(rw, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	rw.Header().Set("Content-Type", "text/event-stream")
+	rw.Header().Set("Cache-Control", "no-store")
+	keepAlive := time.NewTicker(15 * time.Second)
+	defer keepAlive.Stop()
+	for {
+		changed := w.s.updates()
+		var buf bytes.Buffer
+		if err := pages.ExecuteTemplate(&buf, "approvals", w.view(rv)); err != nil {
+			return
+		}
+		fmt.Fprint(rw, "event: update\n")
+		for line := range strings.SplitSeq(buf.String(), "\n") {
+			fmt.Fprintf(rw, "data: %s\n", line)
+		}
+		fmt.Fprint(rw, "\n")
+		flusher.Flush()
+		for waiting := true; waiting; {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-keepAlive.C:
+				fmt.Fprint(rw, ": keep-alive\n\n")
+				flusher.Flush()
+			case <-changed:
+				waiting = false
+			}
+		}
+	}
+}
+
+func (w *web) render(rw http.ResponseWriter, code int, name string, data any) {
+	var buf bytes.Buffer
+	if err := pages.ExecuteTemplate(&buf, name, data); err != nil {
+		w.s.log.Error("render page", "page", name, "err", err)
+		http.Error(rw, "cannot render the page", http.StatusInternalServerError)
+		return
+	}
+	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+	rw.Header().Set("Cache-Control", "no-store")
+	rw.WriteHeader(code)
+	_, _ = rw.Write(buf.Bytes())
+}
+
+// detail is what a reviewer reads of a call: the command of a Bash call,
+// a diff of an Edit, the content of a Write, or its input.
+func detail(a *Approval) string {
+	args, err := tool.Parse(a.Tool, a.Input)
+	if err != nil {
+		return string(a.Input)
+	}
+	switch x := args.(type) {
+	case *tool.BashArgs:
+		return x.Command
+	case *tool.EditArgs:
+		return udiff.Unified("a"+x.FilePath, "b"+x.FilePath, x.OldString, x.NewString)
+	case *tool.WriteArgs:
+		return "write " + x.FilePath + ":\n" + x.Content
+	}
+	var out bytes.Buffer
+	if json.Indent(&out, a.Input, "", "  ") != nil {
+		return string(a.Input)
+	}
+	return out.String()
+}

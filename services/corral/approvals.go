@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/services/approval"
+)
+
+func (e *env) approvalsCmd() *cobra.Command {
+	var url, tenant string
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "approvals",
+		Short: "List the tool calls waiting for a reviewer",
+		Long: `Lists the calls the policy holds for a person's approval, newest first;
+--all adds those decided. Decide one with corral approve ID or corral deny ID,
+or on the reviewers' web page.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var resp approval.Response
+			err := e.request(cmd.Context(), url, "approval service", approval.SubjectList, approval.ListRequest{Tenant: tenant, All: all}, &resp)
+			if err != nil {
+				return err
+			}
+			if len(resp.Approvals) == 0 {
+				fmt.Fprintln(e.stdout, "Nothing is waiting for a decision.")
+				return nil
+			}
+			w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tSTATUS\tTENANT\tUSER\tTOOL\tCALL\tRULE\tASKED")
+			for _, a := range resp.Approvals {
+				status := a.Status
+				if a.Reviewer != "" {
+					status += " by " + a.Reviewer
+				}
+				call := strings.Join(strings.Fields(string(a.Input)), " ")
+				if len(call) > 60 {
+					call = call[:59] + "…"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, status, a.Tenant, a.User, a.Tool, call, a.Rule, a.RequestedAt.Local().Format(time.DateTime))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's (default: every tenant's)")
+	cmd.Flags().BoolVar(&all, "all", false, "list decided approvals too")
+	return cmd
+}
+
+func (e *env) decideCmd(approve bool) *cobra.Command {
+	var url, reviewer, reason string
+	use, short := "approve ID", "Approve a held tool call: it runs"
+	if !approve {
+		use, short = "deny ID --reason R", "Deny a held tool call: the model gets the reason instead"
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := uuid.Parse(args[0])
+			if err != nil {
+				return &exitError{2, fmt.Errorf("%q is not an approval ID (corral approvals lists them)", args[0])}
+			}
+			if strings.TrimSpace(reviewer) == "" {
+				return &exitError{2, fmt.Errorf("say who decides with --reviewer (or CORRAL_USER): the history shows it")}
+			}
+			if !approve && strings.TrimSpace(reason) == "" {
+				return &exitError{2, fmt.Errorf("say why with --reason: the model reads it")}
+			}
+			var resp approval.Response
+			req := approval.DecideRequest{ID: id, Approve: approve, Reviewer: reviewer, Reason: reason}
+			if err := e.request(cmd.Context(), url, "approval service", approval.SubjectDecide, req, &resp); err != nil {
+				return err
+			}
+			a := resp.Approvals[0]
+			fmt.Fprintf(e.stdout, "%s %s: %s call of session %s\n", a.Status, a.ID, a.Tool, a.Session)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
+	cmd.Flags().StringVar(&reviewer, "reviewer", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "")), "who decides, as the history shows it (CORRAL_USER)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why; the model reads it when the call is denied")
+	return cmd
+}
+
+func (e *env) stopCmd() *cobra.Command {
+	var url, by, reason string
+	cmd := &cobra.Command{
+		Use:   "stop SESSION",
+		Short: "Stop a session: kill its running tool call and destroy its sandbox",
+		Long: `Stops a session at once: the harness asks the model nothing more, the
+running tool call is killed and the session's sandbox destroyed. A follow-up
+request starts the session again, in a fresh sandbox.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			session, err := uuid.Parse(args[0])
+			if err != nil {
+				return &exitError{2, fmt.Errorf("%q is not a session ID", args[0])}
+			}
+			nc, js, err := e.connect(url)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			return stopSession(cmd.Context(), js, session, by, reason, e)
+		},
+	}
+	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
+	cmd.Flags().StringVar(&by, "by", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "who stops it (CORRAL_USER)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the log")
+	return cmd
+}
+
+func stopSession(ctx context.Context, js jetstream.JetStream, session uuid.UUID, by, reason string, e *env) error {
+	if err := checkPlatform(ctx, js, "the platform"); err != nil {
+		return err
+	}
+	msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents("*", session))
+	if err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		return &exitError{1, fmt.Errorf("no session %s", session)}
+	}
+	var tenant string
+	var ended string
+	for _, m := range msgs {
+		ev, err := event.Parse(m.Data)
+		if err != nil {
+			continue
+		}
+		tenant = ev.(event.Event).Head().Tenant
+		switch ev.(type) {
+		case *event.SessionRequested:
+			ended = ""
+		case *event.SessionCompleted:
+			ended = "completed"
+		case *event.SessionFailed:
+			ended = "failed"
+		case *event.SessionStopped:
+			ended = "stopped"
+		}
+	}
+	if ended != "" {
+		fmt.Fprintf(e.stdout, "session %s has %s already\n", session, ended)
+		return nil
+	}
+	ev := event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, tenant, session), By: by, Reason: reason}
+	// One stop per stretch of the log: a retried stop is dropped, and a
+	// session restarted by a follow-up can be stopped again.
+	if err := bus.Record(ctx, js, &ev, fmt.Sprintf("%s:stopped:%d", session, msgs[len(msgs)-1].StreamSeq)); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "stopped session %s\n", session)
+	return nil
+}
