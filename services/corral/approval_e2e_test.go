@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"crypto/ed25519"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
