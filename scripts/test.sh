@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs go vet and the race-enabled tests of every module in go.work,
-# installing what the tests need first (bubblewrap) when it is missing.
+# installing what the tests need first (bubblewrap, and Chromium for the
+# reviewers' page's browser test) when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +16,10 @@ apt_install() {
 	DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
 }
 
-command -v bwrap >/dev/null 2>&1 || apt_install bubblewrap
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
 
 # PostgreSQL: start the local server if it is installed but stopped.
 if command -v pg_lsclusters >/dev/null 2>&1; then
