@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/modeltest"
+	"corral.dev/services/approval"
+	"corral.dev/services/harness"
+	"corral.dev/services/memory"
+	sandboxmanager "corral.dev/services/sandbox-manager"
+)
+
+// The users of deploy/nats.conf, with the passwords the test gives them.
+var natsUsers = map[string]string{
+	"harness":         "CORRAL_NATS_PASSWORD_HARNESS",
+	"sandbox-manager": "CORRAL_NATS_PASSWORD_SANDBOX",
+	"memory":          "CORRAL_NATS_PASSWORD_MEMORY",
+	"approval":        "CORRAL_NATS_PASSWORD_APPROVAL",
+	"client":          "CORRAL_NATS_PASSWORD_CLIENT",
+}
+
+func password(user string) string { return "pw-of-" + user }
+
+// violations collects the permission violations the server reports to a
+// connection.
+type violations struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (v *violations) seen(subject string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, e := range v.errs {
+		if strings.Contains(e, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+// connectAs connects as user; the connection is closed when the test ends,
+// after the cleanups registered later (the services' shutdown) have run.
+func connectAs(t *testing.T, url, user string) (jetstream.JetStream, *violations) {
+	t.Helper()
+	v := &violations{}
+	nc, err := nats.Connect(url, nats.UserInfo(user, password(user)), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(err.Error(), "Permissions Violation") {
+			v.mu.Lock()
+			v.errs = append(v.errs, err.Error())
+			v.mu.Unlock()
+		}
+	}))
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, v
+}
+
+// TestDeployedPermissions runs every service under its own user of
+// deploy/nats.conf through a session that needs an approval and a memory,
+// then proves what each user may not do.
+func TestDeployedPermissions(t *testing.T) {
+	for user, env := range natsUsers {
+		t.Setenv(env, password(user))
+	}
+	srv, err := bus.StartServer(bus.ServerConfig{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir(), ConfigFile: "../../deploy/nats.conf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	url := srv.ClientURL()
+
+	fake := modeltest.New(t, byPrompt(map[string][]modeltest.Call{
+		"push and remember": {bash("echo git push done"), write("/memories/release.md", "pushed\n"), read("/memories/release.md")},
+	}))
+	_, key, _ := ed25519.GenerateKey(nil)
+	env := map[string]string{
+		"OPENAI_BASE_URL": fake.URL() + "/v1", "OPENAI_API_KEY": "sk-test", "CORRAL_MODEL": "openai:gpt-test",
+		"CORRAL_DATA_DIR": t.TempDir(), "CORRAL_SHUTDOWN_GRACE": "1s",
+		"CORRAL_APPROVAL_SIGNING_KEY": event.EncodeKey(key),
+		"CORRAL_APPROVAL_PUBLIC_KEY":  event.EncodeKey(key.Public().(ed25519.PublicKey)),
+		"CORRAL_NATS_USER":            "client", "CORRAL_NATS_PASSWORD": password("client"),
+	}
+	getenv := func(k string) string { return env[k] }
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	log := slog.New(slog.DiscardHandler)
+	type runner interface{ Run(context.Context) error }
+	start := func(user string, mk func(js jetstream.JetStream) (runner, error)) (jetstream.JetStream, *violations) {
+		js, v := connectAs(t, url, user)
+		if err := bus.Setup(ctx, js); err != nil {
+			t.Fatalf("%s: setup: %v", user, err)
+		}
+		r, err := mk(js)
+		if err != nil {
+			t.Fatalf("%s: %v", user, err)
+		}
+		t.Cleanup(func() { cancel(); wg.Wait() }) // before the connection closes
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Run(ctx); err != nil {
+				t.Errorf("%s: %v", user, err)
+			}
+		}()
+		return js, v
+	}
+	hjs, hv := start("harness", func(js jetstream.JetStream) (runner, error) {
+		cfg, err := harness.LoadConfig(getenv)
+		if err != nil {
+			return nil, err
+		}
+		return harness.New(ctx, cfg, js, log)
+	})
+	sjs, sv := start("sandbox-manager", func(js jetstream.JetStream) (runner, error) {
+		cfg, err := sandboxmanager.LoadConfig(getenv)
+		if err != nil {
+			return nil, err
+		}
+		return sandboxmanager.New(ctx, cfg, js, log)
+	})
+	mjs, mv := start("memory", func(js jetstream.JetStream) (runner, error) {
+		cfg, err := memory.LoadConfig(getenv)
+		if err != nil {
+			return nil, err
+		}
+		store, err := memory.NewKVStore(ctx, js)
+		if err != nil {
+			return nil, err
+		}
+		return memory.New(ctx, cfg, js, store, log)
+	})
+	start("approval", func(js jetstream.JetStream) (runner, error) {
+		cfg, err := approval.LoadConfig(getenv)
+		if err != nil {
+			return nil, err
+		}
+		return approval.New(ctx, cfg, js, log)
+	})
+
+	// The whole flow works under these permissions.
+	p := &platform{url: url, getenv: getenv, model: fake}
+	run := p.runBackground(t, "acme", "push and remember")
+	id, _ := p.pending(t, "acme")
+	if code, _, stderr := p.corral(t, "approve", id.String(), "--reviewer", "grace"); code != 0 {
+		t.Fatalf("corral approve as client: exit %d: %s", code, stderr)
+	}
+	r := wait(t, run)
+	if r.code != 0 {
+		t.Fatalf("corral run as client exited %d:\n%s", r.code, r.stderr)
+	}
+	wantIn(t, "answer", r.stdout, "git push done", "pushed")
+	for name, v := range map[string]*violations{"harness": hv, "sandbox-manager": sv, "memory": mv} {
+		if len(v.errs) > 0 {
+			t.Errorf("%s hit permission violations in normal work: %v", name, v.errs)
+		}
+	}
+
+	// What each user may not do.
+	session := uuid.Must(uuid.NewV7())
+	decision := func() *event.ApprovalDecided {
+		d := &event.ApprovalDecided{Header: event.NewHeader(event.TypeApprovalDecided, "acme", session), Call: uuid.New(), ArgsHash: strings.Repeat("0", 64), Approved: true, Reviewer: "mallory"}
+		d.Sign(key) // even with the right key
+		return d
+	}
+	cjs, cv := connectAs(t, url, "client")
+	denied := func(who string, js jetstream.JetStream, v *violations, subject string, ev any) {
+		t.Helper()
+		pctx, pcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer pcancel()
+		err := bus.Publish(pctx, js, subject, uuid.NewString(), ev)
+		if err == nil {
+			t.Errorf("%s published to %s", who, subject)
+			return
+		}
+		waitFor(t, 5*time.Second, func() error {
+			if !v.seen(subject) {
+				return fmt.Errorf("no permission violation reported for %s (publish error: %v)", subject, err)
+			}
+			return nil
+		})
+	}
+	decided := bus.EventSubject("acme", session, event.TypeApprovalDecided)
+	for who, c := range map[string]struct {
+		js jetstream.JetStream
+		v  *violations
+	}{"harness": {hjs, hv}, "sandbox-manager": {sjs, sv}, "memory": {mjs, mv}, "client": {cjs, cv}} {
+		denied(who, c.js, c.v, decided, decision())
+	}
+	denied("sandbox-manager", sjs, sv, bus.EventSubject("acme", session, event.TypeModelResponded), map[string]string{"type": event.TypeModelResponded})
+	denied("sandbox-manager", sjs, sv, bus.RequestSubject("acme", session), map[string]string{"type": event.TypeRequest})
+	denied("sandbox-manager", sjs, sv, bus.ToolSubject(bus.ServiceSandbox, "acme", session), map[string]string{"type": event.TypeToolCall})
+	denied("harness", hjs, hv, "$KV.approvals.acme."+session.String()+".x", map[string]string{"status": "approved"})
+
+	// No forged decision reached the log.
+	msgs, err := bus.ReadAll(ctx, hjs, bus.StreamEvents, bus.SessionEvents("acme", session))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 0 {
+		t.Errorf("%d messages reached the log of the forged session", len(msgs))
+	}
+	// The sandbox-manager cannot call the memory or approval APIs.
+	snc := sjs.Conn()
+	for _, subject := range []string{memory.SubjectList, approval.SubjectList} {
+		_, err := snc.Request(subject, []byte(`{"tenant":"acme","path":"/memories"}`), 500*time.Millisecond)
+		if err == nil {
+			t.Errorf("sandbox-manager called %s", subject)
+		}
+		waitFor(t, 5*time.Second, func() error {
+			if !sv.seen(subject) {
+				return fmt.Errorf("no permission violation reported for %s (request error: %v)", subject, err)
+			}
+			return nil
+		})
+	}
+	// Nobody but the approval service deletes the session logs.
+	if err := hjs.DeleteStream(ctx, bus.StreamEvents); err == nil {
+		t.Error("the harness deleted the EVENTS stream")
+	}
+}
