@@ -33,7 +33,7 @@ func inproc(b *testing.B, script modeltest.Script) jetstream.JetStream {
 
 // benchPlatform starts an embedded server and a fake model running script,
 // and returns the settings the services take.
-func benchPlatform(b *testing.B, script modeltest.Script) (*server.Server, jetstream.JetStream, func(string) string) {
+func benchPlatform(b testing.TB, script modeltest.Script) (*server.Server, jetstream.JetStream, func(string) string) {
 	b.Helper()
 	srv, _, js := natstest.Run(b)
 	fake := modeltest.New(b, script)
@@ -47,7 +47,7 @@ func benchPlatform(b *testing.B, script modeltest.Script) (*server.Server, jetst
 
 // runServices runs a sandbox-manager, and a harness if withHarness, in this
 // process until the benchmark ends.
-func runServices(b *testing.B, js jetstream.JetStream, getenv func(string) string, withHarness bool) {
+func runServices(b testing.TB, js jetstream.JetStream, getenv func(string) string, withHarness bool) {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
