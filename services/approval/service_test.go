@@ -94,4 +94,3 @@ func TestConfigRefusesBadSettings(t *testing.T) {
 		t.Errorf("cfg = %+v, %v", cfg.Reviewers, err)
 	}
 }
-
