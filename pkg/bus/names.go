@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"time"
 
@@ -26,6 +27,7 @@ const (
 	BucketPayloads  = "payloads"
 	BucketSkills    = "skills"
 	BucketApprovals = "approvals"
+	BucketUsage     = "usage"
 )
 
 // Durable consumer names, <service>-<purpose>.
@@ -35,6 +37,7 @@ const (
 	ConsumerSandboxCalls    = "sandbox-manager-calls"
 	ConsumerMemoryCalls     = "memory-calls"
 	ConsumerApprovals       = "approval-requests"
+	ConsumerHarnessUsage    = "harness-usage"
 )
 
 // Tool services, the second token of a tool call's subject.
@@ -172,6 +175,25 @@ var buckets = []jetstream.KeyValueConfig{
 		Storage:     jetstream.FileStorage,
 		History:     1,
 	},
+	{
+		// What each tenant, and each of its users, spent each day (UTC):
+		// <tenant>.<day> and <tenant>.<day>.u.<user, base64url>. Kept
+		// for a year and a month, for reports.
+		Bucket:      BucketUsage,
+		Description: "daily usage per tenant and user, for budgets and corral usage",
+		TTL:         400 * 24 * time.Hour,
+		Storage:     jetstream.FileStorage,
+		History:     1,
+	},
+}
+
+// UsageKey is the key of a tenant's usage on day (2006-01-02) in
+// [BucketUsage], or of one of its users' when user is not empty.
+func UsageKey(tenant, day, user string) string {
+	if user == "" {
+		return tenant + "." + day
+	}
+	return tenant + "." + day + ".u." + base64.RawURLEncoding.EncodeToString([]byte(user))
 }
 
 // ApprovalHistoryTTL is how long the approval service keeps an approval;

@@ -31,6 +31,9 @@ type ModelResponded struct {
 	StopReason string        `json:"stop_reason"`
 	Usage      model.Usage   `json:"usage"`
 	Calls      []Call        `json:"calls"`
+	// User is the session's user, whose daily usage the response counts
+	// in.
+	User string `json:"user,omitempty"`
 }
 
 // Input returns the input the model gave call c, from its tool_use block.
@@ -90,6 +93,11 @@ type ToolCompleted struct {
 	// Edit of it by this session expects to find.
 	Path    string `json:"path,omitempty"`
 	Version int64  `json:"version,omitempty"`
+	// Service is the tool service that ran the call ("sandbox",
+	// "memory"); empty for a call the harness refused. User is the
+	// session's user. Both are what usage is counted by.
+	Service string `json:"service,omitempty"`
+	User    string `json:"user,omitempty"`
 }
 
 // Offloaded stands in the log for an event too large to carry inline: the

@@ -49,10 +49,16 @@ const (
 type File struct {
 	// Rules apply to every tenant, after the tenant's own.
 	Rules []Rule `yaml:"rules"`
-	// Tenants holds each tenant's own rules, tried first.
+	// Tenants holds each tenant's own rules, tried first, and budgets.
 	Tenants map[string]struct {
-		Rules []Rule `yaml:"rules"`
+		Rules   []Rule  `yaml:"rules"`
+		Budgets Budgets `yaml:"budgets"`
 	} `yaml:"tenants"`
+	// Budgets cap every tenant's spending, unless its own say otherwise.
+	Budgets Budgets `yaml:"budgets"`
+	// Prices are what each model costs, by its full name
+	// ("openai:gpt-4.1"), "*" for any other.
+	Prices map[string]Price `yaml:"prices"`
 }
 
 // Rule is one rule of a policy.
@@ -73,8 +79,11 @@ type Decision struct {
 
 // Policy is a compiled policy, safe for concurrent use.
 type Policy struct {
-	common  []compiled
-	tenants map[string][]compiled
+	common        []compiled
+	tenants       map[string][]compiled
+	budgets       Budgets
+	tenantBudgets map[string]Budgets
+	prices        map[string]Price
 }
 
 type compiled struct {
@@ -113,17 +122,42 @@ func Parse(data []byte) (*Policy, error) {
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) { // empty: no rules
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	p := &Policy{tenants: make(map[string][]compiled)}
+	p := &Policy{tenants: make(map[string][]compiled), tenantBudgets: make(map[string]Budgets), budgets: f.Budgets, prices: f.Prices}
 	var err error
 	if p.common, err = compile("rules", f.Rules); err != nil {
+		return nil, err
+	}
+	if err := checkBudgets("budgets", f.Budgets); err != nil {
 		return nil, err
 	}
 	for t, tr := range f.Tenants {
 		if p.tenants[t], err = compile("tenants."+t, tr.Rules); err != nil {
 			return nil, err
 		}
+		if err := checkBudgets("tenants."+t+".budgets", tr.Budgets); err != nil {
+			return nil, err
+		}
+		p.tenantBudgets[t] = tr.Budgets
+	}
+	for m, pr := range f.Prices {
+		if pr.Input < 0 || pr.Output < 0 {
+			return nil, fmt.Errorf("policy: prices.%s: a price cannot be negative", m)
+		}
 	}
 	return p, nil
+}
+
+func checkBudgets(where string, b Budgets) error {
+	if err := b.Session.check(where + ".session"); err != nil {
+		return err
+	}
+	if err := b.UserDaily.check(where + ".user_daily"); err != nil {
+		return err
+	}
+	if b.UserDaily.WallTime != 0 || b.TenantDaily.WallTime != 0 {
+		return fmt.Errorf("policy: %s: wall_time caps sessions only", where)
+	}
+	return b.TenantDaily.check(where + ".tenant_daily")
 }
 
 // Load reads and compiles a policy file.

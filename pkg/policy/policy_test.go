@@ -6,7 +6,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"corral.dev/pkg/model"
 	"corral.dev/pkg/policy"
 )
 
@@ -153,5 +155,66 @@ func TestParseErrors(t *testing.T) {
 	}
 	if p, err := policy.Parse(nil); err != nil || p.Decide(policy.Call{Tool: "Bash"}).Decision != policy.Allow {
 		t.Errorf("empty policy: %v", err)
+	}
+}
+
+func TestBudgets(t *testing.T) {
+	p, err := policy.Parse([]byte(`
+budgets:
+  session: {steps: 10, wall_time: 1h}
+  user_daily: {cost_usd: 5}
+prices:
+  "openai:a": {input: 2, output: 8}
+  "*": {input: 1, output: 1}
+tenants:
+  acme:
+    budgets:
+      session: {steps: 3}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := p.Budgets("acme"); b.Session.Steps != 3 || b.Session.WallTime != time.Hour || b.UserDaily.CostUSD != 5 {
+		t.Errorf("acme's budgets = %+v: want its steps over the global wall time and daily cost", b)
+	}
+	if b := p.Budgets("other"); b.Session.Steps != 10 {
+		t.Errorf("other's budgets = %+v", b)
+	}
+	if got := p.Cost("openai:a", model.Usage{InputTokens: 1_000_000, OutputTokens: 500_000}); got != 6 {
+		t.Errorf("cost = %v, want 6", got)
+	}
+	if got := p.Cost("anthropic:b", model.Usage{InputTokens: 1_000_000}); got != 1 {
+		t.Errorf("cost by * = %v, want 1", got)
+	}
+	l := policy.Limits{Steps: 3, Tokens: 100, CostUSD: 1, SandboxSeconds: 10, WallTime: time.Minute}
+	for _, tc := range []struct {
+		u       policy.Usage
+		elapsed time.Duration
+		want    string
+	}{
+		{policy.Usage{Steps: 2, InputTokens: 50, CostUSD: 0.5, SandboxSeconds: 9}, 59 * time.Second, ""},
+		{policy.Usage{Steps: 3}, 0, "steps"},
+		{policy.Usage{InputTokens: 60, OutputTokens: 40}, 0, "tokens"},
+		{policy.Usage{CostUSD: 1}, 0, "cost_usd"},
+		{policy.Usage{SandboxSeconds: 10}, 0, "sandbox_seconds"},
+		{policy.Usage{}, time.Minute, "wall_time"},
+	} {
+		if got, _ := l.Over(tc.u, tc.elapsed); got != tc.want {
+			t.Errorf("Over(%+v, %s) = %q, want %q", tc.u, tc.elapsed, got, tc.want)
+		}
+	}
+	if got, _ := (policy.Limits{}).Over(policy.Usage{Steps: 1 << 30}, time.Hour); got != "" {
+		t.Errorf("no limits: over %q", got)
+	}
+	for _, bad := range []string{
+		"budgets: {session: {steps: -1}}",
+		"budgets: {user_daily: {wall_time: 1h}}",
+		"prices: {x: {input: -1}}",
+		"budgets: {session: {wall_time: soon}}",
+		"budgets: {session: {step: 3}}",
+	} {
+		if _, err := policy.Parse([]byte(bad)); err == nil {
+			t.Errorf("policy.Parse(%q): no error", bad)
+		}
 	}
 }

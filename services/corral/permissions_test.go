@@ -170,6 +170,13 @@ func TestDeployedPermissions(t *testing.T) {
 		t.Fatalf("corral run as client exited %d:\n%s", r.code, r.stderr)
 	}
 	wantIn(t, "answer", r.stdout, "git push done", "pushed")
+	waitFor(t, 10*time.Second, func() error {
+		code, stdout, stderr := p.corral(t, "usage", "--tenant", "acme")
+		if code != 0 || !strings.Contains(stdout, "ada") {
+			return fmt.Errorf("corral usage as client: exit %d: %s%s", code, stdout, stderr)
+		}
+		return nil
+	})
 	for name, v := range map[string]*violations{"harness": hv, "sandbox-manager": sv, "memory": mv} {
 		if len(v.errs) > 0 {
 			t.Errorf("%s hit permission violations in normal work: %v", name, v.errs)

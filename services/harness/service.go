@@ -29,6 +29,7 @@ type Service struct {
 	js        jetstream.JetStream
 	providers model.Providers
 	leases    jetstream.KeyValue
+	usage     jetstream.KeyValue
 	freed     freedLeases
 	skills    jetstream.ObjectStore
 	// skillsCache holds each tenant's skills list by the digest of the
@@ -50,6 +51,10 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	usage, err := js.KeyValue(ctx, bus.BucketUsage)
+	if err != nil {
+		return nil, err
+	}
 	events, err := js.Stream(ctx, bus.StreamEvents)
 	if err != nil {
 		return nil, err
@@ -66,6 +71,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		js:          js,
 		providers:   cfg.Providers(),
 		leases:      leases,
+		usage:       usage,
 		log:         log.With("service", "harness"),
 	}, nil
 }
@@ -108,6 +114,27 @@ func (s *Service) Run(ctx context.Context) error {
 			Logger:      s.log,
 		})
 	})
+	g.Go(func() error {
+		return bus.Consume(ctx, s.js, bus.Consumer{
+			Stream: bus.StreamEvents,
+			Config: jetstream.ConsumerConfig{
+				Durable: bus.ConsumerHarnessUsage,
+				FilterSubjects: []string{
+					"events.*.*." + event.Kind(event.TypeModelResponded),
+					"events.*.*." + event.Kind(event.TypeToolCompleted),
+				},
+				// One event at a time, in order, across every harness:
+				// each usage key counts an event once by its sequence.
+				MaxAckPending: 1,
+			},
+			Concurrency: 1,
+			Handler:     s.countUsage,
+			RetryDelay:  s.cfg.RetryDelay,
+			Grace:       s.cfg.ShutdownGrace,
+			Logger:      s.log,
+		})
+	})
+	g.Go(func() error { return s.watchWallTime(ctx) })
 	s.log.InfoContext(ctx, "harness started", "instance", s.cfg.Instance, "default_model", s.cfg.DefaultModel)
 	if s.providers.OpenAI == nil && s.providers.Anthropic == nil {
 		s.log.WarnContext(ctx, "no model provider configured: sessions will fail until ANTHROPIC_API_KEY or OPENAI_API_KEY (or OPENAI_BASE_URL) is set")

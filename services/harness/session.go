@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -56,6 +57,12 @@ type state struct {
 	asked     map[uuid.UUID]bool
 	decisions map[uuid.UUID][]*event.ApprovalDecided
 	usage     model.Usage
+	// byModel sums the usage of each model, for the session's cost;
+	// sandboxMS sums how long its calls ran in sandboxes; since is when
+	// the request it works on came.
+	byModel   map[string]model.Usage
+	sandboxMS int64
+	since     time.Time
 	// answered is set when the last response made no tool calls: the
 	// session's answer, to be recorded as completed.
 	answered *event.ModelResponded
@@ -105,6 +112,7 @@ func newState(tenant string, session uuid.UUID) *state {
 		versions:   make(map[string]int64),
 		asked:      make(map[uuid.UUID]bool),
 		decisions:  make(map[uuid.UUID][]*event.ApprovalDecided),
+		byModel:    make(map[string]model.Usage),
 	}
 }
 
@@ -118,6 +126,7 @@ func (st *state) clone() *state {
 	c.versions = maps.Clone(st.versions)
 	c.asked = maps.Clone(st.asked)
 	c.decisions = maps.Clone(st.decisions)
+	c.byModel = maps.Clone(st.byModel)
 	c.messages = slices.Clone(st.messages)
 	c.queued = slices.Clone(st.queued)
 	return &c
@@ -163,6 +172,26 @@ func (c *foldCache) put(session uuid.UUID, st *state, seq uint64) {
 	c.m[session] = foldedState{st: st, seq: seq}
 }
 
+// running returns the states cached of running sessions.
+func (c *foldCache) running() []*state {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*state
+	for _, f := range c.m {
+		if f.st.status == statusRunning {
+			out = append(out, f.st)
+		}
+	}
+	return out
+}
+
+// forget drops a session's cached state; its next step folds it again.
+func (c *foldCache) forget(session uuid.UUID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, session)
+}
+
 func (st *state) apply(ev any) {
 	switch e := ev.(type) {
 	case *event.SessionRequested:
@@ -176,6 +205,7 @@ func (st *state) apply(ev any) {
 			break
 		}
 		st.status = statusRunning
+		st.since = e.Time
 		st.flushResults()
 		st.messages = append(st.messages, model.Message{Role: model.User, Content: []model.Block{prompt}})
 	case *event.ModelResponded:
@@ -183,6 +213,10 @@ func (st *state) apply(ev any) {
 		st.turn = e.Turn
 		st.usage.InputTokens += e.Usage.InputTokens
 		st.usage.OutputTokens += e.Usage.OutputTokens
+		u := st.byModel[e.Model]
+		u.InputTokens += e.Usage.InputTokens
+		u.OutputTokens += e.Usage.OutputTokens
+		st.byModel[e.Model] = u
 		st.messages = append(st.messages, model.Message{Role: model.Assistant, Content: e.Content})
 		if len(e.Calls) > 0 {
 			st.pending = e
@@ -193,6 +227,9 @@ func (st *state) apply(ev any) {
 		st.dispatched[e.Call] = true
 	case *event.ToolCompleted:
 		st.results[e.Call] = e
+		if e.Service == bus.ServiceSandbox {
+			st.sandboxMS += e.DurationMS
+		}
 		if e.Path != "" && !e.IsError {
 			st.versions[e.Path] = e.Version
 		}

@@ -46,6 +46,16 @@ func (s *Service) step(ctx context.Context, st *state) error {
 	if st.status != statusRunning {
 		return nil
 	}
+	if st.answered == nil {
+		// Asking the model or running calls spends; completing does not.
+		budget, spent, err := s.overBudget(ctx, st)
+		if err != nil {
+			return err
+		}
+		if budget != "" {
+			return s.stopForBudget(ctx, st, budget, spent)
+		}
+	}
 	switch {
 	case st.pending != nil:
 		if missing := st.missing(); len(missing) > 0 {
@@ -104,6 +114,7 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 		Content:    resp.Content,
 		StopReason: resp.StopReason,
 		Usage:      resp.Usage,
+		User:       st.user,
 	}
 	for i := range ev.Content {
 		b := &ev.Content[i]

@@ -37,9 +37,11 @@ func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
 	}
 	start := time.Now()
 	res := event.ToolCompleted{
-		Header: event.NewHeader(event.TypeToolCompleted, c.Tenant, c.Session),
-		Call:   c.Call,
-		Name:   c.Name,
+		Header:  event.NewHeader(event.TypeToolCompleted, c.Tenant, c.Session),
+		Call:    c.Call,
+		Name:    c.Name,
+		Service: bus.ServiceMemory,
+		User:    c.User,
 	}
 	out, err := s.run(ctx, &c)
 	if err != nil {

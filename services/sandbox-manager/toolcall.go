@@ -41,9 +41,11 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 		return bus.Permanent(err)
 	}
 	res := event.ToolCompleted{
-		Header: event.NewHeader(event.TypeToolCompleted, c.Tenant, c.Session),
-		Call:   c.Call,
-		Name:   c.Name,
+		Header:  event.NewHeader(event.TypeToolCompleted, c.Tenant, c.Session),
+		Call:    c.Call,
+		Name:    c.Name,
+		Service: bus.ServiceSandbox,
+		User:    c.User,
 	}
 	// The mark is set and checked under the session's lock: calls of a
 	// session run one at a time, and a second copy of a call waits here

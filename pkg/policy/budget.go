@@ -1,0 +1,125 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+
+	"corral.dev/pkg/model"
+)
+
+// Limits caps what a session, or a user or tenant in a day, may spend.
+// A zero field sets no cap (or, in a tenant's budgets, keeps the global one).
+type Limits struct {
+	// Steps counts model turns.
+	Steps int `yaml:"steps" json:"steps,omitempty"`
+	// Tokens counts input and output tokens together.
+	Tokens int64 `yaml:"tokens" json:"tokens,omitempty"`
+	// CostUSD is what the tokens cost, by the price table.
+	CostUSD float64 `yaml:"cost_usd" json:"cost_usd,omitempty"`
+	// SandboxSeconds is how long the session's calls ran in sandboxes.
+	SandboxSeconds float64 `yaml:"sandbox_seconds" json:"sandbox_seconds,omitempty"`
+	// WallTime is how long a session may work on one request (sessions
+	// only).
+	WallTime time.Duration `yaml:"wall_time" json:"wall_time,omitempty"`
+}
+
+// Budgets are the caps of a tenant's sessions, of each of its users per
+// day and of the whole tenant per day (days in UTC).
+type Budgets struct {
+	Session     Limits `yaml:"session"`
+	UserDaily   Limits `yaml:"user_daily"`
+	TenantDaily Limits `yaml:"tenant_daily"`
+}
+
+// Price is what a model charges, in USD per million tokens.
+type Price struct {
+	Input  float64 `yaml:"input"`
+	Output float64 `yaml:"output"`
+}
+
+// Usage is what a session, or a user or tenant in a day, has spent.
+type Usage struct {
+	Steps          int     `json:"steps"`
+	InputTokens    int64   `json:"input_tokens"`
+	OutputTokens   int64   `json:"output_tokens"`
+	CostUSD        float64 `json:"cost_usd"`
+	SandboxSeconds float64 `json:"sandbox_seconds"`
+}
+
+// Add adds u2 to u.
+func (u *Usage) Add(u2 Usage) {
+	u.Steps += u2.Steps
+	u.InputTokens += u2.InputTokens
+	u.OutputTokens += u2.OutputTokens
+	u.CostUSD += u2.CostUSD
+	u.SandboxSeconds += u2.SandboxSeconds
+}
+
+// Over returns the first cap of l that u (with wall time elapsed) has
+// reached, as "steps", "tokens", "cost_usd", "sandbox_seconds" or
+// "wall_time", with what was spent against it; "" when none is.
+func (l Limits) Over(u Usage, elapsed time.Duration) (limit, spent string) {
+	switch {
+	case l.Steps > 0 && u.Steps >= l.Steps:
+		return "steps", fmt.Sprintf("%d of %d steps", u.Steps, l.Steps)
+	case l.Tokens > 0 && u.InputTokens+u.OutputTokens >= l.Tokens:
+		return "tokens", fmt.Sprintf("%d of %d tokens", u.InputTokens+u.OutputTokens, l.Tokens)
+	case l.CostUSD > 0 && u.CostUSD >= l.CostUSD:
+		return "cost_usd", fmt.Sprintf("$%.4f of $%.2f", u.CostUSD, l.CostUSD)
+	case l.SandboxSeconds > 0 && u.SandboxSeconds >= l.SandboxSeconds:
+		return "sandbox_seconds", fmt.Sprintf("%.1f of %.0f sandbox seconds", u.SandboxSeconds, l.SandboxSeconds)
+	case l.WallTime > 0 && elapsed >= l.WallTime:
+		return "wall_time", fmt.Sprintf("%s of %s", elapsed.Round(time.Second), l.WallTime)
+	}
+	return "", ""
+}
+
+func (l Limits) orElse(d Limits) Limits {
+	if l.Steps == 0 {
+		l.Steps = d.Steps
+	}
+	if l.Tokens == 0 {
+		l.Tokens = d.Tokens
+	}
+	if l.CostUSD == 0 {
+		l.CostUSD = d.CostUSD
+	}
+	if l.SandboxSeconds == 0 {
+		l.SandboxSeconds = d.SandboxSeconds
+	}
+	if l.WallTime == 0 {
+		l.WallTime = d.WallTime
+	}
+	return l
+}
+
+func (l Limits) check(where string) error {
+	if l.Steps < 0 || l.Tokens < 0 || l.CostUSD < 0 || l.SandboxSeconds < 0 || l.WallTime < 0 {
+		return fmt.Errorf("policy: %s: a budget cannot be negative", where)
+	}
+	return nil
+}
+
+// Budgets returns tenant's budgets: its own, field by field, over the
+// global ones.
+func (p *Policy) Budgets(tenant string) Budgets {
+	b := p.budgets
+	if t, ok := p.tenantBudgets[tenant]; ok {
+		b = Budgets{
+			Session:     t.Session.orElse(b.Session),
+			UserDaily:   t.UserDaily.orElse(b.UserDaily),
+			TenantDaily: t.TenantDaily.orElse(b.TenantDaily),
+		}
+	}
+	return b
+}
+
+// Cost returns what usage cost on modelName ("openai:gpt-4.1"), by the
+// price table: the model's entry, or the "*" entry, or nothing.
+func (p *Policy) Cost(modelName string, usage model.Usage) float64 {
+	pr, ok := p.prices[modelName]
+	if !ok {
+		pr = p.prices["*"]
+	}
+	return (float64(usage.InputTokens)*pr.Input + float64(usage.OutputTokens)*pr.Output) / 1e6
+}

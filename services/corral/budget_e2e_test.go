@@ -1,0 +1,139 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/modeltest"
+)
+
+// forever is a model that never stops: every turn it runs its prompt as a
+// Bash command.
+func forever(c modeltest.Conversation) (modeltest.Turn, error) {
+	return modeltest.Turn{Calls: []modeltest.Call{bash(c.Messages[0].Text)}}, nil
+}
+
+const budgetPolicy = `
+prices:
+  "*": {input: 1000, output: 1000}   # $0.001 a token
+tenants:
+  steps:   {budgets: {session: {steps: 3}}}
+  tokens:  {budgets: {session: {tokens: 3000}}}
+  cost:    {budgets: {session: {cost_usd: 2}}}
+  sandbox: {budgets: {session: {sandbox_seconds: 1}}}
+  wall:    {budgets: {session: {wall_time: 2s}}}
+  waiting: {budgets: {session: {wall_time: 2s}}}
+  daily:   {budgets: {user_daily: {steps: 3}}}
+  team:    {budgets: {tenant_daily: {steps: 3}}}
+`
+
+// budgetFailure runs a session of tenant as user and returns its failure.
+func (p *platform) budgetFailure(t *testing.T, tenant, user, prompt string) (*event.SessionFailed, uuid.UUID, int) {
+	t.Helper()
+	code, _, stderr := p.corral(t, "run", "--tenant", tenant, "--user", user, prompt)
+	if code != 1 {
+		t.Fatalf("corral run in %s exited %d, want 1:\n%s", tenant, code, stderr)
+	}
+	session := sessionOf(t, stderr)
+	evs := p.events(t, session)
+	turns := 0
+	var failed *event.SessionFailed
+	for _, ev := range evs {
+		switch e := ev.(type) {
+		case *event.ModelResponded:
+			turns++
+		case *event.SessionFailed:
+			failed = e
+		}
+	}
+	if failed == nil {
+		t.Fatalf("session in %s did not fail", tenant)
+	}
+	if !strings.Contains(stderr, "budget_exceeded") || !strings.Contains(stderr, failed.Budget) {
+		t.Errorf("corral run did not tell the requester which budget: %s", stderr)
+	}
+	return failed, session, turns
+}
+
+func TestBudgetsStopSessions(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(budgetPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startDev(t, forever, map[string]string{"CORRAL_POLICY_FILE": file})
+
+	for _, tc := range []struct {
+		tenant, prompt, budget string
+		minTurns               int
+	}{
+		{"steps", "true", "session.steps", 3},
+		{"tokens", "true", "session.tokens", 2},
+		{"cost", "true", "session.cost_usd", 2},
+		{"sandbox", "sleep 0.3", "session.sandbox_seconds", 3},
+		{"wall", "sleep 0.7", "session.wall_time", 2},
+		// Over its wall time while a call runs: stopped there, the call
+		// killed.
+		{"waiting", "sleep 60", "session.wall_time", 1},
+	} {
+		t.Run(tc.tenant, func(t *testing.T) {
+			t.Parallel()
+			failed, session, turns := p.budgetFailure(t, tc.tenant, "ada", tc.prompt)
+			if failed.Code != event.CodeBudget || failed.Budget != tc.budget {
+				t.Errorf("failed with %s %q: %s, want %s", failed.Code, failed.Budget, failed.Reason, tc.budget)
+			}
+			if turns < tc.minTurns {
+				t.Errorf("stopped after %d turns, want at least %d", turns, tc.minTurns)
+			}
+			if tc.budget == "session.steps" && turns != 3 {
+				t.Errorf("%d turns, want 3", turns)
+			}
+			ws := filepath.Join(p.data, "workspaces", tc.tenant, session.String())
+			waitFor(t, 10*time.Second, func() error {
+				if _, err := os.Stat(ws); !os.IsNotExist(err) {
+					return fmt.Errorf("sandbox workspace still there: %v", err)
+				}
+				return nil
+			})
+		})
+	}
+
+	t.Run("daily", func(t *testing.T) {
+		failed, _, turns := p.budgetFailure(t, "daily", "ada", "true")
+		if failed.Budget != "user_daily.steps" || turns < 3 {
+			t.Errorf("first session: %q after %d turns", failed.Budget, turns)
+		}
+		// Ada's next session today is refused before the model is asked;
+		// Bob, of the same tenant, still has his day.
+		failed, _, turns = p.budgetFailure(t, "daily", "ada", "true")
+		if failed.Budget != "user_daily.steps" || turns != 0 {
+			t.Errorf("ada's second session: %q after %d turns, want user_daily.steps after 0", failed.Budget, turns)
+		}
+		failed, _, turns = p.budgetFailure(t, "daily", "bob", "true")
+		if failed.Budget != "user_daily.steps" || turns < 3 {
+			t.Errorf("bob's session: %q after %d turns", failed.Budget, turns)
+		}
+		code, stdout, stderr := p.corral(t, "usage", "--tenant", "daily")
+		if code != 0 {
+			t.Fatalf("corral usage exited %d: %s", code, stderr)
+		}
+		wantIn(t, "corral usage", stdout, "daily", "(all)", "ada", "bob")
+	})
+
+	t.Run("tenant daily", func(t *testing.T) {
+		failed, _, _ := p.budgetFailure(t, "team", "ada", "true")
+		if failed.Budget != "tenant_daily.steps" {
+			t.Errorf("first session: %q", failed.Budget)
+		}
+		failed, _, turns := p.budgetFailure(t, "team", "bob", "true")
+		if failed.Budget != "tenant_daily.steps" || turns != 0 {
+			t.Errorf("bob's session: %q after %d turns, want tenant_daily.steps after 0", failed.Budget, turns)
+		}
+	})
+}

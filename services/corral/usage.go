@@ -1,0 +1,114 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/policy"
+)
+
+func (e *env) usageCmd() *cobra.Command {
+	var url, tenant, user, day string
+	var days int
+	cmd := &cobra.Command{
+		Use:   "usage",
+		Short: "Report what tenants and users spent, per day",
+		Long: `Reports model turns, tokens, cost (by the policy's price table) and sandbox
+seconds per day (UTC), for each tenant and each of its users: what the daily
+budgets are checked against.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if tenant != "" {
+				if err := event.CheckTenant(tenant); err != nil {
+					return &exitError{2, err}
+				}
+			}
+			if days < 1 {
+				return &exitError{2, fmt.Errorf("--days %d: want 1 or more", days)}
+			}
+			if day == "" {
+				day = time.Now().UTC().Format(time.DateOnly)
+			}
+			last, err := time.Parse(time.DateOnly, day)
+			if err != nil {
+				return &exitError{2, fmt.Errorf("--day %q: want YYYY-MM-DD", day)}
+			}
+			ctx := cmd.Context()
+			nc, js, err := e.connect(url)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			if err := checkPlatform(ctx, js, url); err != nil {
+				return err
+			}
+			kv, err := js.KeyValue(ctx, bus.BucketUsage)
+			if err != nil {
+				return fmt.Errorf("usage: %w", err)
+			}
+			w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(w, "DAY\tTENANT\tUSER\tSTEPS\tINPUT TOKENS\tOUTPUT TOKENS\tCOST USD\tSANDBOX S\t")
+			rows := 0
+			for i := days - 1; i >= 0; i-- {
+				d := last.AddDate(0, 0, -i).Format(time.DateOnly)
+				t := or(tenant, "*")
+				filters := []string{t + "." + d, t + "." + d + ".u.*"}
+				if user != "" {
+					filters = []string{bus.UsageKey(t, d, user)}
+				}
+				keys, err := kv.ListKeysFiltered(ctx, filters...)
+				if err != nil {
+					return fmt.Errorf("usage: %w", err)
+				}
+				var ks []string
+				for k := range keys.Keys() {
+					ks = append(ks, k)
+				}
+				slices.Sort(ks)
+				for _, k := range ks {
+					entry, err := kv.Get(ctx, k)
+					if errors.Is(err, jetstream.ErrKeyNotFound) {
+						continue
+					}
+					if err != nil {
+						return fmt.Errorf("usage: %w", err)
+					}
+					var u policy.Usage
+					if err := json.Unmarshal(entry.Value(), &u); err != nil {
+						return fmt.Errorf("usage %s: %w", k, err)
+					}
+					parts := strings.SplitN(k, ".", 4)
+					who := "(all)"
+					if len(parts) == 4 {
+						b, _ := base64.RawURLEncoding.DecodeString(parts[3])
+						who = string(b)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%.4f\t%.1f\t\n", d, parts[0], who, u.Steps, u.InputTokens, u.OutputTokens, u.CostUSD, u.SandboxSeconds)
+					rows++
+				}
+			}
+			if rows == 0 {
+				fmt.Fprintln(e.stdout, "No usage recorded for that.")
+				return nil
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant (default: every tenant)")
+	cmd.Flags().StringVar(&user, "user", "", "only this user")
+	cmd.Flags().StringVar(&day, "day", "", "the (last) day to report, YYYY-MM-DD in UTC (default: today)")
+	cmd.Flags().IntVar(&days, "days", 1, "how many days to report, ending with --day")
+	return cmd
+}

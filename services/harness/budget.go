@@ -1,0 +1,194 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/policy"
+)
+
+// sessionUsage is what the session has spent, by its log.
+func (s *Service) sessionUsage(st *state) policy.Usage {
+	u := policy.Usage{
+		Steps:          st.turn,
+		InputTokens:    int64(st.usage.InputTokens),
+		OutputTokens:   int64(st.usage.OutputTokens),
+		SandboxSeconds: float64(st.sandboxMS) / 1000,
+	}
+	for m, mu := range st.byModel {
+		u.CostUSD += s.cfg.Policy.Cost(m, mu)
+	}
+	return u
+}
+
+// overBudget returns the budget the session has used up, as
+// <scope>.<limit>, and what it spent against it; "" when it may go on.
+// The daily budgets are read from the usage bucket, only when set.
+func (s *Service) overBudget(ctx context.Context, st *state) (budget, spent string, err error) {
+	b := s.cfg.Policy.Budgets(st.tenant)
+	if limit, spent := b.Session.Over(s.sessionUsage(st), time.Since(st.since)); limit != "" {
+		return "session." + limit, spent, nil
+	}
+	day := time.Now().UTC().Format(time.DateOnly)
+	for _, d := range []struct {
+		scope string
+		l     policy.Limits
+		user  string
+	}{{"user_daily", b.UserDaily, st.user}, {"tenant_daily", b.TenantDaily, ""}} {
+		if d.l == (policy.Limits{}) {
+			continue
+		}
+		u, _, err := s.dayUsage(ctx, bus.UsageKey(st.tenant, day, d.user))
+		if err != nil {
+			return "", "", err
+		}
+		if limit, spent := d.l.Over(u.Usage, 0); limit != "" {
+			return d.scope + "." + limit, spent + " today", nil
+		}
+	}
+	return "", "", nil
+}
+
+// stopForBudget records that the session exceeded budget: the session
+// fails with code budget_exceeded, which tells the requester, and the
+// sandbox-manager destroys its sandbox.
+func (s *Service) stopForBudget(ctx context.Context, st *state, budget, spent string) error {
+	ev := event.SessionFailed{
+		Header: event.NewHeader(event.TypeSessionFailed, st.tenant, st.session),
+		Code:   event.CodeBudget,
+		Budget: budget,
+		Reason: fmt.Sprintf("the session exceeded its budget %s: it used %s", budget, spent),
+	}
+	s.log.InfoContext(ctx, "budget exceeded", "session", st.session, "budget", budget, "spent", spent)
+	return s.record(ctx, &ev, fmt.Sprintf("%s:budget:%s", st.session, st.lastRequest))
+}
+
+// dayUsage is what a key of the usage bucket holds: usage, and the stream
+// sequence of the last event counted in it.
+type dayUsage struct {
+	policy.Usage
+	LastSeq uint64 `json:"last_seq"`
+}
+
+func (s *Service) dayUsage(ctx context.Context, key string) (dayUsage, uint64, error) {
+	var u dayUsage
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	e, err := s.usage.Get(rctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return u, 0, nil
+	}
+	if err != nil {
+		return u, 0, fmt.Errorf("read usage %s: %w", key, err)
+	}
+	if err := json.Unmarshal(e.Value(), &u); err != nil {
+		return u, 0, fmt.Errorf("read usage %s: %w", key, err)
+	}
+	return u, e.Revision(), nil
+}
+
+// countUsage adds a model response's or sandbox call's usage to its
+// tenant's and user's day. The consumer delivers one event at a time, in
+// stream order, so each key remembers the last event it counted and a
+// redelivered event is counted once.
+func (s *Service) countUsage(ctx context.Context, m bus.Msg) error {
+	ev, err := event.Parse(m.Data)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	var u policy.Usage
+	var user string
+	var h *event.Header
+	switch e := ev.(type) {
+	case *event.ModelResponded:
+		u = policy.Usage{Steps: 1, InputTokens: int64(e.Usage.InputTokens), OutputTokens: int64(e.Usage.OutputTokens),
+			CostUSD: s.cfg.Policy.Cost(e.Model, e.Usage)}
+		user, h = e.User, &e.Header
+	case *event.ToolCompleted:
+		if e.Service != bus.ServiceSandbox {
+			return nil
+		}
+		u = policy.Usage{SandboxSeconds: float64(e.DurationMS) / 1000}
+		user, h = e.User, &e.Header
+	default:
+		return nil
+	}
+	day := h.Time.UTC().Format(time.DateOnly)
+	keys := []string{bus.UsageKey(h.Tenant, day, "")}
+	if user != "" {
+		keys = append(keys, bus.UsageKey(h.Tenant, day, user))
+	}
+	for _, k := range keys {
+		if err := s.addUsage(ctx, k, u, m.StreamSeq); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Service) addUsage(ctx context.Context, key string, add policy.Usage, seq uint64) error {
+	for {
+		u, rev, err := s.dayUsage(ctx, key)
+		if err != nil {
+			return err
+		}
+		if u.LastSeq >= seq {
+			return nil // counted before a crash
+		}
+		u.Add(add)
+		u.LastSeq = seq
+		data, err := json.Marshal(u)
+		if err != nil {
+			return err
+		}
+		rctx, cancel := bus.Bound(ctx)
+		if rev == 0 {
+			_, err = s.usage.Create(rctx, key, data)
+		} else {
+			_, err = s.usage.Update(rctx, key, data, rev)
+		}
+		cancel()
+		var apiErr *jetstream.APIError
+		if errors.Is(err, jetstream.ErrKeyExists) || (errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("count usage %s: %w", key, err)
+		}
+		return nil
+	}
+}
+
+// watchWallTime stops the sessions this process has worked on that have
+// run past their wall-time budget while waiting (for a tool call, say, or
+// a reviewer): no step comes to check them until then.
+func (s *Service) watchWallTime(ctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		for _, st := range s.folded.running() {
+			wall := s.cfg.Policy.Budgets(st.tenant).Session.WallTime
+			if wall <= 0 || time.Since(st.since) < wall {
+				continue
+			}
+			spent := fmt.Sprintf("%s of %s", time.Since(st.since).Round(time.Second), wall)
+			if err := s.stopForBudget(ctx, st, "session.wall_time", spent); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "stop session over its wall time", "session", st.session, "err", err)
+				continue
+			}
+			s.folded.forget(st.session)
+		}
+	}
+}
