@@ -26,6 +26,7 @@ const (
 	TypeApprovalRequested = "corral.approval.v1.requested"
 	TypeApprovalDecided   = "corral.approval.v1.decided"
 	TypeSessionStopped    = "corral.session.v1.stopped"
+	TypeBudgetRaise       = "corral.budget.v1.raise"
 )
 
 // ErrUnknownType is returned by [Parse] for a message whose "type" is not one
@@ -77,6 +78,7 @@ var registry = map[string]func() any{
 	TypeApprovalRequested: func() any { return &ApprovalRequested{} },
 	TypeApprovalDecided:   func() any { return &ApprovalDecided{} },
 	TypeSessionStopped:    func() any { return &SessionStopped{} },
+	TypeBudgetRaise:       func() any { return &BudgetRaise{} },
 }
 
 // Parse reads a message's "type" and decodes it into the matching type,

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -20,8 +22,49 @@ type Limits struct {
 	SandboxSeconds float64 `yaml:"sandbox_seconds" json:"sandbox_seconds,omitempty"`
 	// WallTime is how long a session may work on one request (sessions
 	// only).
-	WallTime time.Duration `yaml:"wall_time" json:"wall_time,omitempty"`
+	WallTime time.Duration `yaml:"wall_time" json:"-"`
 }
+
+// limitsJSON is Limits as JSON writes it: the wall time as a Go duration.
+type limitsJSON struct {
+	Steps          int     `json:"steps,omitempty"`
+	Tokens         int64   `json:"tokens,omitempty"`
+	CostUSD        float64 `json:"cost_usd,omitempty"`
+	SandboxSeconds float64 `json:"sandbox_seconds,omitempty"`
+	WallTime       string  `json:"wall_time,omitempty"`
+}
+
+// MarshalJSON writes l with its wall time as a duration ("2h0m0s").
+func (l Limits) MarshalJSON() ([]byte, error) {
+	j := limitsJSON{Steps: l.Steps, Tokens: l.Tokens, CostUSD: l.CostUSD, SandboxSeconds: l.SandboxSeconds}
+	if l.WallTime != 0 {
+		j.WallTime = l.WallTime.String()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes, refusing unknown fields and
+// negative caps.
+func (l *Limits) UnmarshalJSON(data []byte) error {
+	var j limitsJSON
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return fmt.Errorf("limits: %w", err)
+	}
+	*l = Limits{Steps: j.Steps, Tokens: j.Tokens, CostUSD: j.CostUSD, SandboxSeconds: j.SandboxSeconds}
+	if j.WallTime != "" {
+		d, err := time.ParseDuration(j.WallTime)
+		if err != nil {
+			return fmt.Errorf("limits: wall_time: %w", err)
+		}
+		l.WallTime = d
+	}
+	return l.check("limits")
+}
+
+// Raise returns l with every cap r sets in place of l's.
+func (l Limits) Raise(r Limits) Limits { return r.orElse(l) }
 
 // Budgets are the caps of a tenant's sessions, of each of its users per
 // day and of the whole tenant per day (days in UTC).

@@ -69,6 +69,7 @@ func (s *Service) Run(ctx context.Context) error {
 				Durable: bus.ConsumerApprovals,
 				FilterSubjects: []string{
 					"events.*.*." + event.Kind(event.TypeApprovalRequested),
+					"events.*.*." + event.Kind(event.TypeBudgetRaise),
 					"events.*.*." + event.Kind(event.TypeSessionStopped),
 					"events.*.*." + event.Kind(event.TypeSessionFailed),
 					"events.*.*." + event.Kind(event.TypeSessionCompleted),
@@ -160,6 +161,12 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	switch e := ev.(type) {
 	case *event.ApprovalRequested:
 		return s.ask(ctx, e)
+	case *event.BudgetRaise:
+		return s.ask(ctx, &event.ApprovalRequested{
+			Header: e.Header, Call: e.Raise, User: e.User, Tool: event.BudgetTool, Input: e.Limits,
+			ArgsHash: event.ArgsHash(event.BudgetTool, e.Limits), Rule: "budget-raise",
+			Reason: or(e.Reason, "no reason given"),
+		})
 	case *event.SessionStopped, *event.SessionFailed, *event.SessionCompleted:
 		h := ev.(event.Event).Head()
 		return s.cancel(ctx, h.Tenant, h.Session)
@@ -216,6 +223,8 @@ func (s *Service) addContext(ctx context.Context, a *Approval) error {
 		switch e := ev.(type) {
 		case *event.SessionRequested:
 			a.Prompt = e.Prompt
+		case *event.SessionFailed:
+			steps = append(steps, Step{Tool: "failed", Summary: e.Reason, IsError: true})
 		case *event.ModelResponded:
 			for _, c := range e.Calls {
 				inputs[c.ID] = e.Input(c)
@@ -252,7 +261,8 @@ func clip(s string, n int) string {
 	return string(r[:len(r)-1]) + "…"
 }
 
-// cancel marks the pending approvals of a session that ended as cancelled.
+// cancel marks the pending call approvals of a session that ended as
+// cancelled.
 func (s *Service) cancel(ctx context.Context, tenant string, session uuid.UUID) error {
 	keys, err := s.kv.ListKeysFiltered(ctx, fmt.Sprintf("%s.%s.*", tenant, session))
 	if err != nil {
@@ -260,14 +270,15 @@ func (s *Service) cancel(ctx context.Context, tenant string, session uuid.UUID) 
 	}
 	for k := range keys.Keys() {
 		_, err := s.update(ctx, k, func(a *Approval) error {
-			if a.Status != Pending {
-				return &DecidedError{a}
+			// A raise of the caps is asked for a session that ended, to
+			// go on: it stays.
+			if a.Status != Pending || a.Tool == event.BudgetTool {
+				return errUnchanged
 			}
 			a.Status, a.DecidedAt, a.Published = Cancelled, time.Now().UTC(), true
 			return nil
 		})
-		var decided *DecidedError
-		if err != nil && !errors.As(err, &decided) {
+		if err != nil && !errors.Is(err, errUnchanged) {
 			return err
 		}
 	}

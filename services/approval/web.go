@@ -23,6 +23,7 @@ import (
 	"github.com/aymanbagabas/go-udiff"
 	"github.com/google/uuid"
 
+	"corral.dev/pkg/event"
 	"corral.dev/pkg/tool"
 )
 
@@ -325,6 +326,9 @@ func (w *web) render(rw http.ResponseWriter, code int, name string, data any) {
 // detail is what a reviewer reads of a call: the command of a Bash call,
 // a diff of an Edit, the content of a Write, or its input.
 func detail(a *Approval) string {
+	if a.Tool == event.BudgetTool {
+		return "raise the session's caps to " + string(a.Input)
+	}
 	args, err := tool.Parse(a.Tool, a.Input)
 	if err != nil {
 		return string(a.Input)

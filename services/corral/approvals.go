@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +14,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/policy"
 	"corral.dev/services/approval"
 )
 
@@ -123,19 +125,20 @@ request starts the session again, in a fresh sandbox.`,
 	return cmd
 }
 
-func stopSession(ctx context.Context, js jetstream.JetStream, session uuid.UUID, by, reason string, e *env) error {
+// sessionEnd reads a session's log: its tenant, how it last ended
+// ("completed", "failed", "stopped", or "" while it runs) and the sequence
+// of its last event.
+func sessionEnd(ctx context.Context, js jetstream.JetStream, session uuid.UUID) (tenant, ended string, last uint64, err error) {
 	if err := checkPlatform(ctx, js, "the platform"); err != nil {
-		return err
+		return "", "", 0, err
 	}
 	msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents("*", session))
 	if err != nil {
-		return err
+		return "", "", 0, err
 	}
 	if len(msgs) == 0 {
-		return &exitError{1, fmt.Errorf("no session %s", session)}
+		return "", "", 0, &exitError{1, fmt.Errorf("no session %s", session)}
 	}
-	var tenant string
-	var ended string
 	for _, m := range msgs {
 		ev, err := event.Parse(m.Data)
 		if err != nil {
@@ -153,6 +156,14 @@ func stopSession(ctx context.Context, js jetstream.JetStream, session uuid.UUID,
 			ended = "stopped"
 		}
 	}
+	return tenant, ended, msgs[len(msgs)-1].StreamSeq, nil
+}
+
+func stopSession(ctx context.Context, js jetstream.JetStream, session uuid.UUID, by, reason string, e *env) error {
+	tenant, ended, last, err := sessionEnd(ctx, js, session)
+	if err != nil {
+		return err
+	}
 	if ended != "" {
 		fmt.Fprintf(e.stdout, "session %s has %s already\n", session, ended)
 		return nil
@@ -160,9 +171,70 @@ func stopSession(ctx context.Context, js jetstream.JetStream, session uuid.UUID,
 	ev := event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, tenant, session), By: by, Reason: reason}
 	// One stop per stretch of the log: a retried stop is dropped, and a
 	// session restarted by a follow-up can be stopped again.
-	if err := bus.Record(ctx, js, &ev, fmt.Sprintf("%s:stopped:%d", session, msgs[len(msgs)-1].StreamSeq)); err != nil {
+	if err := bus.Record(ctx, js, &ev, fmt.Sprintf("%s:stopped:%d", session, last)); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "stopped session %s\n", session)
 	return nil
+}
+
+func (e *env) raiseCmd() *cobra.Command {
+	var url, by, reason string
+	var l policy.Limits
+	cmd := &cobra.Command{
+		Use:   "raise SESSION --reason R [--steps N] [--tokens N] [--cost-usd X] [--sandbox-seconds X] [--wall-time D]",
+		Short: "Ask a reviewer to raise a session's budget caps",
+		Long: `Asks for new caps for a session, typically one stopped by its budget. The
+request waits for a reviewer like a held call (corral approvals lists it);
+once approved, continue the session with corral run --session SESSION.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			session, err := uuid.Parse(args[0])
+			if err != nil {
+				return &exitError{2, fmt.Errorf("%q is not a session ID", args[0])}
+			}
+			if l == (policy.Limits{}) {
+				return &exitError{2, fmt.Errorf("name at least one cap to raise: --steps, --tokens, --cost-usd, --sandbox-seconds or --wall-time")}
+			}
+			if strings.TrimSpace(reason) == "" {
+				return &exitError{2, fmt.Errorf("say why with --reason: the reviewer reads it")}
+			}
+			limits, err := json.Marshal(l)
+			if err != nil {
+				return err
+			}
+			if err := json.Unmarshal(limits, new(policy.Limits)); err != nil {
+				return &exitError{2, err}
+			}
+			ctx := cmd.Context()
+			nc, js, err := e.connect(url)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			tenant, _, _, err := sessionEnd(ctx, js, session)
+			if err != nil {
+				return err
+			}
+			ev := event.BudgetRaise{
+				Header: event.NewHeader(event.TypeBudgetRaise, tenant, session),
+				Raise:  uuid.Must(uuid.NewV7()), User: by, Limits: limits, Reason: reason,
+			}
+			if err := bus.Record(ctx, js, &ev, ev.Raise.String()); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "asked a reviewer to raise session %s's caps to %s: approval %s\n", session, limits, ev.Raise)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
+	f.StringVar(&by, "by", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "who asks (CORRAL_USER)")
+	f.StringVar(&reason, "reason", "", "why, for the reviewer")
+	f.IntVar(&l.Steps, "steps", 0, "model turns")
+	f.Int64Var(&l.Tokens, "tokens", 0, "input and output tokens")
+	f.Float64Var(&l.CostUSD, "cost-usd", 0, "cost in USD")
+	f.Float64Var(&l.SandboxSeconds, "sandbox-seconds", 0, "seconds of sandbox time")
+	f.DurationVar(&l.WallTime, "wall-time", 0, "wall time on one request, e.g. 2h")
+	return cmd
 }

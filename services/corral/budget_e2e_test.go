@@ -25,6 +25,7 @@ prices:
   "*": {input: 1000, output: 1000}   # $0.001 a token
 tenants:
   steps:   {budgets: {session: {steps: 3}}}
+  raise:   {budgets: {session: {steps: 3}}}
   tokens:  {budgets: {session: {tokens: 3000}}}
   cost:    {budgets: {session: {cost_usd: 2}}}
   sandbox: {budgets: {session: {sandbox_seconds: 1}}}
@@ -136,4 +137,63 @@ func TestBudgetsStopSessions(t *testing.T) {
 			t.Errorf("bob's session: %q after %d turns, want tenant_daily.steps after 0", failed.Budget, turns)
 		}
 	})
+}
+
+func TestBudgetRaiseGoesToAReviewer(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(budgetPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startDev(t, forever, map[string]string{"CORRAL_POLICY_FILE": file})
+	failed, session, turns := p.budgetFailure(t, "raise", "ada", "true")
+	if failed.Budget != "session.steps" || turns != 3 {
+		t.Fatalf("%q after %d turns", failed.Budget, turns)
+	}
+	turnsNow := func() int {
+		n := 0
+		for _, ev := range p.events(t, session) {
+			if _, ok := ev.(*event.ModelResponded); ok {
+				n++
+			}
+		}
+		return n
+	}
+	cont := func() (int, string) {
+		code, _, stderr := p.corral(t, "run", "--tenant", "raise", "--user", "ada", "--session", session.String(), "go on")
+		return code, stderr
+	}
+
+	// Unapproved, the raise changes nothing.
+	code, stdout, stderr := p.corral(t, "raise", session.String(), "--steps", "5", "--reason", "the migration needs more turns", "--by", "ada")
+	if code != 0 {
+		t.Fatalf("corral raise exited %d: %s", code, stderr)
+	}
+	wantIn(t, "corral raise", stdout, `{"steps":5}`)
+	id, listing := p.pending(t, "raise")
+	wantIn(t, "corral approvals", listing, "budget", "budget-raise")
+	if code, stderr := cont(); code != 1 || !strings.Contains(stderr, "session.steps") || turnsNow() != 3 {
+		t.Fatalf("follow-up before approval: exit %d, %d turns: %s", code, turnsNow(), stderr)
+	}
+
+	if code, _, stderr := p.corral(t, "approve", id.String(), "--reviewer", "grace"); code != 0 {
+		t.Fatalf("corral approve exited %d: %s", code, stderr)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		for _, ev := range p.events(t, session) {
+			if d, ok := ev.(*event.ApprovalDecided); ok && d.Call == id {
+				return nil
+			}
+		}
+		return fmt.Errorf("no decision in the log yet")
+	})
+	code, stderr = cont()
+	if code != 1 || !strings.Contains(stderr, "session.steps") {
+		t.Fatalf("follow-up after approval: exit %d: %s", code, stderr)
+	}
+	if n := turnsNow(); n != 5 {
+		t.Errorf("%d turns after the raise to 5 steps, want 5", n)
+	}
+	if code, _, stderr := p.corral(t, "raise", session.String(), "--reason", "x"); code != 2 || !strings.Contains(stderr, "--steps") {
+		t.Errorf("raise naming no cap: exit %d: %s", code, stderr)
+	}
 }

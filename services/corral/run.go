@@ -29,12 +29,13 @@ func (e *env) runCmd() *cobra.Command {
 	f.StringVar(&o.tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "tenant (CORRAL_TENANT)")
 	f.StringVar(&o.user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "user (CORRAL_USER)")
 	f.BoolVar(&o.json, "json", false, "print the session's events as JSON lines on stdout instead")
+	f.StringVar(&o.session, "session", "", "send PROMPT to this session, which goes on from where it is, instead of starting one")
 	return cmd
 }
 
 type runOpts struct {
-	nats, model, tenant, user, prompt string
-	json                              bool
+	nats, model, tenant, user, prompt, session string
+	json                                       bool
 }
 
 func (e *env) run(ctx context.Context, o runOpts) error {
@@ -50,6 +51,11 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		return err
 	}
 	session := uuid.Must(uuid.NewV7())
+	if o.session != "" {
+		if session, err = uuid.Parse(o.session); err != nil {
+			return &exitError{2, fmt.Errorf("--session %q is not a session ID", o.session)}
+		}
+	}
 	req := event.Request{
 		Header: event.NewHeader(event.TypeRequest, o.tenant, session),
 		User:   o.user,
@@ -66,7 +72,16 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 	}
 	var failed *event.SessionFailed
 	var stopped *event.SessionStopped
+	// A session's log may hold earlier requests: what matters starts at
+	// this one's.
+	ours := false
 	err = follow(ctx, js, o.tenant, session, func(ev any, raw []byte, _ uint64) (bool, error) {
+		if r, ok := ev.(*event.SessionRequested); ok && r.Request == req.ID {
+			ours = true
+		}
+		if !ours {
+			return false, nil
+		}
 		if o.json {
 			fmt.Fprintf(e.stdout, "%s\n", raw)
 		} else if line := progress(ev); line != "" {

@@ -33,6 +33,7 @@ func (s *Service) sessionUsage(st *state) policy.Usage {
 // The daily budgets are read from the usage bucket, only when set.
 func (s *Service) overBudget(ctx context.Context, st *state) (budget, spent string, err error) {
 	b := s.cfg.Policy.Budgets(st.tenant)
+	b.Session = s.sessionLimits(st, b.Session)
 	if limit, spent := b.Session.Over(s.sessionUsage(st), time.Since(st.since)); limit != "" {
 		return "session." + limit, spent, nil
 	}
@@ -54,6 +55,26 @@ func (s *Service) overBudget(ctx context.Context, st *state) (budget, spent stri
 		}
 	}
 	return "", "", nil
+}
+
+// sessionLimits returns the session's caps: its tenant's, with each raise
+// a reviewer approved applied in turn. A raise counts only on a decision
+// that verifies, as for a held call.
+func (s *Service) sessionLimits(st *state, l policy.Limits) policy.Limits {
+	for _, r := range st.raises {
+		hash := event.ArgsHash(event.BudgetTool, r.Limits)
+		for _, d := range st.decisions[r.Raise] {
+			if err := d.Verify(s.cfg.ApprovalKey, st.tenant, st.session, r.Raise, hash); err != nil {
+				continue
+			}
+			var raised policy.Limits
+			if d.Approved && json.Unmarshal(r.Limits, &raised) == nil {
+				l = l.Raise(raised)
+			}
+			break
+		}
+	}
+	return l
 }
 
 // stopForBudget records that the session exceeded budget: the session
@@ -179,7 +200,7 @@ func (s *Service) watchWallTime(ctx context.Context) error {
 		case <-t.C:
 		}
 		for _, st := range s.folded.running() {
-			wall := s.cfg.Policy.Budgets(st.tenant).Session.WallTime
+			wall := s.sessionLimits(st, s.cfg.Policy.Budgets(st.tenant).Session).WallTime
 			if wall <= 0 || time.Since(st.since) < wall {
 				continue
 			}

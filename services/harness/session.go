@@ -60,7 +60,9 @@ type state struct {
 	// byModel sums the usage of each model, for the session's cost;
 	// sandboxMS sums how long its calls ran in sandboxes; since is when
 	// the request it works on came.
-	byModel   map[string]model.Usage
+	byModel map[string]model.Usage
+	// raises are the requests to raise the session's caps.
+	raises    []*event.BudgetRaise
 	sandboxMS int64
 	since     time.Time
 	// answered is set when the last response made no tool calls: the
@@ -237,6 +239,8 @@ func (st *state) apply(ev any) {
 		st.asked[e.Call] = true
 	case *event.ApprovalDecided:
 		st.decisions[e.Call] = append(slices.Clip(st.decisions[e.Call]), e)
+	case *event.BudgetRaise:
+		st.raises = append(slices.Clip(st.raises), e)
 	case *event.SessionStopped:
 		st.status = statusStopped
 		st.answered = nil
