@@ -241,8 +241,18 @@ func TestDeployedPermissions(t *testing.T) {
 			return nil
 		})
 	}
-	// Nobody but the approval service deletes the session logs.
+	// No service deletes the session logs; no client deletes a service's
+	// consumer.
 	if err := hjs.DeleteStream(ctx, bus.StreamEvents); err == nil {
 		t.Error("the harness deleted the EVENTS stream")
 	}
+	if err := cjs.DeleteConsumer(ctx, bus.StreamEvents, bus.ConsumerHarnessSteps); err == nil {
+		t.Error("a client deleted the harness's consumer")
+	}
+	waitFor(t, 5*time.Second, func() error {
+		if !cv.seen("$JS.API.CONSUMER.DELETE.EVENTS." + bus.ConsumerHarnessSteps) {
+			return fmt.Errorf("no violation reported for the client's deletion")
+		}
+		return nil
+	})
 }

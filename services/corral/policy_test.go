@@ -44,8 +44,8 @@ tenants:
 	}
 }
 
-// The harness applies the policy: a denied call and one that needs an
-// approval (which this deployment cannot give) are not run, and the model
+// The harness applies the policy: a denied call is not run, and one that
+// needs an approval waits for it and, denied, is not run either; the model
 // is told why.
 func TestHarnessAppliesThePolicy(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "policy.yaml")
@@ -68,12 +68,18 @@ rules:
 		modeltest.Call{Name: "Bash", Input: map[string]any{"command": "touch pushed && git push"}},
 		modeltest.Call{Name: "Bash", Input: map[string]any{"command": "ls"}},
 	), map[string]string{"CORRAL_POLICY_FILE": file})
-	code, stdout, stderr := p.corral(t, "run", "--tenant", "acme", "try things")
+	run := p.runBackground(t, "acme", "try things")
+	id, _ := p.pending(t, "acme")
+	if code, _, stderr := p.corral(t, "deny", id.String(), "--reason", "not from here", "--reviewer", "grace"); code != 0 {
+		t.Fatalf("corral deny exited %d: %s", code, stderr)
+	}
+	r := wait(t, run)
+	code, stdout, stderr := r.code, r.stdout, r.stderr
 	if code != 0 {
 		t.Fatalf("corral run exited %d: %s", code, stderr)
 	}
 	wantIn(t, "results", stdout, "refused by policy (rule no-secrets): environment files stay unread",
-		"needs a reviewer's approval under policy rule risky-shell (pushes code)")
+		"a reviewer (grace) denied this call, held under policy rule risky-shell: not from here")
 	wantNotIn(t, "results", stdout, "SECRET=1", "pushed")
 	session := sessionOf(t, stderr)
 	if _, err := os.Stat(filepath.Join(p.data, "workspaces", "acme", session.String(), "pushed")); !os.IsNotExist(err) {

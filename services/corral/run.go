@@ -72,9 +72,9 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 	}
 	var failed *event.SessionFailed
 	var stopped *event.SessionStopped
-	// A session's log may hold earlier requests: what matters starts at
-	// this one's.
-	ours := false
+	// A continued session's log holds earlier requests: what matters
+	// starts at this one's.
+	ours := o.session == ""
 	err = follow(ctx, js, o.tenant, session, func(ev any, raw []byte, _ uint64) (bool, error) {
 		if r, ok := ev.(*event.SessionRequested); ok && r.Request == req.ID {
 			ours = true

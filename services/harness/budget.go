@@ -46,7 +46,7 @@ func (s *Service) overBudget(ctx context.Context, st *state) (budget, spent stri
 		if d.l == (policy.Limits{}) {
 			continue
 		}
-		u, _, err := s.dayUsage(ctx, bus.UsageKey(st.tenant, day, d.user))
+		u, err := s.recentDayUsage(ctx, bus.UsageKey(st.tenant, day, d.user))
 		if err != nil {
 			return "", "", err
 		}
@@ -75,6 +75,37 @@ func (s *Service) sessionLimits(st *state, l policy.Limits) policy.Limits {
 		}
 	}
 	return l
+}
+
+// dayUsageFresh is how old a day's usage read for a budget check may be:
+// daily budgets are enforced to within what sessions spend in that long,
+// and a busy harness reads each key once per period, not once per step.
+const dayUsageFresh = time.Second
+
+type cachedUsage struct {
+	u    dayUsage
+	read time.Time
+}
+
+// recentDayUsage returns a day's usage read at most [dayUsageFresh] ago.
+func (s *Service) recentDayUsage(ctx context.Context, key string) (dayUsage, error) {
+	s.usageMu.Lock()
+	c, ok := s.usageCache[key]
+	s.usageMu.Unlock()
+	if ok && time.Since(c.read) < dayUsageFresh {
+		return c.u, nil
+	}
+	u, _, err := s.dayUsage(ctx, key)
+	if err != nil {
+		return u, err
+	}
+	s.usageMu.Lock()
+	if len(s.usageCache) > 10000 {
+		clear(s.usageCache)
+	}
+	s.usageCache[key] = cachedUsage{u: u, read: time.Now()}
+	s.usageMu.Unlock()
+	return u, nil
 }
 
 // stopForBudget records that the session exceeded budget: the session
@@ -154,37 +185,55 @@ func (s *Service) countUsage(ctx context.Context, m bus.Msg) error {
 	return nil
 }
 
+// addUsage adds to a key's usage the event at seq. The counter keeps each
+// key as it last wrote it, so a write is one compare-and-set; another
+// harness's write in between fails it, and the key is read again.
 func (s *Service) addUsage(ctx context.Context, key string, add policy.Usage, seq uint64) error {
 	for {
-		u, rev, err := s.dayUsage(ctx, key)
-		if err != nil {
-			return err
+		c, ok := s.counted[key]
+		if !ok {
+			u, rev, err := s.dayUsage(ctx, key)
+			if err != nil {
+				return err
+			}
+			c = countedUsage{u: u, rev: rev}
 		}
-		if u.LastSeq >= seq {
+		if c.u.LastSeq >= seq {
 			return nil // counted before a crash
 		}
-		u.Add(add)
-		u.LastSeq = seq
-		data, err := json.Marshal(u)
+		c.u.Add(add)
+		c.u.LastSeq = seq
+		data, err := json.Marshal(c.u)
 		if err != nil {
 			return err
 		}
 		rctx, cancel := bus.Bound(ctx)
-		if rev == 0 {
-			_, err = s.usage.Create(rctx, key, data)
+		if c.rev == 0 {
+			c.rev, err = s.usage.Create(rctx, key, data)
 		} else {
-			_, err = s.usage.Update(rctx, key, data, rev)
+			c.rev, err = s.usage.Update(rctx, key, data, c.rev)
 		}
 		cancel()
-		var apiErr *jetstream.APIError
-		if errors.Is(err, jetstream.ErrKeyExists) || (errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence) {
-			continue
-		}
 		if err != nil {
+			delete(s.counted, key)
+			var apiErr *jetstream.APIError
+			if errors.Is(err, jetstream.ErrKeyExists) || (errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence) {
+				continue
+			}
 			return fmt.Errorf("count usage %s: %w", key, err)
 		}
+		if len(s.counted) > 10000 {
+			clear(s.counted)
+		}
+		s.counted[key] = c
 		return nil
 	}
+}
+
+// countedUsage is a usage key as the counter last wrote it.
+type countedUsage struct {
+	u   dayUsage
+	rev uint64
 }
 
 // watchWallTime stops the sessions this process has worked on that have

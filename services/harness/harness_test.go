@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -305,5 +306,35 @@ func TestFailedSessionCanBeContinued(t *testing.T) {
 	// first, the call, its result with "try again", "once more".
 	if got := len(last.Messages); got < 4 {
 		t.Fatalf("last conversation has %d messages", got)
+	}
+}
+
+// A harness that has no approval service's key refuses the calls the
+// policy holds for approval, saying why, and dispatches none of them.
+func TestNoApprovalKeyRefusesHeldCalls(t *testing.T) {
+	js, _ := start(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		if modeltest.Turns(c) == 0 {
+			return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "git push"}}}}, nil
+		}
+		return modeltest.Turn{Text: "got: " + modeltest.Results(c)[0].Content}, nil
+	})
+	session := uuid.Must(uuid.NewV7())
+	request(t, js, session, "push")
+	var done event.SessionCompleted
+	waitFor(t, 10*time.Second, func() error {
+		msgs := sessionEvents(t, js, session, event.TypeSessionCompleted)
+		if len(msgs) == 0 {
+			return fmt.Errorf("not completed yet")
+		}
+		return json.Unmarshal(msgs[0].Data, &done)
+	})
+	if !strings.Contains(done.Answer, "takes no approvals, so it was not run") {
+		t.Errorf("answer = %q", done.Answer)
+	}
+	if calls := toolCalls(t, js); len(calls) != 0 {
+		t.Errorf("%d calls dispatched, want none", len(calls))
+	}
+	if n := len(sessionEvents(t, js, session, event.TypeApprovalRequested)); n != 0 {
+		t.Errorf("%d approvals asked for, want none", n)
 	}
 }

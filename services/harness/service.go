@@ -30,8 +30,14 @@ type Service struct {
 	providers model.Providers
 	leases    jetstream.KeyValue
 	usage     jetstream.KeyValue
-	freed     freedLeases
-	skills    jetstream.ObjectStore
+	// usageCache holds the daily usage last read for budget checks.
+	usageMu    sync.Mutex
+	usageCache map[string]cachedUsage
+	// counted holds the usage keys as the usage counter last wrote them;
+	// only the counter, one event at a time, uses it.
+	counted map[string]countedUsage
+	freed   freedLeases
+	skills  jetstream.ObjectStore
 	// skillsCache holds each tenant's skills list by the digest of the
 	// object it came from.
 	skillsMu    sync.Mutex
@@ -72,6 +78,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		providers:   cfg.Providers(),
 		leases:      leases,
 		usage:       usage,
+		usageCache:  make(map[string]cachedUsage),
+		counted:     make(map[string]countedUsage),
 		log:         log.With("service", "harness"),
 	}, nil
 }

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/modeltest"
+)
+
+// BenchmarkStop measures the kill switch: from `corral stop`'s event being
+// recorded to the killed call's result in the log, while the session's
+// Bash call sleeps. The baseline, BenchmarkKillProcess, kills a sleeping
+// process started directly and waits for it.
+func BenchmarkStop(b *testing.B) {
+	js := inproc(b, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "sleep 600"}}}}, nil
+	})
+	ctx := context.Background()
+	var ds []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		session, _ := startSessionPrompt(b, js, "bench", "sleep")
+		// Wait until the call is out, and give it time to start.
+		waitEvent(b, js, session, event.TypeToolDispatched)
+		time.Sleep(200 * time.Millisecond)
+		b.StartTimer()
+		stopped := time.Now()
+		ev := event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, "bench", session), By: "bench"}
+		if err := bus.Record(ctx, js, &ev, session.String()+":stopped"); err != nil {
+			b.Fatal(err)
+		}
+		data := waitEvent(b, js, session, event.TypeToolCompleted)
+		ds = append(ds, time.Since(stopped))
+		b.StopTimer()
+		var r event.ToolCompleted
+		if err := json.Unmarshal(data, &r); err != nil {
+			b.Fatal(err)
+		}
+		if !r.IsError || r.DurationMS > 60_000 {
+			b.Fatalf("the call was not killed: %+v", r)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	percentiles(b, ds, "killed-")
+}
+
+// waitEvent returns the first event of type typ in the session's log,
+// waiting for it.
+func waitEvent(b *testing.B, js jetstream.JetStream, session uuid.UUID, typ string) []byte {
+	b.Helper()
+	cons, err := js.OrderedConsumer(context.Background(), bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{bus.EventSubject("bench", session, typ)},
+		InactiveThreshold: time.Second,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	msg, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+	if err != nil {
+		b.Fatalf("wait for %s: %v", typ, err)
+	}
+	return msg.Data()
+}
+
+func BenchmarkKillProcess(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		cmd := exec.Command("sleep", "600")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+}
