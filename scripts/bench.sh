@@ -2,7 +2,8 @@
 # Runs Corral's benchmarks and their baselines in one run and prints the
 # figures side by side: the durable tool call round trip next to a bare
 # fork-exec, a bare bwrap start and a bare JetStream round trip; sandbox cold
-# start and warm call; throughput with 64 sessions; resume after SIGKILL.
+# start and warm call; throughput with 64 sessions; resume after SIGKILL;
+# corral stop killing a running call, next to killing a bare process.
 #   scripts/bench.sh [N]    # N iterations per latency benchmark (default 500)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,7 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 (cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ToolCallRoundTrip' -benchtime "${n}x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Throughput' -benchtime "$((n * 20))x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Resume' -benchtime 3x .) | tee -a "$out"
+(cd services/corral && go test -run '^$' -bench 'Stop|KillProcess' -benchtime "$((n / 10 + 1))x" .) | tee -a "$out"
 
 echo
 echo "| benchmark | p50 | p99 | other |"
@@ -24,8 +26,8 @@ awk '/^Benchmark/ {
 	name=$1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
 	p50=""; p99=""; other=""
 	for (i = 3; i < NF; i++) {
-		if ($(i+1) == "p50-ms") p50=$i " ms"
-		else if ($(i+1) == "p99-ms") p99=$i " ms"
+		if ($(i+1) ~ /p50-ms$/) p50=$i " ms"
+		else if ($(i+1) ~ /p99-ms$/) p99=$i " ms"
 		else if ($(i+1) ~ /\/s$|-ms$/) other=other $i " " $(i+1) " "
 	}
 	printf "| %s | %s | %s | %s|\n", name, p50, p99, other

@@ -179,6 +179,24 @@ func TestDevSaysWhatToDoWhenThePortIsTaken(t *testing.T) {
 	}
 }
 
+func TestDevSaysWhatToDoWhenThePagePortIsTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var out syncBuffer
+	code := run(context.Background(), []string{"dev", "--data", t.TempDir(), "--listen", freeAddr(t), "--approvals", ln.Addr().String()}, func(string) string { return "" }, &out, &out)
+	if code == 0 {
+		t.Fatal("corral dev with the page's port taken exited 0")
+	}
+	for _, want := range []string{"reviewers' page cannot listen on " + ln.Addr().String(), "--approvals HOST:PORT"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("message lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 func TestClientSaysWhenNoPlatformRuns(t *testing.T) {
 	var out syncBuffer
 	code := run(context.Background(), []string{"run", "--nats", "nats://" + freeAddr(t), "hi"}, func(string) string { return "" }, &out, &out)

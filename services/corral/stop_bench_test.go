@@ -73,6 +73,7 @@ func waitEvent(b *testing.B, js jetstream.JetStream, session uuid.UUID, typ stri
 }
 
 func BenchmarkKillProcess(b *testing.B) {
+	var ds []time.Duration
 	for range b.N {
 		b.StopTimer()
 		cmd := exec.Command("sleep", "600")
@@ -80,7 +81,11 @@ func BenchmarkKillProcess(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
+		start := time.Now()
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		ds = append(ds, time.Since(start))
 	}
+	b.StopTimer()
+	percentiles(b, ds, "killed-")
 }

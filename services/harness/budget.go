@@ -50,7 +50,7 @@ func (s *Service) overBudget(ctx context.Context, st *state) (budget, spent stri
 		if err != nil {
 			return "", "", err
 		}
-		if limit, spent := d.l.Over(u.Usage, 0); limit != "" {
+		if limit, spent := d.l.Over(u, 0); limit != "" {
 			return d.scope + "." + limit, spent + " today", nil
 		}
 	}
@@ -77,35 +77,62 @@ func (s *Service) sessionLimits(st *state, l policy.Limits) policy.Limits {
 	return l
 }
 
-// dayUsageFresh is how old a day's usage read for a budget check may be:
-// daily budgets are enforced to within what sessions spend in that long,
-// and a busy harness reads each key once per period, not once per step.
+// dayUsageFresh is how old a day's usage read for a budget check may be,
+// so that a busy harness reads each key once per period, not once per
+// step. What this harness's sessions spent since the read is added to it,
+// so they cannot overrun a daily budget in between; other harnesses'
+// sessions can, by what they spend in that long.
 const dayUsageFresh = time.Second
 
 type cachedUsage struct {
-	u    dayUsage
+	u    policy.Usage
 	read time.Time
+	// since is what sessions of this harness spent after the read.
+	since policy.Usage
 }
 
-// recentDayUsage returns a day's usage read at most [dayUsageFresh] ago.
-func (s *Service) recentDayUsage(ctx context.Context, key string) (dayUsage, error) {
+// recentDayUsage returns a day's usage read at most [dayUsageFresh] ago,
+// with what this harness's sessions spent since.
+func (s *Service) recentDayUsage(ctx context.Context, key string) (policy.Usage, error) {
 	s.usageMu.Lock()
 	c, ok := s.usageCache[key]
 	s.usageMu.Unlock()
 	if ok && time.Since(c.read) < dayUsageFresh {
+		c.u.Add(c.since)
 		return c.u, nil
 	}
 	u, _, err := s.dayUsage(ctx, key)
 	if err != nil {
-		return u, err
+		return policy.Usage{}, err
 	}
 	s.usageMu.Lock()
 	if len(s.usageCache) > 10000 {
 		clear(s.usageCache)
 	}
-	s.usageCache[key] = cachedUsage{u: u, read: time.Now()}
+	s.usageCache[key] = cachedUsage{u: u.Usage, read: time.Now()}
 	s.usageMu.Unlock()
-	return u, nil
+	return u.Usage, nil
+}
+
+// responseUsage is what a model response counts in daily usage.
+func (s *Service) responseUsage(ev *event.ModelResponded) policy.Usage {
+	return policy.Usage{Steps: 1, InputTokens: int64(ev.Usage.InputTokens), OutputTokens: int64(ev.Usage.OutputTokens),
+		CostUSD: s.cfg.Policy.Cost(ev.Model, ev.Usage)}
+}
+
+// spent notes a model response of the session in the usage read for its
+// daily budgets.
+func (s *Service) spent(st *state, ev *event.ModelResponded) {
+	u := s.responseUsage(ev)
+	day := ev.Time.UTC().Format(time.DateOnly)
+	s.usageMu.Lock()
+	defer s.usageMu.Unlock()
+	for _, key := range []string{bus.UsageKey(st.tenant, day, ""), bus.UsageKey(st.tenant, day, st.user)} {
+		if c, ok := s.usageCache[key]; ok {
+			c.since.Add(u)
+			s.usageCache[key] = c
+		}
+	}
 }
 
 // stopForBudget records that the session exceeded budget: the session
@@ -160,8 +187,7 @@ func (s *Service) countUsage(ctx context.Context, m bus.Msg) error {
 	var h *event.Header
 	switch e := ev.(type) {
 	case *event.ModelResponded:
-		u = policy.Usage{Steps: 1, InputTokens: int64(e.Usage.InputTokens), OutputTokens: int64(e.Usage.OutputTokens),
-			CostUSD: s.cfg.Policy.Cost(e.Model, e.Usage)}
+		u = s.responseUsage(e)
 		user, h = e.User, &e.Header
 	case *event.ToolCompleted:
 		if e.Service != bus.ServiceSandbox {

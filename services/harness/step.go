@@ -134,6 +134,7 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 	if err := bus.Record(ctx, s.js, ev, fmt.Sprintf("%s:turn:%d", st.session, ev.Turn)); err != nil {
 		return nil, err
 	}
+	s.spent(st, ev)
 	return ev, nil
 }
 
