@@ -2,6 +2,7 @@ package approval
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,12 +25,15 @@ type ListRequest struct {
 	All    bool   `json:"all,omitempty"`
 }
 
-// DecideRequest decides an approval.
+// DecideRequest decides an approval. Token is a reviewer's sign-in token:
+// the decision is theirs. Session is needed only when the ID alone is
+// ambiguous.
 type DecideRequest struct {
-	ID       uuid.UUID `json:"id"`
-	Approve  bool      `json:"approve"`
-	Reviewer string    `json:"reviewer"`
-	Reason   string    `json:"reason,omitempty"`
+	ID      uuid.UUID `json:"id"`
+	Session uuid.UUID `json:"session,omitzero"`
+	Approve bool      `json:"approve"`
+	Token   string    `json:"token"`
+	Reason  string    `json:"reason,omitempty"`
 }
 
 // Response is the answer to either request.
@@ -39,10 +43,22 @@ type Response struct {
 
 // Error codes of the API.
 const (
-	CodeBadRequest = "400"
-	CodeNotFound   = "404"
-	CodeDecided    = "409"
+	CodeBadRequest   = "400"
+	CodeUnauthorized = "401"
+	CodeNotFound     = "404"
+	CodeDecided      = "409"
 )
+
+// reviewer returns the name of the reviewer whose token this is, or "".
+func (s *Service) reviewer(token string) string {
+	var name string
+	for t, n := range s.cfg.Reviewers {
+		if subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
+			name = n
+		}
+	}
+	return name
+}
 
 func (s *Service) serveAPI(ctx context.Context) error {
 	svc, err := micro.AddService(s.js.Conn(), micro.Config{
@@ -74,9 +90,16 @@ func (s *Service) serveAPI(ctx context.Context) error {
 		}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		a, err := s.Decide(rctx, req.ID, req.Approve, req.Reviewer, req.Reason)
+		reviewer := s.reviewer(req.Token)
+		if reviewer == "" {
+			_ = r.Error(CodeUnauthorized, ErrNoReviewer.Error(), nil)
+			return
+		}
+		a, err := s.Decide(rctx, Ref{ID: req.ID, Session: req.Session}, req.Approve, reviewer, req.Reason)
 		var decided *DecidedError
 		switch {
+		case errors.Is(err, ErrAmbiguous):
+			_ = r.Error(CodeBadRequest, err.Error(), nil)
 		case errors.As(err, &decided):
 			_ = r.Error(CodeDecided, err.Error(), nil)
 		case errors.Is(err, ErrNotFound):

@@ -6,6 +6,7 @@ package approval
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -154,7 +155,11 @@ func (s *Service) updates() <-chan struct{} {
 }
 
 func (s *Service) handle(ctx context.Context, m bus.Msg) error {
-	ev, err := event.Parse(m.Data)
+	data, err := bus.Resolve(ctx, s.js, m.Data) // a large Write is offloaded
+	if err != nil {
+		return err
+	}
+	ev, err := event.Parse(data)
 	if err != nil {
 		return bus.Permanent(err)
 	}
@@ -322,26 +327,37 @@ func (s *Service) update(ctx context.Context, k string, fn func(a *Approval) err
 // errUnchanged tells [Service.update] there is nothing to store.
 var errUnchanged = errors.New("unchanged")
 
-// find returns the bucket key of approval id.
-func (s *Service) find(ctx context.Context, id uuid.UUID) (string, error) {
-	keys, err := s.kv.ListKeysFiltered(ctx, "*.*."+id.String())
+// find returns the bucket key of the approval ref names.
+func (s *Service) find(ctx context.Context, ref Ref) (string, error) {
+	session := "*"
+	if ref.Session != uuid.Nil {
+		session = ref.Session.String()
+	}
+	keys, err := s.kv.ListKeysFiltered(ctx, "*."+session+"."+ref.ID.String())
 	if err != nil {
 		return "", err
 	}
+	var found []string
 	for k := range keys.Keys() {
-		return k, nil
+		found = append(found, k)
 	}
-	return "", ErrNotFound
+	switch len(found) {
+	case 0:
+		return "", ErrNotFound
+	case 1:
+		return found[0], nil
+	}
+	return "", ErrAmbiguous
 }
 
-// Decide records reviewer's decision on approval id: approved or not, with
-// a reason. A decision on an approval no longer pending returns a
-// [*DecidedError] saying who decided it.
-func (s *Service) Decide(ctx context.Context, id uuid.UUID, approve bool, reviewer, reason string) (*Approval, error) {
+// Decide records reviewer's decision on the approval ref names: approved
+// or not, with a reason, signed. A decision on an approval no longer
+// pending returns a [*DecidedError] saying who decided it.
+func (s *Service) Decide(ctx context.Context, ref Ref, approve bool, reviewer, reason string) (*Approval, error) {
 	if strings.TrimSpace(reviewer) == "" {
 		return nil, errors.New("a decision needs a reviewer's name")
 	}
-	k, err := s.find(ctx, id)
+	k, err := s.find(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -353,6 +369,16 @@ func (s *Service) Decide(ctx context.Context, id uuid.UUID, approve bool, review
 		if approve {
 			a.Status = Approved
 		}
+		d := &event.ApprovalDecided{
+			Header:   event.NewHeader(event.TypeApprovalDecided, a.Tenant, a.Session),
+			Call:     a.ID,
+			ArgsHash: a.ArgsHash,
+			Approved: approve,
+			Reviewer: reviewer,
+			Reason:   reason,
+		}
+		d.Sign(s.cfg.SigningKey)
+		a.Decision = d
 		return nil
 	})
 	if err != nil {
@@ -362,20 +388,18 @@ func (s *Service) Decide(ctx context.Context, id uuid.UUID, approve bool, review
 	return a, s.publish(ctx, a)
 }
 
-// publish records a's decision, signed, in its session's log, and notes
-// that it did. A decision stored but not yet published (the service died
-// in between) is published by the sweep.
+// publish records a's decision, as signed when it was made, in its
+// session's log, and notes that it did. A decision stored but not yet
+// published (the service died in between) is published by the sweep. An
+// entry whose decision does not verify was not written by this service,
+// and nothing is published for it.
 func (s *Service) publish(ctx context.Context, a *Approval) error {
-	d := event.ApprovalDecided{
-		Header:   event.NewHeader(event.TypeApprovalDecided, a.Tenant, a.Session),
-		Call:     a.ID,
-		ArgsHash: a.ArgsHash,
-		Approved: a.Status == Approved,
-		Reviewer: a.Reviewer,
-		Reason:   a.Reason,
+	d := a.Decision
+	pub := s.cfg.SigningKey.Public().(ed25519.PublicKey)
+	if d == nil || d.Verify(pub, a.Tenant, a.Session, a.ID, a.ArgsHash) != nil || d.Approved != (a.Status == Approved) {
+		return fmt.Errorf("approval %s: its decision is not one this service signed: not published", a.ID)
 	}
-	d.Sign(s.cfg.SigningKey)
-	if err := bus.Record(ctx, s.js, &d, a.ID.String()+":decided"); err != nil && !errors.Is(err, bus.ErrDuplicate) {
+	if err := bus.Record(ctx, s.js, d, a.ID.String()+":decided"); err != nil && !errors.Is(err, bus.ErrDuplicate) {
 		return fmt.Errorf("publish decision on %s: %w", a.ID, err)
 	}
 	_, err := s.update(ctx, a.key(), func(a *Approval) error {
@@ -408,7 +432,7 @@ func (s *Service) sweep(ctx context.Context) error {
 			switch {
 			case a.Status == Pending && a.ExpiresAt != nil && now.After(*a.ExpiresAt):
 				reason := fmt.Sprintf("no reviewer decided within %s", s.cfg.Timeout)
-				_, err = s.Decide(ctx, a.ID, false, "corral", reason)
+				_, err = s.Decide(ctx, Ref{ID: a.ID, Session: a.Session}, false, "corral", reason)
 			case a.Status != Pending && !a.Published:
 				err = s.publish(ctx, a)
 			}

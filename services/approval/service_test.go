@@ -24,6 +24,8 @@ func TestUnpublishedDecisionIsPublished(t *testing.T) {
 		Reason: "not now", RequestedAt: time.Now(), DecidedAt: time.Now(),
 	}
 	a.ArgsHash = event.ArgsHash(a.Tool, a.Input)
+	a.Decision = &event.ApprovalDecided{Header: event.NewHeader(event.TypeApprovalDecided, a.Tenant, a.Session), Call: a.ID, ArgsHash: a.ArgsHash, Reviewer: "grace", Reason: "not now"}
+	a.Decision.Sign(f.svc.cfg.SigningKey)
 	data, _ := json.Marshal(a)
 	if _, err := f.svc.kv.Create(context.Background(), a.key(), data); err != nil {
 		t.Fatal(err)

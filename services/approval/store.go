@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"corral.dev/pkg/event"
 )
 
 // Statuses of an [Approval].
@@ -41,8 +43,12 @@ type Approval struct {
 	Reviewer  string    `json:"reviewer,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
 	DecidedAt time.Time `json:"decided_at,omitzero"`
-	// Published is set once the signed decision is in the session's log.
-	Published bool `json:"published,omitempty"`
+	// Decision is the decision as signed when it was made: what is
+	// published, and only if its signature verifies, so that an entry
+	// written into the bucket by anyone else publishes nothing. Published
+	// is set once it is in the session's log.
+	Decision  *event.ApprovalDecided `json:"decision,omitempty"`
+	Published bool                   `json:"published,omitempty"`
 }
 
 // Step is one thing the session did before it asked.
@@ -61,6 +67,22 @@ func key(tenant string, session, call uuid.UUID) string {
 
 // ErrNotFound is returned for an approval ID nobody asked for.
 var ErrNotFound = errors.New("no such approval")
+
+// ErrAmbiguous is returned for an approval ID found in more than one
+// session (only a raise's ID, which its asker picks, can be): the session
+// must be named too.
+var ErrAmbiguous = errors.New("the approval ID is in more than one session: name the session too")
+
+// ErrNoReviewer is returned for a decision through the API without a
+// reviewer's token.
+var ErrNoReviewer = errors.New("a decision needs a reviewer's token (CORRAL_REVIEWER_TOKEN)")
+
+// Ref names an approval: its ID, and its session when the ID alone is
+// ambiguous.
+type Ref struct {
+	ID      uuid.UUID
+	Session uuid.UUID // uuid.Nil: any
+}
 
 // DecidedError is returned for a decision on an approval that is no longer
 // pending: it says who decided first.

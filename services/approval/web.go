@@ -6,7 +6,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
 	"encoding/base64"
 	"encoding/json"
@@ -18,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aymanbagabas/go-udiff"
@@ -50,6 +50,10 @@ type web struct {
 	// key signs the sign-in cookie and the CSRF tokens; derived from the
 	// signing key, so that sign-ins survive a restart.
 	key []byte
+	// signedOut holds the nonces of sign-ins ended by signing out, until
+	// they would have expired anyway.
+	mu        sync.Mutex
+	signedOut map[string]time.Time
 }
 
 // reviewer is who a request comes from, and the nonce of their sign-in,
@@ -63,7 +67,12 @@ func (s *Service) serveWeb(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("approval page: %w", err)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		// Live updates end with the service.
+		BaseContext: func(net.Listener) context.Context { return ctx },
+	}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -81,7 +90,7 @@ func (s *Service) serveWeb(ctx context.Context) error {
 func (s *Service) Handler() http.Handler {
 	mac := hmac.New(sha256.New, s.cfg.SigningKey.Seed())
 	mac.Write([]byte("corral approval page"))
-	w := &web{s: s, key: mac.Sum(nil)}
+	w := &web{s: s, key: mac.Sum(nil), signedOut: make(map[string]time.Time)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", w.signedIn(w.index))
 	mux.HandleFunc("GET /live", w.signedIn(w.live))
@@ -136,11 +145,19 @@ func (w *web) who(r *http.Request) (reviewer, bool) {
 	if err != nil || time.Now().Unix() > exp {
 		return reviewer{}, false
 	}
-	// A reviewer whose token was withdrawn is signed out.
-	if !w.known(parts[0]) {
+	// A reviewer whose token was withdrawn, or who signed out, is signed
+	// out.
+	if !w.known(parts[0]) || w.isSignedOut(parts[2]) {
 		return reviewer{}, false
 	}
 	return reviewer{name: parts[0], nonce: parts[2]}, true
+}
+
+func (w *web) isSignedOut(nonce string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.signedOut[nonce]
+	return ok
 }
 
 func (w *web) known(name string) bool {
@@ -187,13 +204,7 @@ func (w *web) signInPage(rw http.ResponseWriter, r *http.Request) {
 }
 
 func (w *web) signIn(rw http.ResponseWriter, r *http.Request) {
-	token := r.PostFormValue("token")
-	var name string
-	for t, n := range w.s.cfg.Reviewers {
-		if subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
-			name = n
-		}
-	}
+	name := w.s.reviewer(r.PostFormValue("token"))
 	if name == "" {
 		w.render(rw, http.StatusUnauthorized, "signin.html", map[string]any{"Error": "That token is not a reviewer's."})
 		return
@@ -204,12 +215,24 @@ func (w *web) signIn(rw http.ResponseWriter, r *http.Request) {
 	payload := base64.RawURLEncoding.EncodeToString([]byte(strings.Join([]string{name, strconv.FormatInt(exp.Unix(), 10), base64.RawURLEncoding.EncodeToString(nonce)}, "\x00")))
 	http.SetCookie(rw, &http.Cookie{
 		Name: cookieName, Value: payload + "." + w.sign("cookie", payload), Path: "/",
-		Expires: exp, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+		Expires: exp, HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https",
 	})
 	http.Redirect(rw, r, "/", http.StatusSeeOther)
 }
 
-func (w *web) signOut(rw http.ResponseWriter, r *http.Request, _ reviewer) {
+func (w *web) signOut(rw http.ResponseWriter, r *http.Request, rv reviewer) {
+	if rv.nonce != "" {
+		w.mu.Lock()
+		now := time.Now()
+		for n, until := range w.signedOut {
+			if now.After(until) {
+				delete(w.signedOut, n)
+			}
+		}
+		w.signedOut[rv.nonce] = now.Add(signInFor)
+		w.mu.Unlock()
+	}
 	http.SetCookie(rw, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	http.Redirect(rw, r, "/signin", http.StatusSeeOther)
 }
@@ -245,15 +268,16 @@ func (w *web) index(rw http.ResponseWriter, r *http.Request, rv reviewer) {
 
 func (w *web) decide(rw http.ResponseWriter, r *http.Request, rv reviewer) {
 	id, err := uuid.Parse(r.PostFormValue("id"))
+	session, serr := uuid.Parse(r.PostFormValue("session"))
 	verdict := r.PostFormValue("verdict")
-	if err != nil || (verdict != "approve" && verdict != "deny") {
+	if err != nil || serr != nil || (verdict != "approve" && verdict != "deny") {
 		v := w.view(rv)
 		v.Error = "The form names no approval or no decision."
 		w.render(rw, http.StatusBadRequest, "page.html", v)
 		return
 	}
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
-	a, err := w.s.Decide(r.Context(), id, verdict == "approve", rv.name, reason)
+	a, err := w.s.Decide(r.Context(), Ref{ID: id, Session: session}, verdict == "approve", rv.name, reason)
 	var decided *DecidedError
 	switch {
 	case errors.As(err, &decided):
@@ -290,11 +314,13 @@ func (w *web) live(rw http.ResponseWriter, r *http.Request, rv reviewer) {
 		if err := pages.ExecuteTemplate(&buf, "approvals", w.view(rv)); err != nil {
 			return
 		}
-		fmt.Fprint(rw, "event: update\n")
-		for line := range strings.SplitSeq(buf.String(), "\n") {
-			fmt.Fprintf(rw, "data: %s\n", line)
+		// One JSON string on one line: nothing in the page (a carriage
+		// return in a command, say) can end the event early.
+		data, err := json.Marshal(buf.String())
+		if err != nil {
+			return
 		}
-		fmt.Fprint(rw, "\n")
+		fmt.Fprintf(rw, "event: update\ndata: %s\n\n", data)
 		flusher.Flush()
 		for waiting := true; waiting; {
 			select {

@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -165,7 +166,7 @@ func TestPageRefusesStrangers(t *testing.T) {
 	if code, body := get(t, c, f.srv.URL+"/live"); code != http.StatusUnauthorized || strings.Contains(body, "git push") {
 		t.Errorf("GET /live signed out: %d", code)
 	}
-	form := url.Values{"id": {a.Call.String()}, "verdict": {"approve"}, "csrf": {"x"}}
+	form := url.Values{"id": {a.Call.String()}, "session": {a.Session.String()}, "verdict": {"approve"}, "csrf": {"x"}}
 	if code, _ := post(t, c, f.srv.URL+"/decide", form, nil); code != http.StatusUnauthorized {
 		t.Errorf("POST /decide signed out: %d, want 401", code)
 	}
@@ -191,7 +192,7 @@ func TestDecisionsNeedTheirCSRFToken(t *testing.T) {
 	aliceCSRF := f.signIn(t, alice, aliceToken)
 	bobCSRF := f.signIn(t, bob, bobToken)
 	form := func(csrf string) url.Values {
-		v := url.Values{"id": {a.Call.String()}, "verdict": {"approve"}, "reason": {"ok"}}
+		v := url.Values{"id": {a.Call.String()}, "session": {a.Session.String()}, "verdict": {"approve"}, "reason": {"ok"}}
 		if csrf != "" {
 			v.Set("csrf", csrf)
 		}
@@ -215,7 +216,7 @@ func TestDecisionsNeedTheirCSRFToken(t *testing.T) {
 		t.Fatalf("alice's decision: %d", code)
 	}
 	// Bob's click comes second: refused, saying who decided.
-	code, body := post(t, bob, f.srv.URL+"/decide", url.Values{"id": {a.Call.String()}, "verdict": {"deny"}, "reason": {"no"}, "csrf": {bobCSRF}}, nil)
+	code, body := post(t, bob, f.srv.URL+"/decide", url.Values{"id": {a.Call.String()}, "session": {a.Session.String()}, "verdict": {"deny"}, "reason": {"no"}, "csrf": {bobCSRF}}, nil)
 	if code != http.StatusConflict || !strings.Contains(body, "already approved by alice") {
 		t.Errorf("second decision: %d\n%s", code, body)
 	}
@@ -235,12 +236,19 @@ func TestDecisionsNeedTheirCSRFToken(t *testing.T) {
 	if err := d.Verify(pub, "acme", a.Session, a.Call, a.ArgsHash); err != nil || !d.Approved || d.Reviewer != "alice" {
 		t.Errorf("decision %+v: %v", d, err)
 	}
-	// Signing out ends the sign-in.
+	// Signing out ends the sign-in, even for a copy of the cookie kept.
+	u, _ := url.Parse(f.srv.URL)
+	kept := alice.Jar.Cookies(u)
 	if code, _ := post(t, alice, f.srv.URL+"/signout", url.Values{"csrf": {aliceCSRF}}, nil); code != http.StatusSeeOther {
 		t.Errorf("sign out: %d", code)
 	}
 	if code, _ := get(t, alice, f.srv.URL+"/"); code != http.StatusSeeOther {
 		t.Errorf("GET / after signing out: %d", code)
+	}
+	replay := f.client(t)
+	replay.Jar.SetCookies(u, kept)
+	if code, _ := get(t, replay, f.srv.URL+"/"); code != http.StatusSeeOther {
+		t.Errorf("GET / with the cookie kept from before signing out: %d, want a redirect to sign in", code)
 	}
 }
 
@@ -280,12 +288,144 @@ func TestTrustedHeaderSignsIn(t *testing.T) {
 	i := strings.Index(body, `name="csrf" value="`) + len(`name="csrf" value="`)
 	csrf := body[i : i+strings.IndexByte(body[i:], '"')]
 	h := http.Header{"X-Forwarded-User": {"carol"}}
-	form := url.Values{"id": {a.Call.String()}, "verdict": {"deny"}, "reason": {"not today"}, "csrf": {csrf}}
+	form := url.Values{"id": {a.Call.String()}, "session": {a.Session.String()}, "verdict": {"deny"}, "reason": {"not today"}, "csrf": {csrf}}
 	if code, _ := post(t, c, f.srv.URL+"/decide", form, h); code != http.StatusSeeOther {
 		t.Fatalf("decide: %d", code)
 	}
 	got := f.svc.list("acme", Denied)
 	if len(got) != 1 || got[0].Reviewer != "carol" || got[0].Reason != "not today" {
 		t.Errorf("denied = %+v", got)
+	}
+}
+
+// A carriage return in a call cannot end a live update early: each update
+// is one line of JSON holding the whole part of the page.
+func TestLiveUpdatesCarryCarriageReturnsSafely(t *testing.T) {
+	f := start(t, nil)
+	c := f.client(t)
+	f.signIn(t, c, aliceToken)
+	a := f.ask(t, "Bash", `{"command":"rm -rf ~\r\revent: update\rdata: echo hello\r"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/live", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 1<<20)
+	var got []byte
+	for !bytes.Contains(got, []byte("\n\n")) {
+		n, err := resp.Body.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			t.Fatalf("read the first update: %v (%q)", err, got)
+		}
+	}
+	first := string(got[:bytes.Index(got, []byte("\n\n"))])
+	if strings.ContainsRune(first, '\r') {
+		t.Fatalf("a raw carriage return reached the stream: %q", first)
+	}
+	lines := strings.Split(first, "\n")
+	if len(lines) != 2 || lines[0] != "event: update" || !strings.HasPrefix(lines[1], "data: ") {
+		t.Fatalf("update = %q, want one event line and one data line", first)
+	}
+	var page string
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(lines[1], "data: ")), &page); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(html.UnescapeString(page), "rm -rf ~") || !strings.Contains(page, a.Call.String()) {
+		t.Errorf("the update lacks the call:\n%s", page)
+	}
+}
+
+// A Write too large for the log (offloaded to the payloads store) is held
+// like any other.
+func TestLargeCallIsHeld(t *testing.T) {
+	f := start(t, nil)
+	content := strings.Repeat("a skill line\n", 3000)
+	input, _ := json.Marshal(map[string]string{"file_path": "/skills/big/SKILL.md", "content": content})
+	a := f.ask(t, "Write", string(input))
+	got := f.svc.list("acme", Pending)
+	if len(got) != 1 || got[0].ID != a.Call || !strings.Contains(detail(got[0]), "a skill line") {
+		t.Fatalf("pending = %+v", got)
+	}
+}
+
+// The API takes decisions only with a reviewer's token, in the name the
+// token belongs to; an ID found in two sessions needs its session.
+func TestAPIDecisionsNeedAReviewerToken(t *testing.T) {
+	f := start(t, nil)
+	a := f.ask(t, "Bash", `{"command":"git push"}`)
+	nc := f.js.Conn()
+	call := func(req DecideRequest) (string, string) {
+		t.Helper()
+		data, _ := json.Marshal(req)
+		msg, err := nc.Request(SubjectDecide, data, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg.Header.Get("Nats-Service-Error-Code"), msg.Header.Get("Nats-Service-Error") + string(msg.Data)
+	}
+	if code, _ := call(DecideRequest{ID: a.Call, Approve: true}); code != CodeUnauthorized {
+		t.Errorf("no token: code %q, want %s", code, CodeUnauthorized)
+	}
+	if code, _ := call(DecideRequest{ID: a.Call, Approve: true, Token: "not-a-reviewer-token"}); code != CodeUnauthorized {
+		t.Errorf("wrong token: code %q, want %s", code, CodeUnauthorized)
+	}
+	// A raise asked in another session under the same ID makes the ID
+	// ambiguous: a decision must say which.
+	other := uuid.Must(uuid.NewV7())
+	raise := &event.BudgetRaise{Header: event.NewHeader(event.TypeBudgetRaise, "acme", other), Raise: a.Call, User: "mallory", Limits: json.RawMessage(`{"steps":5}`)}
+	if err := bus.Record(context.Background(), f.js, raise, "raise"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(f.svc.list("acme", Pending)) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the raise never showed up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, body := call(DecideRequest{ID: a.Call, Approve: true, Token: bobToken}); code != CodeBadRequest || !strings.Contains(body, "more than one session") {
+		t.Errorf("ambiguous ID: %q %s", code, body)
+	}
+	if code, body := call(DecideRequest{ID: a.Call, Session: other, Approve: false, Token: bobToken, Reason: "no"}); code != "" {
+		t.Fatalf("deny the raise: %q %s", code, body)
+	}
+	got := f.svc.list("acme", Pending)
+	if len(got) != 1 || got[0].Session != a.Session {
+		t.Fatalf("the held call was decided in the raise's place: %+v", got)
+	}
+	if decided := f.svc.list("acme", Denied); len(decided) != 1 || decided[0].Reviewer != "bob" || decided[0].Tool != event.BudgetTool {
+		t.Errorf("denied = %+v, want the raise, by bob", decided)
+	}
+}
+
+// An entry written into the bucket by anyone but the service (under wrong
+// bus permissions) publishes no decision: the service publishes only what
+// it signed.
+func TestForgedEntryPublishesNothing(t *testing.T) {
+	f := start(t, nil)
+	a := &Approval{
+		ID: uuid.Must(uuid.NewV7()), Tenant: "acme", Session: uuid.Must(uuid.NewV7()), Tool: "Bash",
+		Input: json.RawMessage(`{"command":"git push"}`), Status: Approved, Reviewer: "mallory",
+		RequestedAt: time.Now(), DecidedAt: time.Now(),
+	}
+	a.ArgsHash = event.ArgsHash(a.Tool, a.Input)
+	_, other, _ := ed25519.GenerateKey(nil)
+	a.Decision = &event.ApprovalDecided{Header: event.NewHeader(event.TypeApprovalDecided, a.Tenant, a.Session), Call: a.ID, ArgsHash: a.ArgsHash, Approved: true, Reviewer: "mallory"}
+	a.Decision.Sign(other)
+	data, _ := json.Marshal(a)
+	if _, err := f.svc.kv.Create(context.Background(), a.key(), data); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // ten sweeps
+	msgs, err := bus.ReadAll(context.Background(), f.js, bus.StreamEvents, bus.SessionEvents("acme", a.Session))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 0 {
+		t.Errorf("%d events published for a forged entry", len(msgs))
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -59,18 +57,14 @@ func TestReviewerApprovesAndDeniesInTheBrowser(t *testing.T) {
 	p := startDev(t, byPrompt(map[string][]modeltest.Call{
 		"push it": {bash("echo git push went out")},
 		"deny it": {bash("git push --force origin main")},
-	}), map[string]string{"USER": "grace"})
+	}), nil)
 	ctx := browser(t)
-	token, err := os.ReadFile(filepath.Join(p.data, "reviewer.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	page := "http://" + p.getenv("CORRAL_APPROVAL_LISTEN")
 
-	err = chromedp.Do(ctx,
+	err := chromedp.Do(ctx,
 		chromedp.Navigate(page+"/"), // redirected to sign in
 		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), strings.TrimSpace(string(token))),
+		chromedp.SendKeys(chromedp.CSS("#token"), graceToken),
 		chromedp.Click(chromedp.CSS("#signin")),
 		chromedp.WaitVisible(chromedp.CSS("#approvals")),
 	)

@@ -172,7 +172,7 @@ func TestApprovalsFromTheCLI(t *testing.T) {
 		t.Fatalf("approval %s no longer pending after forged decisions:\n%s", id, listing)
 	}
 
-	code, stdout, stderr := p.corral(t, "approve", id.String(), "--reviewer", "grace")
+	code, stdout, stderr := p.corral(t, "approve", id.String())
 	if code != 0 {
 		t.Fatalf("corral approve exited %d: %s", code, stderr)
 	}
@@ -184,7 +184,7 @@ func TestApprovalsFromTheCLI(t *testing.T) {
 	wantIn(t, "answer", r.stdout, "git push would go here")
 
 	// A second decision is refused, saying who decided.
-	code, _, stderr = p.corral(t, "deny", id.String(), "--reason", "too late", "--reviewer", "heidi")
+	code, _, stderr = p.corral(t, "deny", id.String(), "--reason", "too late", "--token", heidiToken)
 	if code != 1 {
 		t.Errorf("deny after approve exited %d, want 1", code)
 	}
@@ -192,10 +192,10 @@ func TestApprovalsFromTheCLI(t *testing.T) {
 
 	run = p.runBackground(t, "acme", "deny it")
 	id2, _ := p.pending(t, "acme")
-	if code, _, stderr := p.corral(t, "deny", id2.String(), "--reviewer", "grace"); code != 2 || !strings.Contains(stderr, "--reason") {
+	if code, _, stderr := p.corral(t, "deny", id2.String()); code != 2 || !strings.Contains(stderr, "--reason") {
 		t.Errorf("deny without a reason: exit %d, %s", code, stderr)
 	}
-	if code, _, stderr := p.corral(t, "deny", id2.String(), "--reason", "never force-push main", "--reviewer", "grace"); code != 0 {
+	if code, _, stderr := p.corral(t, "deny", id2.String(), "--reason", "never force-push main"); code != 0 {
 		t.Fatalf("corral deny exited %d: %s", code, stderr)
 	}
 	r = wait(t, run)
@@ -209,7 +209,7 @@ func TestApprovalsFromTheCLI(t *testing.T) {
 		t.Fatalf("corral approvals --all exited %d", code)
 	}
 	wantIn(t, "corral approvals --all", stdout, "approved by grace", "denied by grace")
-	if code, _, stderr := p.corral(t, "approve", uuid.NewString(), "--reviewer", "grace"); code != 1 || !strings.Contains(stderr, "no approval") {
+	if code, _, stderr := p.corral(t, "approve", uuid.NewString()); code != 1 || !strings.Contains(stderr, "no approval") {
 		t.Errorf("approve of an unknown ID: exit %d, %s", code, stderr)
 	}
 }
@@ -248,7 +248,7 @@ func TestApprovalCancelledWhenTheSessionStops(t *testing.T) {
 		}
 		return nil
 	})
-	if code, _, stderr := p.corral(t, "approve", id.String(), "--reviewer", "grace"); code != 1 || !strings.Contains(stderr, "cancelled") {
+	if code, _, stderr := p.corral(t, "approve", id.String()); code != 1 || !strings.Contains(stderr, "cancelled") {
 		t.Errorf("approve after stop: exit %d, %s", code, stderr)
 	}
 }

@@ -33,6 +33,7 @@ func TestApprovalSurvivesAKill(t *testing.T) {
 		"OPENAI_BASE_URL": fake.URL() + "/v1", "OPENAI_API_KEY": "sk-test", "CORRAL_MODEL": "openai:gpt-test",
 		"CORRAL_DATA_DIR": t.TempDir(), "CORRAL_SHUTDOWN_GRACE": "1s", "CORRAL_NATS_URL": srv.ClientURL(),
 		"CORRAL_APPROVAL_PUBLIC_KEY": event.EncodeKey(key.Public().(ed25519.PublicKey)),
+		"CORRAL_REVIEWER_TOKEN":      graceToken,
 	}
 	getenv := func(k string) string { return env[k] }
 	runServices(t, js, getenv, true)
@@ -42,7 +43,8 @@ func TestApprovalSurvivesAKill(t *testing.T) {
 	}
 	startApproval := func() *exec.Cmd {
 		cmd := exec.Command(bin)
-		cmd.Env = append(os.Environ(), "CORRAL_NATS_URL="+srv.ClientURL(), "CORRAL_APPROVAL_SIGNING_KEY="+event.EncodeKey(key), "CORRAL_LOG_LEVEL=debug")
+		cmd.Env = append(os.Environ(), "CORRAL_NATS_URL="+srv.ClientURL(), "CORRAL_APPROVAL_SIGNING_KEY="+event.EncodeKey(key), "CORRAL_LOG_LEVEL=debug",
+			"CORRAL_REVIEWER_TOKENS=grace="+graceToken)
 		cmd.Stdout, cmd.Stderr = logFile, logFile
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
@@ -69,7 +71,7 @@ func TestApprovalSurvivesAKill(t *testing.T) {
 	if again != id {
 		t.Fatalf("after the restart the pending approval is %s, want %s:\n%s", again, id, listing)
 	}
-	if code, _, stderr := p.corral(t, "approve", id.String(), "--reviewer", "grace"); code != 0 {
+	if code, _, stderr := p.corral(t, "approve", id.String()); code != 0 {
 		t.Fatalf("corral approve exited %d: %s", code, stderr)
 	}
 	r := wait(t, run)

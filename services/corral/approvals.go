@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/policy"
 	"corral.dev/services/approval"
+	sandboxmanager "corral.dev/services/sandbox-manager"
 )
 
 func (e *env) approvalsCmd() *cobra.Command {
@@ -61,7 +64,7 @@ or on the reviewers' web page.`,
 }
 
 func (e *env) decideCmd(approve bool) *cobra.Command {
-	var url, reviewer, reason string
+	var url, token, reason, session string
 	use, short := "approve ID", "Approve a held tool call: it runs"
 	if !approve {
 		use, short = "deny ID --reason R", "Deny a held tool call: the model gets the reason instead"
@@ -69,32 +72,60 @@ func (e *env) decideCmd(approve bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Long: short + `.
+
+The decision is made in the name of the reviewer whose token --token (or
+CORRAL_REVIEWER_TOKEN) gives; with neither, the token corral dev made for its
+reviewer is used, if there is one.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := uuid.Parse(args[0])
 			if err != nil {
 				return &exitError{2, fmt.Errorf("%q is not an approval ID (corral approvals lists them)", args[0])}
 			}
-			if strings.TrimSpace(reviewer) == "" {
-				return &exitError{2, fmt.Errorf("say who decides with --reviewer (or CORRAL_USER): the history shows it")}
+			req := approval.DecideRequest{ID: id, Approve: approve, Reason: reason, Token: token}
+			if session != "" {
+				if req.Session, err = uuid.Parse(session); err != nil {
+					return &exitError{2, fmt.Errorf("--session %q is not a session ID", session)}
+				}
 			}
 			if !approve && strings.TrimSpace(reason) == "" {
 				return &exitError{2, fmt.Errorf("say why with --reason: the model reads it")}
 			}
+			if req.Token == "" {
+				req.Token = devReviewerToken()
+			}
+			if req.Token == "" {
+				return &exitError{2, fmt.Errorf("a decision needs a reviewer's token: --token or CORRAL_REVIEWER_TOKEN")}
+			}
 			var resp approval.Response
-			req := approval.DecideRequest{ID: id, Approve: approve, Reviewer: reviewer, Reason: reason}
 			if err := e.request(cmd.Context(), url, "approval service", approval.SubjectDecide, req, &resp); err != nil {
 				return err
 			}
 			a := resp.Approvals[0]
-			fmt.Fprintf(e.stdout, "%s %s: %s call of session %s\n", a.Status, a.ID, a.Tool, a.Session)
+			fmt.Fprintf(e.stdout, "%s %s by %s: %s call of session %s\n", a.Status, a.ID, a.Reviewer, a.Tool, a.Session)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	cmd.Flags().StringVar(&reviewer, "reviewer", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "")), "who decides, as the history shows it (CORRAL_USER)")
+	cmd.Flags().StringVar(&token, "token", e.getenv("CORRAL_REVIEWER_TOKEN"), "your reviewer token (CORRAL_REVIEWER_TOKEN)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why; the model reads it when the call is denied")
+	cmd.Flags().StringVar(&session, "session", "", "the approval's session, when its ID is in more than one")
 	return cmd
+}
+
+// devReviewerToken is the token `corral dev` made for its reviewer in its
+// default data directory, or "".
+func devReviewerToken() string {
+	dir, err := sandboxmanager.DefaultDataDir()
+	if err != nil {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "reviewer.token"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func (e *env) stopCmd() *cobra.Command {

@@ -175,7 +175,7 @@ func TestBudgetRaiseGoesToAReviewer(t *testing.T) {
 		t.Fatalf("follow-up before approval: exit %d, %d turns: %s", code, turnsNow(), stderr)
 	}
 
-	if code, _, stderr := p.corral(t, "approve", id.String(), "--reviewer", "grace"); code != 0 {
+	if code, _, stderr := p.corral(t, "approve", id.String()); code != 0 {
 		t.Fatalf("corral approve exited %d: %s", code, stderr)
 	}
 	waitFor(t, 10*time.Second, func() error {

@@ -76,6 +76,13 @@ type platform struct {
 // startDev runs `corral dev` on a free port and a fresh data directory,
 // with both providers pointed at a fake model server running script. env
 // adds to (or overrides) the process environment.
+// The reviewers of every test platform, and the token the client commands
+// decide with (grace's).
+const (
+	graceToken = "grace-token-0123456789"
+	heidiToken = "heidi-token-0123456789"
+)
+
 func startDev(t *testing.T, script modeltest.Script, env map[string]string) *platform {
 	t.Helper()
 	p, _ := startDevAt(t, freeAddr(t), t.TempDir(), script, env)
@@ -97,6 +104,8 @@ func startDevAt(t *testing.T, addr, data string, script modeltest.Script, env ma
 		"CORRAL_LOG_LEVEL":   "debug",
 		// Tests run side by side: each platform's page on its own port.
 		"CORRAL_APPROVAL_LISTEN": freeAddr(t),
+		"CORRAL_REVIEWER_TOKENS": "grace=" + graceToken + ",heidi=" + heidiToken,
+		"CORRAL_REVIEWER_TOKEN":  graceToken,
 	}
 	for k, v := range env {
 		vars[k] = v

@@ -31,6 +31,7 @@ var natsUsers = map[string]string{
 	"memory":          "CORRAL_NATS_PASSWORD_MEMORY",
 	"approval":        "CORRAL_NATS_PASSWORD_APPROVAL",
 	"client":          "CORRAL_NATS_PASSWORD_CLIENT",
+	"admin":           "CORRAL_NATS_PASSWORD_ADMIN",
 }
 
 func password(user string) string { return "pw-of-" + user }
@@ -100,12 +101,22 @@ func TestDeployedPermissions(t *testing.T) {
 		"CORRAL_APPROVAL_SIGNING_KEY": event.EncodeKey(key),
 		"CORRAL_APPROVAL_PUBLIC_KEY":  event.EncodeKey(key.Public().(ed25519.PublicKey)),
 		"CORRAL_NATS_USER":            "client", "CORRAL_NATS_PASSWORD": password("client"),
+		"CORRAL_REVIEWER_TOKENS": "grace=" + graceToken, "CORRAL_REVIEWER_TOKEN": graceToken,
 	}
 	getenv := func(k string) string { return env[k] }
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	log := slog.New(slog.DiscardHandler)
 	type runner interface{ Run(context.Context) error }
+	// The streams are set up by the administrator: the services may not
+	// create or change them.
+	ajs, _ := connectAs(t, url, "admin")
+	if err := bus.Setup(ctx, ajs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := memory.NewKVStore(ctx, ajs); err != nil {
+		t.Fatal(err)
+	}
 	start := func(user string, mk func(js jetstream.JetStream) (runner, error)) (jetstream.JetStream, *violations) {
 		js, v := connectAs(t, url, user)
 		if err := bus.Setup(ctx, js); err != nil {
@@ -162,7 +173,7 @@ func TestDeployedPermissions(t *testing.T) {
 	p := &platform{url: url, getenv: getenv, model: fake}
 	run := p.runBackground(t, "acme", "push and remember")
 	id, _ := p.pending(t, "acme")
-	if code, _, stderr := p.corral(t, "approve", id.String(), "--reviewer", "grace"); code != 0 {
+	if code, _, stderr := p.corral(t, "approve", id.String()); code != 0 {
 		t.Fatalf("corral approve as client: exit %d: %s", code, stderr)
 	}
 	r := wait(t, run)
@@ -218,6 +229,37 @@ func TestDeployedPermissions(t *testing.T) {
 	denied("sandbox-manager", sjs, sv, bus.RequestSubject("acme", session), map[string]string{"type": event.TypeRequest})
 	denied("sandbox-manager", sjs, sv, bus.ToolSubject(bus.ServiceSandbox, "acme", session), map[string]string{"type": event.TypeToolCall})
 	denied("harness", hjs, hv, "$KV.approvals.acme."+session.String()+".x", map[string]string{"status": "approved"})
+
+	// No service can route messages around its permissions by creating or
+	// changing a stream (re-publishing into the approvals bucket, say).
+	short := func() context.Context {
+		c, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		t.Cleanup(cancel)
+		return c
+	}
+	republish := &jetstream.RePublish{Source: ">", Destination: "$KV.approvals.acme.x.y"}
+	if _, err := sjs.CreateStream(short(), jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.>"}, RePublish: republish}); err == nil {
+		t.Error("the sandbox-manager created a stream")
+	}
+	calls, err := sjs.Stream(ctx, "KV_"+bus.BucketCalls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := calls.CachedInfo().Config
+	changed.RePublish = republish
+	if _, err := sjs.UpdateStream(short(), changed); err == nil {
+		t.Error("the sandbox-manager changed the calls bucket's stream")
+	}
+	// Nor can a client take a service's messages from its consumer.
+	if _, err := cjs.CreateOrUpdateConsumer(short(), bus.StreamEvents, jetstream.ConsumerConfig{Durable: bus.ConsumerHarnessUsage}); err == nil {
+		t.Error("a client changed the harness's usage consumer")
+	}
+	if _, err := cjs.Consumer(short(), bus.StreamEvents, bus.ConsumerHarnessUsage); err == nil {
+		t.Error("a client looked up the harness's usage consumer")
+	}
+	if _, err := sjs.Consumer(short(), bus.StreamEvents, bus.ConsumerApprovals); err == nil {
+		t.Error("the sandbox-manager looked up the approval service's consumer")
+	}
 
 	// No forged decision reached the log.
 	msgs, err := bus.ReadAll(ctx, hjs, bus.StreamEvents, bus.SessionEvents("acme", session))

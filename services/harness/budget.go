@@ -178,7 +178,11 @@ func (s *Service) dayUsage(ctx context.Context, key string) (dayUsage, uint64, e
 // stream order, so each key remembers the last event it counted and a
 // redelivered event is counted once.
 func (s *Service) countUsage(ctx context.Context, m bus.Msg) error {
-	ev, err := event.Parse(m.Data)
+	data, err := bus.Resolve(ctx, s.js, m.Data) // large events are offloaded
+	if err != nil {
+		return err
+	}
+	ev, err := event.Parse(data)
 	if err != nil {
 		return bus.Permanent(err)
 	}

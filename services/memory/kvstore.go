@@ -32,14 +32,18 @@ type KVStore struct {
 // kvHistory is how many versions of a file the bucket keeps (its maximum).
 const kvHistory = 64
 
-// NewKVStore creates the bucket, or opens it, and returns the store.
+// NewKVStore opens the bucket, creating it if it is missing, and returns
+// the store.
 func NewKVStore(ctx context.Context, js jetstream.JetStream) (*KVStore, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      BucketMemories,
-		Description: "memories and skills of corral dev's embedded store",
-		History:     kvHistory,
-		Storage:     jetstream.FileStorage,
-	})
+	kv, err := js.KeyValue(ctx, BucketMemories)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      BucketMemories,
+			Description: "memories and skills of corral dev's embedded store",
+			History:     kvHistory,
+			Storage:     jetstream.FileStorage,
+		})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", BucketMemories, err)
 	}

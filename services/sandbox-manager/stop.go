@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
@@ -84,48 +84,118 @@ func (t *stops) resume(session uuid.UUID) {
 }
 
 // watchStops kills the running call and destroys the sandbox of each
-// session that is stopped or fails. Every instance hears every stop and
-// acts on the sessions it has.
+// session that is stopped or fails. Every instance reads every stop, from
+// the session logs: an ordered consumer rides through reconnects, and a
+// restarted instance reads the last [stoppedFor] again, so a stop made
+// while it was down still keeps the session's queued calls from running.
 func (s *Service) watchStops(ctx context.Context) error {
-	nc := s.js.Conn()
-	sub, err := nc.Subscribe("events.*.*.session.*", func(m *nats.Msg) {
-		data, err := bus.Resolve(ctx, s.js, m.Data)
-		if err != nil {
-			return
+	var cons jetstream.Consumer
+	for {
+		var err error
+		cons, err = s.js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{
+				"events.*.*." + event.Kind(event.TypeSessionStopped),
+				"events.*.*." + event.Kind(event.TypeSessionFailed),
+				"events.*.*." + event.Kind(event.TypeSessionRequested),
+			},
+			DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
+			OptStartTime:      ptr(time.Now().Add(-stoppedFor)),
+			InactiveThreshold: time.Minute,
+		})
+		if err == nil {
+			break
 		}
-		ev, err := event.Parse(data)
-		if err != nil {
-			return
+		s.log.WarnContext(ctx, "watch session stops", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
 		}
-		var why string
-		switch e := ev.(type) {
-		case *event.SessionStopped:
-			why = fmt.Sprintf("the session was stopped by %s", e.By)
-			if e.Reason != "" {
-				why += ": " + e.Reason
-			}
-		case *event.SessionFailed:
-			why = "the session failed: " + e.Reason
-		case *event.SessionRequested:
-			s.stops.resume(e.Session)
-			return
-		default:
-			return
-		}
-		h := ev.(event.Event).Head()
-		s.stops.stop(h.Session, why)
-		go func() {
-			if err := s.driver.Destroy(h.Tenant, h.Session); err != nil {
-				s.log.Warn("destroy sandbox", "session", h.Session, "err", err)
-				return
-			}
-			s.log.Info("sandbox destroyed", "session", h.Session, "why", why)
-		}()
-	})
+	}
+	it, err := cons.Messages()
 	if err != nil {
 		return fmt.Errorf("watch session stops: %w", err)
 	}
-	<-ctx.Done()
-	_ = sub.Unsubscribe() // fails only on a closed connection, which drops it anyway
-	return nil
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	// What is read back at start counts only as each session's last word:
+	// a session stopped and then continued keeps its workspace.
+	replay := make(map[uuid.UUID]any)
+	var order []uuid.UUID
+	caughtUp := false
+	if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 {
+		caughtUp = true
+	}
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			s.log.WarnContext(ctx, "watch session stops", "err", err)
+			continue
+		}
+		ev := s.sessionEvent(ctx, m.Data())
+		if ev == nil {
+			continue
+		}
+		if caughtUp {
+			s.apply(ev)
+			continue
+		}
+		h := ev.(event.Event).Head()
+		if _, ok := replay[h.Session]; !ok {
+			order = append(order, h.Session)
+		}
+		replay[h.Session] = ev
+		if meta, err := m.Metadata(); err == nil && meta.NumPending == 0 {
+			for _, id := range order {
+				s.apply(replay[id])
+			}
+			replay, order, caughtUp = nil, nil, true
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// sessionEvent reads a session lifecycle event from the log.
+func (s *Service) sessionEvent(ctx context.Context, data []byte) any {
+	data, err := bus.Resolve(ctx, s.js, data)
+	if err != nil {
+		return nil
+	}
+	ev, err := event.Parse(data)
+	if err != nil {
+		return nil
+	}
+	return ev
+}
+
+// apply acts on a session's stop, failure or new request.
+func (s *Service) apply(ev any) {
+	var why string
+	switch e := ev.(type) {
+	case *event.SessionStopped:
+		why = fmt.Sprintf("the session was stopped by %s", e.By)
+		if e.Reason != "" {
+			why += ": " + e.Reason
+		}
+	case *event.SessionFailed:
+		why = "the session failed: " + e.Reason
+	case *event.SessionRequested:
+		s.stops.resume(e.Session)
+		return
+	default:
+		return
+	}
+	h := ev.(event.Event).Head()
+	s.stops.stop(h.Session, why)
+	go func() {
+		if err := s.driver.Destroy(h.Tenant, h.Session); err != nil {
+			s.log.Warn("destroy sandbox", "session", h.Session, "err", err)
+			return
+		}
+		s.log.Info("sandbox destroyed", "session", h.Session, "why", why)
+	}()
 }
