@@ -197,3 +197,41 @@ func TestBudgetRaiseGoesToAReviewer(t *testing.T) {
 		t.Errorf("raise naming no cap: exit %d: %s", code, stderr)
 	}
 }
+
+// A follow-up the harness cannot take (an unknown model) ends `corral run
+// --session` with the reason, instead of leaving it waiting.
+func TestFollowUpWithAnUnknownModelEnds(t *testing.T) {
+	p := startDev(t, byPrompt(map[string][]modeltest.Call{"hello": nil}), nil)
+	code, _, stderr := p.corral(t, "run", "--tenant", "acme", "hello")
+	if code != 0 {
+		t.Fatalf("corral run exited %d: %s", code, stderr)
+	}
+	session := sessionOf(t, stderr)
+	code, _, stderr = p.corral(t, "run", "--tenant", "acme", "--session", session.String(), "--model", "mystery:x", "hello")
+	if code != 1 || !strings.Contains(stderr, "unknown_model") {
+		t.Errorf("follow-up with an unknown model: exit %d: %s", code, stderr)
+	}
+}
+
+// A session that completes within its wall time stays completed: the
+// harness's wall-time watch reads the log before it stops anything.
+func TestCompletedSessionOutlivesItsWallTime(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte("budgets: {session: {wall_time: 1s}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startDev(t, byPrompt(map[string][]modeltest.Call{"quick": {bash("true")}}), map[string]string{"CORRAL_POLICY_FILE": file})
+	code, _, stderr := p.corral(t, "run", "--tenant", "acme", "quick")
+	if code != 0 {
+		t.Fatalf("corral run exited %d: %s", code, stderr)
+	}
+	session := sessionOf(t, stderr)
+	time.Sleep(2500 * time.Millisecond) // past the wall time, twice the watch's period
+	evs := p.events(t, session)
+	if _, ok := evs[len(evs)-1].(*event.SessionCompleted); !ok {
+		t.Errorf("the session's last event is %T, want it completed", evs[len(evs)-1])
+	}
+	if _, err := os.Stat(filepath.Join(p.data, "workspaces", "acme", session.String())); err != nil {
+		t.Errorf("the completed session's workspace is gone: %v", err)
+	}
+}

@@ -46,11 +46,11 @@ func checkPlatform(ctx context.Context, js jetstream.JetStream, url string) erro
 }
 
 // follow calls fn with each event of the session, from the first, until fn
-// returns done or an error, or ctx is done. pending is how many events of
-// the session are stored after this one. The ordered consumer behind it
+// returns done or an error, or ctx is done. seq is the event's stream
+// sequence, pending how many events of the session are stored after it. The ordered consumer behind it
 // re-creates itself after a reconnect, so following rides through restarts
 // of the server.
-func follow(ctx context.Context, js jetstream.JetStream, tenant string, session uuid.UUID, fn func(ev any, raw []byte, pending uint64) (done bool, err error)) error {
+func follow(ctx context.Context, js jetstream.JetStream, tenant string, session uuid.UUID, fn func(ev any, raw []byte, seq, pending uint64) (done bool, err error)) error {
 	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.SessionEvents(tenant, session)},
 		// Many clients come and go; the server forgets each one's
@@ -84,11 +84,11 @@ func follow(ctx context.Context, js jetstream.JetStream, tenant string, session 
 		if err != nil {
 			return fmt.Errorf("session %s: %w", session, err)
 		}
-		var pending uint64
+		var seq, pending uint64
 		if meta, err := msg.Metadata(); err == nil {
-			pending = meta.NumPending
+			seq, pending = meta.Sequence.Stream, meta.NumPending
 		}
-		done, err := fn(ev, data, pending)
+		done, err := fn(ev, data, seq, pending)
 		if done || err != nil {
 			return err
 		}

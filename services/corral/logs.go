@@ -60,7 +60,7 @@ func (e *env) logs(ctx context.Context, url string, session uuid.UUID, followFla
 	if followFlag {
 		// Until the session ends: a completion or failure that is the
 		// last event so far (a follow-up may continue a session after one).
-		return follow(ctx, js, "*", session, func(ev any, raw []byte, pending uint64) (bool, error) {
+		return follow(ctx, js, "*", session, func(ev any, raw []byte, _, pending uint64) (bool, error) {
 			print(ev, raw)
 			switch ev.(type) {
 			case *event.SessionCompleted, *event.SessionFailed, *event.SessionStopped:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -32,6 +33,10 @@ func (e *env) runCmd() *cobra.Command {
 	f.StringVar(&o.session, "session", "", "send PROMPT to this session, which goes on from where it is, instead of starting one")
 	return cmd
 }
+
+// acceptWait is how long `corral run --session` waits for the harness to
+// take its request.
+const acceptWait = 30 * time.Second
 
 type runOpts struct {
 	nats, model, tenant, user, prompt, session string
@@ -64,6 +69,17 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 	}
 	// The request's ID doubles as its message ID: a retried publish is
 	// dropped as a duplicate, so it starts one session, not two.
+	var before uint64 // the last event of a continued session before this request
+	if o.session != "" {
+		msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents(o.tenant, session))
+		if err != nil {
+			return err
+		}
+		if len(msgs) == 0 {
+			return &exitError{1, fmt.Errorf("no session %s in tenant %s", session, o.tenant)}
+		}
+		before = msgs[len(msgs)-1].StreamSeq
+	}
 	if err := bus.Publish(ctx, js, bus.RequestSubject(o.tenant, session), req.ID.String(), &req); err != nil {
 		return err
 	}
@@ -73,14 +89,31 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 	var failed *event.SessionFailed
 	var stopped *event.SessionStopped
 	// A continued session's log holds earlier requests: what matters
-	// starts at this one's.
+	// starts at this one's, or at a failure recorded after it was sent (a
+	// follow-up naming an unknown model, say). A follow-up the harness
+	// refused outright leaves nothing in the log: give up waiting then.
 	ours := o.session == ""
-	err = follow(ctx, js, o.tenant, session, func(ev any, raw []byte, _ uint64) (bool, error) {
-		if r, ok := ev.(*event.SessionRequested); ok && r.Request == req.ID {
-			ours = true
-		}
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	giveUp := time.AfterFunc(acceptWait, func() {
+		cancel(fmt.Errorf("the platform did not take the request within %s (the DEADLETTER stream says why)", acceptWait))
+	})
+	defer giveUp.Stop()
+	if ours {
+		giveUp.Stop()
+	}
+	err = follow(fctx, js, o.tenant, session, func(ev any, raw []byte, seq, _ uint64) (bool, error) {
 		if !ours {
-			return false, nil
+			switch e := ev.(type) {
+			case *event.SessionRequested:
+				ours = e.Request == req.ID
+			case *event.SessionFailed:
+				ours = seq > before
+			}
+			if !ours {
+				return false, nil
+			}
+			giveUp.Stop()
 		}
 		if o.json {
 			fmt.Fprintf(e.stdout, "%s\n", raw)
@@ -103,6 +136,9 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		return false, nil
 	})
 	if err != nil {
+		if cause := context.Cause(fctx); cause != nil && ctx.Err() == nil {
+			return &exitError{1, cause}
+		}
 		return err
 	}
 	if failed != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
@@ -31,9 +32,12 @@ func (s *Service) sessionUsage(st *state) policy.Usage {
 // overBudget returns the budget the session has used up, as
 // <scope>.<limit>, and what it spent against it; "" when it may go on.
 // The daily budgets are read from the usage bucket, only when set.
-func (s *Service) overBudget(ctx context.Context, st *state) (budget, spent string, err error) {
+func (s *Service) overBudget(ctx context.Context, st *state, asking bool) (budget, spent string, err error) {
 	b := s.cfg.Policy.Budgets(st.tenant)
 	b.Session = s.sessionLimits(st, b.Session)
+	if !asking {
+		b.Session.Steps, b.UserDaily.Steps, b.TenantDaily.Steps = 0, 0, 0
+	}
 	if limit, spent := b.Session.Over(s.sessionUsage(st), time.Since(st.since)); limit != "" {
 		return "session." + limit, spent, nil
 	}
@@ -133,6 +137,16 @@ func (s *Service) spent(st *state, ev *event.ModelResponded) {
 			s.usageCache[key] = c
 		}
 	}
+}
+
+// budgetCheck stops the session if it is over a budget, and says so;
+// asking is whether the model is about to be asked (steps count turns).
+func (s *Service) budgetCheck(ctx context.Context, st *state, asking bool) (stopped bool, err error) {
+	budget, spent, err := s.overBudget(ctx, st, asking)
+	if err != nil || budget == "" {
+		return false, err
+	}
+	return true, s.stopForBudget(ctx, st, budget, spent)
 }
 
 // stopForBudget records that the session exceeded budget: the session
@@ -268,7 +282,9 @@ type countedUsage struct {
 
 // watchWallTime stops the sessions this process has worked on that have
 // run past their wall-time budget while waiting (for a tool call, say, or
-// a reviewer): no step comes to check them until then.
+// a reviewer): no step comes to check them until then. A candidate is
+// checked again under its lock and lease, from its log, before it is
+// stopped: the cached state may be out of date.
 func (s *Service) watchWallTime(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -283,12 +299,41 @@ func (s *Service) watchWallTime(ctx context.Context) error {
 			if wall <= 0 || time.Since(st.since) < wall {
 				continue
 			}
-			spent := fmt.Sprintf("%s of %s", time.Since(st.since).Round(time.Second), wall)
-			if err := s.stopForBudget(ctx, st, "session.wall_time", spent); err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "stop session over its wall time", "session", st.session, "err", err)
-				continue
+			if err := s.checkWallTime(ctx, st.tenant, st.session); err != nil && ctx.Err() == nil && !errors.Is(err, bus.ErrNotYet) {
+				s.log.WarnContext(ctx, "check a session's wall time", "session", st.session, "err", err)
 			}
-			s.folded.forget(st.session)
 		}
 	}
+}
+
+func (s *Service) checkWallTime(ctx context.Context, tenant string, session uuid.UUID) error {
+	// A step under way checks the budget itself; don't wait for it.
+	lctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	unlock, err := s.sessions.Lock(lctx, session.String())
+	cancel()
+	if err != nil {
+		return nil
+	}
+	defer unlock()
+	ctx, release, err := s.acquireLease(ctx, session)
+	if err != nil {
+		return err
+	}
+	defer release()
+	st, err := s.load(ctx, tenant, session)
+	if err != nil {
+		return err
+	}
+	if st.status != statusRunning {
+		return nil
+	}
+	wall := s.sessionLimits(st, s.cfg.Policy.Budgets(st.tenant).Session).WallTime
+	if elapsed := time.Since(st.since); wall > 0 && elapsed >= wall {
+		spent := fmt.Sprintf("%s of %s", elapsed.Round(time.Second), wall)
+		if err := s.stopForBudget(ctx, st, "session.wall_time", spent); err != nil {
+			return err
+		}
+		s.folded.forget(session)
+	}
+	return nil
 }

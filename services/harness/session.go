@@ -65,6 +65,8 @@ type state struct {
 	raises    []*event.BudgetRaise
 	sandboxMS int64
 	since     time.Time
+	// seq is the stream sequence of the last event folded in.
+	seq uint64
 	// answered is set when the last response made no tool calls: the
 	// session's answer, to be recorded as completed.
 	answered *event.ModelResponded
@@ -99,6 +101,7 @@ func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID) (*
 		st.apply(ev)
 		seq = m.StreamSeq
 	}
+	st.seq = seq
 	// The step changes the state it is given; the cache keeps its own.
 	s.folded.put(session, st.clone(), seq)
 	return st, nil

@@ -47,13 +47,10 @@ func (s *Service) step(ctx context.Context, st *state) error {
 		return nil
 	}
 	if st.answered == nil {
-		// Asking the model or running calls spends; completing does not.
-		budget, spent, err := s.overBudget(ctx, st)
-		if err != nil {
+		// Running calls spends; completing does not. Steps count model
+		// turns: they are checked before asking, below.
+		if stopped, err := s.budgetCheck(ctx, st, false); err != nil || stopped {
 			return err
-		}
-		if budget != "" {
-			return s.stopForBudget(ctx, st, budget, spent)
 		}
 	}
 	switch {
@@ -72,15 +69,43 @@ func (s *Service) step(ctx context.Context, st *state) error {
 		reason := fmt.Sprintf("the session reached its limit of %d model turns", s.cfg.MaxTurns)
 		return s.recordFailure(ctx, st.tenant, st.session, "turn_limit", reason, st.failureID())
 	}
+	if stopped, err := s.budgetCheck(ctx, st, true); err != nil || stopped {
+		return err
+	}
 	ev, err := s.ask(ctx, st)
 	if err != nil || ev == nil {
 		return err
 	}
 	st.apply(ev)
+	// The model may have taken a while: a stop or a failure (wall time)
+	// recorded meanwhile ends the session here.
+	if ended, err := s.endedSince(ctx, st); err != nil || ended {
+		return err
+	}
 	if st.pending != nil {
 		return s.dispatch(ctx, st, st.pending.Calls)
 	}
 	return s.complete(ctx, st)
+}
+
+// endedSince reports whether the session was stopped or failed after the
+// events st was folded from.
+func (s *Service) endedSince(ctx context.Context, st *state) (bool, error) {
+	for _, typ := range []string{event.TypeSessionStopped, event.TypeSessionFailed} {
+		rctx, cancel := bus.Bound(ctx)
+		m, err := s.events.GetLastMsgForSubject(rctx, bus.EventSubject(st.tenant, st.session, typ))
+		cancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("look for a stop: %w", err)
+		}
+		if m.Sequence > st.seq {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // ask calls the model for the session's next turn and records its response.
