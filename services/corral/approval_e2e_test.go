@@ -162,6 +162,20 @@ func TestApprovalsFromTheCLI(t *testing.T) {
 	tampered := forge(realKey, asked.ArgsHash, id)
 	tampered.Reviewer = "someone else" // altered after signing
 	p.publish(t, tampered, "forged-3")
+	// A genuine approval of the same call and arguments made for another
+	// session, replayed into this session's log.
+	replayed := forge(realKey, asked.ArgsHash, id)
+	replayed.Session = uuid.Must(uuid.NewV7())
+	replayed.Sign(realKey)
+	nc, err := nats.Connect(p.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if err := bus.Publish(context.Background(), js, bus.EventSubject("acme", session, event.TypeApprovalDecided), "replayed", replayed); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(time.Second)
 	for _, ev := range p.events(t, session) {
 		if _, ok := ev.(*event.ToolDispatched); ok {
