@@ -118,6 +118,12 @@ var streams = []jetstream.StreamConfig{
 		Storage:     jetstream.FileStorage,
 		Duplicates:  10 * time.Minute,
 		AllowDirect: true,
+		// Every reader of a session log (a harness folding a session it
+		// has no cache of, clients following, the approval service) uses
+		// a short-lived ordered consumer, gone 5 s after its last read;
+		// under load the server's default of 1,000 per stream is reached
+		// within that window.
+		MaxConsumers: 1 << 20,
 	},
 	{
 		Name:        StreamTools,
