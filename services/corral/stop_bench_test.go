@@ -28,7 +28,11 @@ func BenchmarkStop(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		session, _ := startSessionPrompt(b, js, "bench", "sleep")
+		session := uuid.Must(uuid.NewV7())
+		req := event.Request{Header: event.NewHeader(event.TypeRequest, "bench", session), User: "bench", Prompt: "sleep"}
+		if err := bus.Publish(ctx, js, bus.RequestSubject("bench", session), req.ID.String(), &req); err != nil {
+			b.Fatal(err)
+		}
 		// Wait until the call is out, and give it time to start.
 		waitEvent(b, js, session, event.TypeToolDispatched)
 		time.Sleep(200 * time.Millisecond)
