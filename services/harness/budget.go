@@ -308,32 +308,29 @@ func (s *Service) watchWallTime(ctx context.Context) error {
 
 func (s *Service) checkWallTime(ctx context.Context, tenant string, session uuid.UUID) error {
 	// A step under way checks the budget itself; don't wait for it.
-	lctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	unlock, err := s.sessions.Lock(lctx, session.String())
-	cancel()
-	if err != nil {
-		return nil
+	tryLock := func(ctx context.Context, key string) (func(), error) {
+		lctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		return s.sessions.Lock(lctx, key)
 	}
-	defer unlock()
-	ctx, release, err := s.acquireLease(ctx, session)
-	if err != nil {
-		return err
-	}
-	defer release()
-	st, err := s.load(ctx, tenant, session)
-	if err != nil {
-		return err
-	}
-	if st.status != statusRunning {
-		return nil
-	}
-	wall := s.sessionLimits(st, s.cfg.Policy.Budgets(st.tenant).Session).WallTime
-	if elapsed := time.Since(st.since); wall > 0 && elapsed >= wall {
+	err := s.withSession(ctx, tryLock, tenant, session, func(ctx context.Context, st *state) error {
+		if st.status != statusRunning {
+			return nil
+		}
+		wall := s.sessionLimits(st, s.cfg.Policy.Budgets(st.tenant).Session).WallTime
+		elapsed := time.Since(st.since)
+		if wall <= 0 || elapsed < wall {
+			return nil
+		}
 		spent := fmt.Sprintf("%s of %s", elapsed.Round(time.Second), wall)
 		if err := s.stopForBudget(ctx, st, "session.wall_time", spent); err != nil {
 			return err
 		}
 		s.folded.forget(session)
+		return nil
+	})
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return nil // busy: the step will see to it
 	}
-	return nil
+	return err
 }

@@ -48,31 +48,19 @@ func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
 	// Under the session's lease no step is asking the model, so a
 	// follow-up lands between turns: after the last response, or queued
 	// behind the results of calls still out.
-	unlock, err := s.sessions.Lock(ctx, session.String())
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	ctx, release, err := s.acquireLease(ctx, session)
-	if err != nil {
-		return err
-	}
-	defer release()
-	st, err := s.load(ctx, tenant, session)
-	if err != nil {
-		return err
-	}
-	if st.requests[req.ID] {
-		return nil // recorded already: a redelivery or a duplicate
-	}
-	ev := event.SessionRequested{
-		Header:  event.NewHeader(event.TypeSessionRequested, tenant, session),
-		Request: req.ID,
-		User:    req.User,
-		Model:   modelName,
-		Prompt:  req.Prompt,
-	}
-	return s.record(ctx, &ev, "request:"+req.ID.String())
+	return s.withSession(ctx, s.sessions.Lock, tenant, session, func(ctx context.Context, st *state) error {
+		if st.requests[req.ID] {
+			return nil // recorded already: a redelivery or a duplicate
+		}
+		ev := event.SessionRequested{
+			Header:  event.NewHeader(event.TypeSessionRequested, tenant, session),
+			Request: req.ID,
+			User:    req.User,
+			Model:   modelName,
+			Prompt:  req.Prompt,
+		}
+		return s.record(ctx, &ev, "request:"+req.ID.String())
+	})
 }
 
 func checkRequest(req *event.Request, tenant, session string) error {

@@ -25,7 +25,13 @@ func (s *Service) handleStep(ctx context.Context, m bus.Msg) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	unlock, err := s.sessions.Lock(ctx, session.String())
+	return s.withSession(ctx, s.sessions.Lock, tenant, session, s.step)
+}
+
+// withSession runs fn on the session's state, folded from its log, under
+// the session's lock in this process (taken with lock) and its lease.
+func (s *Service) withSession(ctx context.Context, lock func(context.Context, string) (func(), error), tenant string, session uuid.UUID, fn func(context.Context, *state) error) error {
+	unlock, err := lock(ctx, session.String())
 	if err != nil {
 		return err
 	}
@@ -39,7 +45,7 @@ func (s *Service) handleStep(ctx context.Context, m bus.Msg) error {
 	if err != nil {
 		return err
 	}
-	return s.step(ctx, st)
+	return fn(ctx, st)
 }
 
 func (s *Service) step(ctx context.Context, st *state) error {
