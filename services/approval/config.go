@@ -1,6 +1,8 @@
 package approval
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"crypto/ed25519"
 	"fmt"
 	"os"
@@ -38,6 +40,9 @@ type Config struct {
 	Sweep time.Duration
 	// Concurrency is how many approval requests are handled at once.
 	Concurrency int
+	// Metrics is where the service's metrics are registered (none are
+	// served when nil).
+	Metrics prometheus.Registerer
 }
 
 // LoadConfig reads the configuration from getenv; an error names the

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"corral.dev/pkg/bus"
@@ -38,6 +39,8 @@ type Service struct {
 	items   map[string]*Approval
 	changed chan struct{}
 	synced  chan struct{}
+	// decisions counts decisions by verdict.
+	decisions *prometheus.CounterVec
 }
 
 // New returns an approval service using js, whose streams and buckets
@@ -47,7 +50,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", bus.BucketApprovals, err)
 	}
-	return &Service{
+	s := &Service{
 		cfg:     cfg,
 		js:      js,
 		kv:      kv,
@@ -55,7 +58,25 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		items:   make(map[string]*Approval),
 		changed: make(chan struct{}),
 		synced:  make(chan struct{}),
-	}, nil
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "corral_approval_decisions_total",
+			Help: "Decisions made, by verdict (approved, denied; expired ones are denied by corral).",
+		}, []string{"verdict"}),
+	}
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "corral_approval_pending",
+		Help: "Approvals waiting for a reviewer.",
+	}, func() float64 { return float64(len(s.list("", Pending))) })
+	reg := cfg.Metrics
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	for _, c := range []prometheus.Collector{s.decisions, pending} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // Run consumes approval requests and session ends, expires approvals,
@@ -385,6 +406,7 @@ func (s *Service) Decide(ctx context.Context, ref Ref, approve bool, reviewer, r
 		return a, err
 	}
 	s.log.InfoContext(ctx, "approval decided", "id", a.ID, "status", a.Status, "reviewer", reviewer)
+	s.decisions.WithLabelValues(a.Status).Inc()
 	return a, s.publish(ctx, a)
 }
 

@@ -21,6 +21,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/logger"
+	"corral.dev/pkg/metrics"
 	"corral.dev/services/approval"
 	"corral.dev/services/harness"
 	"corral.dev/services/memory"
@@ -28,7 +29,7 @@ import (
 )
 
 func (e *env) devCmd() *cobra.Command {
-	var data, listen, level, dbURL, approvals string
+	var data, listen, level, dbURL, approvals, metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole platform in one process: embedded NATS, harness, sandbox-manager, memory and approval",
@@ -52,18 +53,25 @@ made once and kept in --data too.`,
 				}
 				data = d
 			}
-			return e.dev(cmd.Context(), data, listen, level, dbURL, approvals)
+			return e.dev(cmd.Context(), devOpts{data: data, listen: listen, level: level, dbURL: dbURL, approvals: approvals, metrics: metricsAddr})
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "", "directory for Corral's state (default $XDG_STATE_HOME/corral or ~/.local/state/corral)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "HOST:PORT for the embedded NATS server")
 	cmd.Flags().StringVar(&dbURL, "database-url", e.getenv("DATABASE_URL"), "PostgreSQL URL for memories and skills (DATABASE_URL; default: kept in the embedded NATS server)")
 	cmd.Flags().StringVar(&approvals, "approvals", or(e.getenv("CORRAL_APPROVAL_LISTEN"), "127.0.0.1:7480"), "HOST:PORT for the reviewers' web page (CORRAL_APPROVAL_LISTEN); empty serves none")
+	cmd.Flags().StringVar(&metricsAddr, "metrics", or(e.getenv("CORRAL_METRICS_LISTEN"), "127.0.0.1:7481"), "HOST:PORT for every service's Prometheus metrics (/metrics) and health (/healthz) (CORRAL_METRICS_LISTEN); empty serves none")
 	cmd.Flags().StringVar(&level, "log-level", or(e.getenv("CORRAL_LOG_LEVEL"), "info"), "debug, info, warn or error")
 	return cmd
 }
 
-func (e *env) dev(ctx context.Context, data, listen, level, dbURL, approvals string) error {
+// devOpts are corral dev's flags.
+type devOpts struct {
+	data, listen, level, dbURL, approvals, metrics string
+}
+
+func (e *env) dev(ctx context.Context, o devOpts) error {
+	data, listen, level, dbURL, approvals := o.data, o.listen, o.level, o.dbURL, o.approvals
 	log := logger.New(e.stderr, level, e.getenv("CORRAL_LOG_FORMAT"))
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -119,6 +127,9 @@ Stop that server, or run Corral on another port and point the clients at it:
 	if err != nil {
 		return err
 	}
+	// One registry for every service in this process.
+	reg := metrics.NewRegistry()
+	hcfg.Metrics, scfg.Metrics, mcfg.Metrics = reg, reg, reg
 	connect := func(name string) (*nats.Conn, jetstream.JetStream, error) {
 		nc, err := bus.Connect("", name, log, nats.InProcessServer(srv))
 		if err != nil {
@@ -171,11 +182,15 @@ Stop that server, or run Corral on another port and point the clients at it:
 	if err != nil {
 		return err
 	}
-	if approvals != "" {
-		// Say what to do about a taken port before anything starts.
-		ln, err := net.Listen("tcp", approvals)
+	acfg.Metrics = reg
+	// Say what to do about a taken port before anything starts.
+	for _, l := range []struct{ addr, what, flag string }{{approvals, "the reviewers' page", "--approvals"}, {o.metrics, "the metrics", "--metrics"}} {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
 		if err != nil {
-			return fmt.Errorf("the reviewers' page cannot listen on %s (%v); pick another with --approvals HOST:PORT", approvals, err)
+			return fmt.Errorf("%s cannot listen on %s (%v); pick another with %s HOST:PORT", l.what, l.addr, err, l.flag)
 		}
 		ln.Close()
 	}
@@ -189,6 +204,9 @@ Stop that server, or run Corral on another port and point the clients at it:
 	g.Go(func() error { return sm.Run(gctx) })
 	g.Go(func() error { return mem.Run(gctx) })
 	g.Go(func() error { return ap.Run(gctx) })
+	if o.metrics != "" {
+		g.Go(func() error { return metrics.Serve(gctx, o.metrics, reg, metrics.Connected(hnc, snc, mnc, anc), log) })
+	}
 	where := "the embedded store"
 	if dbURL != "" {
 		where = "PostgreSQL"
@@ -201,6 +219,9 @@ Stop that server, or run Corral on another port and point the clients at it:
 			fmt.Fprintf(e.stderr, " (%s signs in with token %s)", name, token)
 		}
 		fmt.Fprintln(e.stderr)
+	}
+	if o.metrics != "" {
+		fmt.Fprintf(e.stderr, "Metrics at http://%s/metrics, health at http://%s/healthz\n", o.metrics, o.metrics)
 	}
 	fmt.Fprintln(e.stderr, `Try: corral run "list the files in /workspace"`)
 	err = g.Wait()

@@ -104,6 +104,7 @@ func startDevAt(t *testing.T, addr, data string, script modeltest.Script, env ma
 		"CORRAL_LOG_LEVEL":   "debug",
 		// Tests run side by side: each platform's page on its own port.
 		"CORRAL_APPROVAL_LISTEN": freeAddr(t),
+		"CORRAL_METRICS_LISTEN":  freeAddr(t),
 		"CORRAL_REVIEWER_TOKENS": "grace=" + graceToken + ",heidi=" + heidiToken,
 		"CORRAL_REVIEWER_TOKEN":  graceToken,
 	}

@@ -160,7 +160,11 @@ func (s *Service) stopForBudget(ctx context.Context, st *state, budget, spent st
 		Reason: fmt.Sprintf("the session exceeded its budget %s: it used %s", budget, spent),
 	}
 	s.log.InfoContext(ctx, "budget exceeded", "session", st.session, "budget", budget, "spent", spent)
-	return s.record(ctx, &ev, fmt.Sprintf("%s:budget:%s", st.session, st.lastRequest))
+	if err := s.record(ctx, &ev, fmt.Sprintf("%s:budget:%s", st.session, st.lastRequest)); err != nil {
+		return err
+	}
+	s.metrics.ended.WithLabelValues(event.CodeBudget).Inc()
+	return nil
 }
 
 // dayUsage is what a key of the usage bucket holds: usage, and the stream

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
@@ -51,6 +52,9 @@ type Config struct {
 	// approval runs only on a decision it verifies. Without it, such calls
 	// are refused.
 	ApprovalKey ed25519.PublicKey
+	// Metrics is where the service's metrics are registered (none are
+	// served when nil).
+	Metrics prometheus.Registerer
 }
 
 // LoadConfig reads the configuration from getenv, applies defaults and

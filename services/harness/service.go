@@ -48,6 +48,7 @@ type Service struct {
 	// sessions serialises this process's work on a session, so that only
 	// one piece of it holds (and renews) the session's lease at a time.
 	sessions lock.Keyed
+	metrics  *serviceMetrics
 }
 
 // New returns a harness using js, whose streams and buckets [bus.Setup] has
@@ -81,6 +82,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		usageCache:  make(map[string]cachedUsage),
 		counted:     make(map[string]countedUsage),
 		log:         log.With("service", "harness"),
+		metrics:     newMetrics(cfg.Metrics),
 	}, nil
 }
 
@@ -182,7 +184,11 @@ func (s *Service) failSession(code string) func(ctx context.Context, m bus.Msg, 
 
 func (s *Service) recordFailure(ctx context.Context, tenant string, session uuid.UUID, code, reason, msgID string) error {
 	ev := event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, tenant, session), Code: code, Reason: reason}
-	return s.record(ctx, &ev, session.String()+":failed:"+msgID)
+	if err := s.record(ctx, &ev, session.String()+":failed:"+msgID); err != nil {
+		return err
+	}
+	s.metrics.ended.WithLabelValues(code).Inc()
+	return nil
 }
 
 // record appends an event to its session's log, deduplicated by msgID; an

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
@@ -125,6 +126,7 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	resp, err := client.Complete(ctx, model.Request{
 		Model:     name,
 		System:    systemPrompt(st, skills),
@@ -132,6 +134,12 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 		Tools:     tool.Specs(),
 		MaxTokens: s.cfg.MaxTokens,
 	})
+	provider, _, _ := strings.Cut(st.model, ":")
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	s.metrics.model.WithLabelValues(provider, outcome).Observe(time.Since(start).Seconds())
 	if errors.Is(err, model.ErrPermanent) {
 		return nil, s.recordFailure(ctx, st.tenant, st.session, event.CodeModelError, err.Error(), st.failureID())
 	}
@@ -183,9 +191,11 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 			held, err = s.gate(ctx, st, c, input)
 		}
 		if held {
+			s.metrics.dispatch.WithLabelValues(c.Name, "held").Inc()
 			continue // until a reviewer decides
 		}
 		if err != nil {
+			s.metrics.dispatch.WithLabelValues(c.Name, "refused").Inc()
 			res := event.ToolCompleted{
 				Header:  event.NewHeader(event.TypeToolCompleted, st.tenant, st.session),
 				Call:    c.ID,
@@ -218,6 +228,7 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 		if err := s.recordDispatched(ctx, st, c, input, service); err != nil {
 			return err
 		}
+		s.metrics.dispatch.WithLabelValues(c.Name, service).Inc()
 	}
 	return nil
 }
@@ -373,7 +384,11 @@ func (s *Service) complete(ctx context.Context, st *state) error {
 		Turns:  st.turn,
 		Usage:  st.usage,
 	}
-	return s.record(ctx, &ev, fmt.Sprintf("%s:completed:%d", st.session, st.turn))
+	if err := s.record(ctx, &ev, fmt.Sprintf("%s:completed:%d", st.session, st.turn)); err != nil {
+		return err
+	}
+	s.metrics.ended.WithLabelValues("completed").Inc()
+	return nil
 }
 
 func systemPrompt(st *state, skills []event.Skill) string {

@@ -1,6 +1,8 @@
 package memory
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"fmt"
 	"strconv"
 	"time"
@@ -22,6 +24,9 @@ type Config struct {
 	// ShutdownGrace is how long running calls may finish at shutdown
 	// (CORRAL_SHUTDOWN_GRACE, a Go duration).
 	ShutdownGrace time.Duration
+	// Metrics is where the service's metrics are registered (none are
+	// served when nil).
+	Metrics prometheus.Registerer
 }
 
 // Defaults of the limits.

@@ -8,10 +8,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/lock"
+	"corral.dev/pkg/metrics"
 )
 
 // Service is the memory service.
@@ -24,6 +26,8 @@ type Service struct {
 	log    *slog.Logger
 	// publishing serialises the publishing of each tenant's skills.
 	publishing lock.Keyed
+	// calls times the tool calls, by tool and outcome.
+	calls *prometheus.HistogramVec
 }
 
 // OpenStore returns the store cfg names: PostgreSQL, migrated to the latest
@@ -56,7 +60,19 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, store Store, l
 	if err != nil {
 		return nil, fmt.Errorf("open object store %s: %w", bus.BucketSkills, err)
 	}
-	return &Service{cfg: cfg, js: js, nc: js.Conn(), store: store, skills: skills, log: log.With("service", "memory")}, nil
+	calls := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "corral_memory_call_seconds",
+		Help:    "Tool calls on /memories and /skills and how long they took, by tool and outcome (ok, error).",
+		Buckets: metrics.Seconds,
+	}, []string{"tool", "outcome"})
+	reg := cfg.Metrics
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if err := reg.Register(calls); err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, js: js, nc: js.Conn(), store: store, skills: skills, log: log.With("service", "memory"), calls: calls}, nil
 }
 
 // Run consumes memory tool calls and answers the CLI's requests until ctx

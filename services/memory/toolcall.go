@@ -49,6 +49,11 @@ func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
 	}
 	res.Output, res.IsError, res.Path, res.Version = out.text, out.isError, out.path, out.version
 	res.DurationMS = time.Since(start).Milliseconds()
+	outcome := "ok"
+	if out.isError {
+		outcome = "error"
+	}
+	s.calls.WithLabelValues(c.Name, outcome).Observe(time.Since(start).Seconds())
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", out.isError)
 	return s.record(ctx, &res)
 }

@@ -1,6 +1,8 @@
 package sandboxmanager
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"fmt"
 	"os"
 	"path/filepath"
@@ -31,6 +33,9 @@ type Config struct {
 	// ShutdownGrace is how long running calls may finish at shutdown
 	// before they are killed (CORRAL_SHUTDOWN_GRACE, a Go duration).
 	ShutdownGrace time.Duration
+	// Metrics is where the service's metrics are registered (none are
+	// served when nil).
+	Metrics prometheus.Registerer
 }
 
 // LoadConfig reads the configuration from getenv, applies defaults and

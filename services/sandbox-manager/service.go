@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/lock"
@@ -31,6 +32,7 @@ type Service struct {
 	// sessions serialises the calls of each session.
 	sessions lock.Keyed
 	stops    stops
+	metrics  *serviceMetrics
 }
 
 // New returns a sandbox-manager using js, whose streams [bus.Setup] has
@@ -46,12 +48,18 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		return nil, fmt.Errorf("open object store %s: %w", bus.BucketSkills, err)
 	}
 	s := &Service{cfg: cfg, js: js, calls: calls, skills: skills, log: log.With("service", "sandbox-manager")}
+	reg := cfg.Metrics
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	s.metrics = newMetrics(reg, s)
 	d, err := sandbox.New(sandbox.Config{
 		Dir:            filepath.Join(cfg.DataDir, "workspaces"),
 		Bwrap:          cfg.Bwrap,
 		DefaultTimeout: cfg.DefaultTimeout,
 		IdleTimeout:    cfg.IdleTimeout,
 		Skills:         s.skillsDir,
+		OnStart:        s.metrics.started,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -91,10 +92,19 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 		return s.record(ctx, &res)
 	}
 	defer done()
+	start := time.Now()
 	r, err := s.driver.Run(callCtx, c.Tenant, c.Session, args)
 	if errors.Is(context.Cause(callCtx), errStopped) && ctx.Err() == nil {
+		s.metrics.calls.WithLabelValues(c.Name, "killed").Observe(time.Since(start).Seconds())
 		res.Output, res.IsError = "Killed: the session was stopped while this call ran.", true
 		return s.record(ctx, &res)
+	}
+	if err == nil {
+		outcome := "ok"
+		if r.IsError {
+			outcome = "error"
+		}
+		s.metrics.calls.WithLabelValues(c.Name, outcome).Observe(time.Since(start).Seconds())
 	}
 	if ctx.Err() != nil {
 		// Stopped under the call (shutdown): no result is recorded, and the

@@ -18,6 +18,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/logger"
+	"corral.dev/pkg/metrics"
 	"corral.dev/services/approval"
 )
 
@@ -36,6 +37,8 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
+	reg := metrics.NewRegistry()
+	cfg.Metrics = reg
 	nc, err := bus.Connect(cfg.NATSURL, "approval", log, bus.UserFromEnv(getenv))
 	if err != nil {
 		return err
@@ -52,5 +55,5 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	return svc.Run(ctx)
+	return metrics.With(ctx, getenv("CORRAL_METRICS_LISTEN"), reg, metrics.Connected(nc), log, svc.Run)
 }

@@ -17,6 +17,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/logger"
+	"corral.dev/pkg/metrics"
 	"corral.dev/services/harness"
 )
 
@@ -35,6 +36,8 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	reg := metrics.NewRegistry()
+	cfg.Metrics = reg
 	nc, err := bus.Connect(cfg.NATSURL, "harness", log, bus.UserFromEnv(getenv))
 	if err != nil {
 		return err
@@ -51,5 +54,5 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	return svc.Run(ctx)
+	return metrics.With(ctx, getenv("CORRAL_METRICS_LISTEN"), reg, metrics.Connected(nc), log, svc.Run)
 }

@@ -53,6 +53,10 @@ type Config struct {
 	// skills, bound read-only at /skills in each sandbox it starts ("" for
 	// none: /skills is then empty).
 	Skills func(ctx context.Context, tenant string) (string, error)
+	// OnStart, if set, is told of every sandbox started and how long the
+	// start took: resumed when its workspace was there before (the sandbox
+	// was suspended when idle, or the manager restarted), cold otherwise.
+	OnStart func(resumed bool, took time.Duration)
 }
 
 // Defaults applied by [New] to zero fields of [Config].

@@ -199,6 +199,10 @@ func (d *Driver) Run(ctx context.Context, tenant string, sessionID uuid.UUID, ar
 	if closed {
 		return Result{}, fmt.Errorf("run: %w", errClosed)
 	}
+	if s.box == nil {
+		_, err := os.Stat(dir)
+		s.resumable = err == nil
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("create workspace: %w", err)
 	}

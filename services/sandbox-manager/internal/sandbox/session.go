@@ -11,9 +11,11 @@ import (
 // serialises its calls and its live sandbox, if it has one.
 type session struct {
 	key string // the workspace path
-	// tenant is set by the holder of token, for the sandbox it starts.
-	tenant string
-	token  chan struct{} // holds a value while a call (or Destroy, or an idle stop) runs
+	// tenant is set by the holder of token, for the sandbox it starts;
+	// resumable, whether its workspace was there before the call.
+	tenant    string
+	resumable bool
+	token     chan struct{} // holds a value while a call (or Destroy, or an idle stop) runs
 
 	// The rest is guarded by Driver.mu. box is set and cleared only by the
 	// holder of token; Close kills it without clearing it.
@@ -117,10 +119,15 @@ func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *
 			return nil, false, fmt.Errorf("skills: %w", err)
 		}
 	}
+	start := time.Now()
 	b, err = d.startBox(workspace, skills)
 	if err != nil {
 		return nil, false, err
 	}
+	if d.cfg.OnStart != nil {
+		d.cfg.OnStart(s.resumable, time.Since(start))
+	}
+	s.resumable = true
 	d.mu.Lock()
 	closed := d.closed
 	if !closed {
@@ -144,6 +151,20 @@ func (d *Driver) discard(s *session, b *box) {
 	d.mu.Unlock()
 	b.kill()
 	<-b.done
+}
+
+// Live returns how many sandboxes are running: started and not stopped
+// since, whether or not a call is running in them.
+func (d *Driver) Live() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, s := range d.sessions {
+		if s.box != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Close stops every live sandbox and waits for them to end. Idle ones are

@@ -1,0 +1,56 @@
+package sandboxmanager
+
+import (
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"corral.dev/pkg/metrics"
+)
+
+// serviceMetrics are the sandbox-manager's Prometheus metrics.
+type serviceMetrics struct {
+	starts *prometheus.HistogramVec // by kind: cold or resume
+	calls  *prometheus.HistogramVec // by tool and outcome
+}
+
+func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
+	m := &serviceMetrics{
+		starts: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "corral_sandbox_start_seconds",
+			Help:    "Sandbox starts and how long they took: cold (a new workspace) or resume (a workspace suspended when idle, or left by a restart).",
+			Buckets: metrics.Seconds,
+		}, []string{"kind"}),
+		calls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "corral_sandbox_call_seconds",
+			Help:    "Tool calls run in sandboxes and how long they took, by tool and outcome (ok, error, killed).",
+			Buckets: metrics.Seconds,
+		}, []string{"tool", "outcome"}),
+	}
+	sandboxes := func(state string) prometheus.GaugeFunc {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "corral_sandbox_sandboxes",
+			Help:        "Sandboxes by state: running (processes up, between calls or in one) or suspended (the workspace kept, no process running).",
+			ConstLabels: prometheus.Labels{"state": state},
+		}, func() float64 {
+			running := s.driver.Live()
+			if state == "running" {
+				return float64(running)
+			}
+			dirs, _ := filepath.Glob(filepath.Join(s.cfg.DataDir, "workspaces", "*", "*"))
+			return float64(max(len(dirs)-running, 0))
+		})
+	}
+	reg.MustRegister(m.starts, m.calls, sandboxes("running"), sandboxes("suspended"))
+	return m
+}
+
+func (m *serviceMetrics) started(resumed bool, took time.Duration) {
+	kind := "cold"
+	if resumed {
+		kind = "resume"
+	}
+	m.starts.WithLabelValues(kind).Observe(took.Seconds())
+}
+
