@@ -53,4 +53,3 @@ func (m *serviceMetrics) started(resumed bool, took time.Duration) {
 	}
 	m.starts.WithLabelValues(kind).Observe(took.Seconds())
 }
-
