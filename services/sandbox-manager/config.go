@@ -33,6 +33,18 @@ type Config struct {
 	// ShutdownGrace is how long running calls may finish at shutdown
 	// before they are killed (CORRAL_SHUTDOWN_GRACE, a Go duration).
 	ShutdownGrace time.Duration
+	// Limits of each sandbox (zero: the sandbox package's defaults):
+	// CORRAL_SANDBOX_MEMORY_BYTES (address space of each process),
+	// CORRAL_SANDBOX_PROCESSES, CORRAL_SANDBOX_CPU_SECONDS (of each
+	// process), CORRAL_SANDBOX_FILE_BYTES (largest file),
+	// CORRAL_SANDBOX_OPEN_FILES.
+	MemoryBytes, FileBytes int64
+	Processes, CPUSeconds  int
+	OpenFiles              int
+	// WorkspaceBytes bounds what a session's workspace may hold
+	// (CORRAL_SANDBOX_WORKSPACE_BYTES, default 10 GiB): a call that leaves
+	// it over the limit fails, saying so.
+	WorkspaceBytes int64
 	// Metrics is where the service's metrics are registered (none are
 	// served when nil).
 	Metrics prometheus.Registerer
@@ -81,6 +93,39 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return Config{}, fmt.Errorf("CORRAL_SANDBOX_IDLE_TIMEOUT=%q: want a positive duration such as 5m", s)
 		}
 		cfg.IdleTimeout = d
+	}
+	cfg.WorkspaceBytes = 10 << 30
+	for _, v := range []struct {
+		name string
+		to   *int64
+	}{
+		{"CORRAL_SANDBOX_MEMORY_BYTES", &cfg.MemoryBytes},
+		{"CORRAL_SANDBOX_FILE_BYTES", &cfg.FileBytes},
+		{"CORRAL_SANDBOX_WORKSPACE_BYTES", &cfg.WorkspaceBytes},
+	} {
+		if s := getenv(v.name); s != "" {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || n <= 0 {
+				return Config{}, fmt.Errorf("%s=%q: want a positive number of bytes", v.name, s)
+			}
+			*v.to = n
+		}
+	}
+	for _, v := range []struct {
+		name string
+		to   *int
+	}{
+		{"CORRAL_SANDBOX_PROCESSES", &cfg.Processes},
+		{"CORRAL_SANDBOX_CPU_SECONDS", &cfg.CPUSeconds},
+		{"CORRAL_SANDBOX_OPEN_FILES", &cfg.OpenFiles},
+	} {
+		if s := getenv(v.name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n <= 0 {
+				return Config{}, fmt.Errorf("%s=%q: want a positive whole number", v.name, s)
+			}
+			*v.to = n
+		}
 	}
 	if s := getenv("CORRAL_SHUTDOWN_GRACE"); s != "" {
 		d, err := time.ParseDuration(s)

@@ -60,6 +60,11 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		IdleTimeout:    cfg.IdleTimeout,
 		Skills:         s.skillsDir,
 		OnStart:        s.metrics.started,
+		MemoryBytes:    cfg.MemoryBytes,
+		FileSizeBytes:  cfg.FileBytes,
+		Processes:      cfg.Processes,
+		CPUSeconds:     cfg.CPUSeconds,
+		OpenFiles:      cfg.OpenFiles,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)

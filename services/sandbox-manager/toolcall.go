@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -118,6 +120,12 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 	if c.Name == tool.Bash {
 		res.Output = noteSkillsWrite(res.Output)
 	}
+	if !repeatable(c.Name) || c.Name == tool.Write {
+		if size := workspaceSize(s.driver.Workspace(c.Tenant, c.Session)); size > s.cfg.WorkspaceBytes {
+			res.IsError = true
+			res.Output += fmt.Sprintf("\nError: the workspace now holds %d bytes, over its limit of %d: remove files before going on.", size, s.cfg.WorkspaceBytes)
+		}
+	}
 	res.Truncated, res.TimedOut, res.DurationMS = r.Truncated, r.TimedOut, r.Duration.Milliseconds()
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", r.IsError, "duration", r.Duration)
 	return s.record(ctx, &res)
@@ -140,4 +148,19 @@ func (s *Service) recorded(ctx context.Context, c *event.ToolCall) (bool, error)
 
 func (s *Service) record(ctx context.Context, r *event.ToolCompleted) error {
 	return bus.RecordResult(ctx, s.js, r)
+}
+
+// workspaceSize is the bytes the regular files under dir hold; links are
+// not followed.
+func workspaceSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			if fi, err := e.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
