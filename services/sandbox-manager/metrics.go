@@ -34,6 +34,9 @@ func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
 			Help:        "Sandboxes by state: running (processes up, between calls or in one) or suspended (the workspace kept, no process running).",
 			ConstLabels: prometheus.Labels{"state": state},
 		}, func() float64 {
+			if s.driver == nil {
+				return 0 // not started
+			}
 			running := s.driver.Live()
 			if state == "running" {
 				return float64(running)

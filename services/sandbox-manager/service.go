@@ -70,6 +70,9 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	s.driver = d
+	if ok, why := d.ProcessesConfined(); !ok {
+		s.log.WarnContext(ctx, "each sandbox's processes are not capped by a pids cgroup, so a fork bomb in one can starve the host; run the sandbox-manager as root or give it a cgroup subtree", "why", why)
+	}
 	return s, nil
 }
 

@@ -54,6 +54,8 @@ type box struct {
 	mu     sync.Mutex
 	exited bool          // bwrap has exited and may be reaped: its pid may be reused
 	done   chan struct{} // closed once bwrap is reaped and the pipes are closed
+	// cleanup, if set, runs once the box has ended (removes its cgroup).
+	cleanup func()
 }
 
 // startBox starts a sandbox around workspace, with our own executable as
@@ -91,8 +93,42 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 	// starter's thread (see [starter]).
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	b.cmd.WaitDelay = waitDelay
+	// Born in a pids cgroup of its own, so that a fork bomb fills only it.
+	var cgroup string
+	var cgroupFD = -1
+	if d.pids != nil {
+		if cgroup, err = d.pids.create(d.cfg.Processes); err == nil && d.pids.v2 {
+			if cgroupFD, err = unix.Open(cgroup, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+				b.cmd.SysProcAttr.UseCgroupFD, b.cmd.SysProcAttr.CgroupFD = true, cgroupFD
+			}
+		}
+		if err != nil {
+			inR.Close()
+			inW.Close()
+			outR.Close()
+			outW.Close()
+			if cgroup != "" {
+				d.pids.remove(cgroup)
+			}
+			return nil, err
+		}
+		b.cleanup = func() { d.pids.remove(cgroup) }
+	}
 	var startErr error
-	err = d.starter.do(func() { startErr = b.cmd.Start() })
+	err = d.starter.do(func() {
+		if cgroup != "" && !d.pids.v2 {
+			leave, err := d.pids.enter(cgroup)
+			if err != nil {
+				startErr = err
+				return
+			}
+			defer leave()
+		}
+		startErr = b.cmd.Start()
+	})
+	if cgroupFD >= 0 {
+		unix.Close(cgroupFD)
+	}
 	inR.Close()
 	outW.Close()
 	if err == nil {
@@ -101,6 +137,9 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 	if err != nil {
 		inW.Close()
 		outR.Close()
+		if b.cleanup != nil {
+			b.cleanup()
+		}
 		return nil, fmt.Errorf("start bwrap: %w", err)
 	}
 	go b.wait()
@@ -124,6 +163,9 @@ func (b *box) wait() {
 	b.in.Close()
 	b.out.Close()
 	close(b.done)
+	if b.cleanup != nil {
+		b.cleanup()
+	}
 }
 
 // alive reports whether bwrap is still running.

@@ -36,11 +36,12 @@ type Config struct {
 	FileSizeBytes int64
 	// OpenFiles is RLIMIT_NOFILE (default 1024).
 	OpenFiles int
-	// Processes is RLIMIT_NPROC (default 512). The kernel counts it per host
-	// user across the whole machine, not per sandbox, and never enforces it
-	// for host root. So it only works when the manager runs as an unprivileged
-	// user, and then it bounds the processes of all sandboxes together (plus
-	// the manager's own threads). A real per-sandbox bound needs a pids cgroup.
+	// Processes caps each sandbox's processes (default 512) with a pids
+	// cgroup of its own, where the manager may make cgroups (as root). It
+	// is also every command's RLIMIT_NPROC, which the kernel counts per host
+	// user across the whole machine, not per sandbox, and never enforces for
+	// host root: without the cgroup it bounds, at best, all sandboxes
+	// together.
 	Processes int
 	// TmpSize is the size in bytes of each of the sandbox's private /tmp and
 	// /dev/shm (default 256 MiB).

@@ -37,6 +37,8 @@ type Driver struct {
 	disableUserns bool     // bwrap supports --disable-userns (0.8+)
 	system        []string // bwrap options for the read-only system tree
 	starter       *starter // the thread every bwrap is forked from
+	pids          *pidsCgroups // nil: processes are bounded by RLIMIT_NPROC only
+	pidsWhy       error        // why pids is nil
 
 	mu       sync.Mutex
 	sessions map[string]*session // by workspace path
@@ -106,11 +108,21 @@ func New(cfg Config) (*Driver, error) {
 		starter:       newStarter(),
 		sessions:      make(map[string]*session),
 	}
+	d.pids, d.pidsWhy = newPidsCgroups()
 	if err := d.probe(); err != nil {
 		d.starter.stop()
+		if d.pids != nil {
+			d.pids.close()
+		}
 		return nil, err
 	}
 	return d, nil
+}
+
+// ProcessesConfined reports whether each sandbox's processes are capped by
+// a pids cgroup of its own, and if not, why.
+func (d *Driver) ProcessesConfined() (bool, error) {
+	return d.pids != nil, d.pidsWhy
 }
 
 // probe checks that bwrap can create namespaces at all, then builds one

@@ -195,4 +195,7 @@ func (d *Driver) Close() {
 	wg.Wait()
 	d.idle.Wait()
 	d.starter.stop()
+	if d.pids != nil {
+		d.pids.close()
+	}
 }

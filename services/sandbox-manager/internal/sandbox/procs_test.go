@@ -1,0 +1,34 @@
+package sandbox
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+// With a pids cgroup per sandbox, a sandbox runs at most Processes
+// processes, whoever runs the manager: a fork bomb fills only its own
+// sandbox, and the next call works.
+func TestProcessesCappedPerSandbox(t *testing.T) {
+	d := newDriver(t, Config{Processes: 32})
+	if ok, why := d.ProcessesConfined(); !ok {
+		t.Skipf("no pids cgroup for sandboxes here: %v", why)
+	}
+	session := uuid.New()
+	res := bash(t, d, session, "for i in $(seq 100); do sleep 3 & done 2>/dev/null; ls /proc | grep -c '^[0-9]'")
+	lines := strings.Fields(res.Output)
+	n, err := strconv.Atoi(lines[len(lines)-1])
+	if err != nil || n > 32 {
+		t.Errorf("%q processes with a cap of 32", res.Output)
+	}
+	res = bash(t, d, session, ":(){ :|:& };:; sleep 1; echo bombed")
+	if ls := bash(t, d, session, "echo alive"); ls.IsError || !strings.Contains(ls.Output, "alive") {
+		t.Errorf("after a fork bomb: %+v (the bomb: %+v)", ls, res)
+	}
+	// Another session's sandbox is untouched by the first's cap.
+	if other := bash(t, d, uuid.New(), "for i in $(seq 20); do sleep 1 & done; echo started"); other.IsError {
+		t.Errorf("another sandbox: %+v", other)
+	}
+}
