@@ -33,10 +33,10 @@ var tenantRE = sync.OnceValue(func() *regexp.Regexp {
 type Driver struct {
 	cfg           Config
 	bwrap         string
-	exe           string   // our own binary, the executor in every sandbox
-	disableUserns bool     // bwrap supports --disable-userns (0.8+)
-	system        []string // bwrap options for the read-only system tree
-	starter       *starter // the thread every bwrap is forked from
+	exe           string       // our own binary, the executor in every sandbox
+	disableUserns bool         // bwrap supports --disable-userns (0.8+)
+	system        []string     // bwrap options for the read-only system tree
+	starter       *starter     // the thread every bwrap is forked from
 	pids          *pidsCgroups // nil: processes are bounded by RLIMIT_NPROC only
 	pidsWhy       error        // why pids is nil
 
