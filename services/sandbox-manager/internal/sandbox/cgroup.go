@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bufio"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -37,11 +38,13 @@ const cgroupRoot = "/sys/fs/cgroup"
 // newPidsCgroups returns the sandboxes' cgroups, or nil with the reason
 // when this process cannot make them.
 func newPidsCgroups() (*pidsCgroups, error) {
-	name := fmt.Sprintf("corral-sandboxes-%d", os.Getpid())
+	// One parent per Driver: a process may run several.
+	name := fmt.Sprintf("corral-sandboxes-%d-%s", os.Getpid(), rand.Text()[:8])
 	if b, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
 		if !slices.Contains(strings.Fields(string(b)), "pids") {
 			return nil, errors.New("cgroup v2 without the pids controller")
 		}
+		removeStale(cgroupRoot)
 		parent := filepath.Join(cgroupRoot, name)
 		if err := os.WriteFile(filepath.Join(cgroupRoot, "cgroup.subtree_control"), []byte("+pids"), 0); err != nil {
 			return nil, fmt.Errorf("enable the pids controller: %w", err)
@@ -63,11 +66,33 @@ func newPidsCgroups() (*pidsCgroups, error) {
 	if err != nil {
 		return nil, err
 	}
+	removeStale(v1)
 	parent := filepath.Join(v1, name)
 	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
 	}
 	return &pidsCgroups{parent: parent, home: filepath.Join(v1, own)}, nil
+}
+
+// removeStale removes the sandboxes' cgroups left under dir by managers
+// that died (their processes died with them): a manager killed outright
+// leaves them behind.
+func removeStale(dir string) {
+	parents, _ := filepath.Glob(filepath.Join(dir, "corral-sandboxes-*"))
+	for _, parent := range parents {
+		fields := strings.Split(filepath.Base(parent), "-")
+		pid, err := strconv.Atoi(fields[2])
+		if err != nil || pid == os.Getpid() || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		children, _ := filepath.Glob(filepath.Join(parent, "*"))
+		for _, c := range children {
+			if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+				os.Remove(c)
+			}
+		}
+		os.Remove(parent)
+	}
 }
 
 // ownV1Cgroup returns this process's cgroup in the v1 hierarchy of
