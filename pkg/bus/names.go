@@ -22,12 +22,13 @@ const (
 
 // KV and object store bucket names.
 const (
-	BucketLeases    = "leases"
-	BucketCalls     = "calls"
-	BucketPayloads  = "payloads"
-	BucketSkills    = "skills"
-	BucketApprovals = "approvals"
-	BucketUsage     = "usage"
+	BucketLeases     = "leases"
+	BucketCalls      = "calls"
+	BucketPayloads   = "payloads"
+	BucketSkills     = "skills"
+	BucketApprovals  = "approvals"
+	BucketUsage      = "usage"
+	BucketWorkspaces = "workspaces"
 )
 
 // Durable consumer names, <service>-<purpose>.
@@ -219,6 +220,13 @@ var objectStores = []jetstream.ObjectStoreConfig{
 		// <tenant>.files holds every skill file for the sandboxes.
 		Bucket:      BucketSkills,
 		Description: "each tenant's skills, as the harness and the sandboxes see them",
+		Storage:     jetstream.FileStorage,
+	},
+	{
+		// Snapshots of the sandboxes' workspaces: each file's content once,
+		// b.<sha256>, and each session's manifest, m.<tenant>.<session>.
+		Bucket:      BucketWorkspaces,
+		Description: "workspace snapshots: content-addressed files and each session's manifest",
 		Storage:     jetstream.FileStorage,
 	},
 }

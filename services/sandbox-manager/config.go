@@ -45,6 +45,10 @@ type Config struct {
 	// (CORRAL_SANDBOX_WORKSPACE_BYTES, default 10 GiB): a call that leaves
 	// it over the limit fails, saying so.
 	WorkspaceBytes int64
+	// Snapshots keeps each workspace in the object store after every call
+	// that may change it, so that any node can take a session over
+	// (CORRAL_SANDBOX_SNAPSHOTS=off turns them off).
+	Snapshots bool
 	// Metrics is where the service's metrics are registered (none are
 	// served when nil).
 	Metrics prometheus.Registerer
@@ -95,6 +99,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		cfg.IdleTimeout = d
 	}
 	cfg.WorkspaceBytes = 10 << 30
+	switch v := getenv("CORRAL_SANDBOX_SNAPSHOTS"); v {
+	case "", "on":
+		cfg.Snapshots = true
+	case "off":
+	default:
+		return Config{}, fmt.Errorf("CORRAL_SANDBOX_SNAPSHOTS=%q: want on or off", v)
+	}
 	for _, v := range []struct {
 		name string
 		to   *int64

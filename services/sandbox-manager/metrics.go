@@ -13,6 +13,8 @@ import (
 type serviceMetrics struct {
 	starts *prometheus.HistogramVec // by kind: cold or resume
 	calls  *prometheus.HistogramVec // by tool and outcome
+	// snapshots and restores time the workspace's captures and restores.
+	snapshots, restores prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
@@ -28,6 +30,16 @@ func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
 			Buckets: metrics.Seconds,
 		}, []string{"tool", "outcome"}),
 	}
+	m.snapshots = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "corral_sandbox_snapshot_seconds",
+		Help:    "Workspace snapshots taken after calls, and how long they took.",
+		Buckets: metrics.Seconds,
+	})
+	m.restores = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "corral_sandbox_restore_seconds",
+		Help:    "Workspaces restored from their snapshot (the session moved here, or this node restarted), and how long it took.",
+		Buckets: metrics.Seconds,
+	})
 	sandboxes := func(state string) prometheus.GaugeFunc {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "corral_sandbox_sandboxes",
@@ -45,7 +57,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
 			return float64(max(len(dirs)-running, 0))
 		})
 	}
-	reg.MustRegister(m.starts, m.calls, sandboxes("running"), sandboxes("suspended"))
+	reg.MustRegister(m.starts, m.calls, m.snapshots, m.restores, sandboxes("running"), sandboxes("suspended"))
 	return m
 }
 

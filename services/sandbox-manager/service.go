@@ -33,6 +33,7 @@ type Service struct {
 	sessions lock.Keyed
 	stops    stops
 	metrics  *serviceMetrics
+	snaps    *snapshots // nil when snapshots are off
 }
 
 // New returns a sandbox-manager using js, whose streams [bus.Setup] has
@@ -70,6 +71,13 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	s.driver = d
+	if cfg.Snapshots {
+		store, err := js.ObjectStore(ctx, bus.BucketWorkspaces)
+		if err != nil {
+			return nil, fmt.Errorf("open object store %s: %w", bus.BucketWorkspaces, err)
+		}
+		s.snaps = newSnapshots(store)
+	}
 	if ok, why := d.ProcessesConfined(); !ok {
 		s.log.WarnContext(ctx, "each sandbox's processes are not capped by a pids cgroup, so a fork bomb in one can starve the host; run the sandbox-manager as root or give it a cgroup subtree", "why", why)
 	}

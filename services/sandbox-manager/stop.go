@@ -192,6 +192,10 @@ func (s *Service) apply(ev any) {
 	h := ev.(event.Event).Head()
 	s.stops.stop(h.Session, why)
 	go func() {
+		if s.snaps != nil {
+			// A follow-up restores the workspace from its snapshot.
+			s.snaps.forget(h.Session)
+		}
 		if err := s.driver.Destroy(h.Tenant, h.Session); err != nil {
 			s.log.Warn("destroy sandbox", "session", h.Session, "err", err)
 			return

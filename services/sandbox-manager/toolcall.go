@@ -88,6 +88,10 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 		res.Output, res.IsError = "Error: "+err.Error(), true
 		return s.record(ctx, &res)
 	}
+	moved, err := s.syncWorkspace(ctx, c)
+	if err != nil {
+		return err
+	}
 	callCtx, done, stopped := s.stops.start(ctx, c.Session)
 	if stopped != "" {
 		res.Output, res.IsError = "Not run: "+stopped+".", true
@@ -119,6 +123,20 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 	res.Output, res.IsError, res.ExitCode = r.Output, r.IsError, r.ExitCode
 	if c.Name == tool.Bash {
 		res.Output = noteSkillsWrite(res.Output)
+	}
+	if moved != "" {
+		res.Output = moved + "\n" + res.Output
+	}
+	if s.snaps != nil && (!repeatable(c.Name) || c.Name == tool.Write) {
+		start := time.Now()
+		dir := s.driver.Workspace(c.Tenant, c.Session)
+		if _, err := s.snaps.take(ctx, c.Tenant, c.Session, dir); err != nil {
+			// The workspace here is still right; another node taking the
+			// session over would start from the snapshot before.
+			s.log.WarnContext(ctx, "snapshot", "session", c.Session, "err", err)
+		} else {
+			s.metrics.snapshots.Observe(time.Since(start).Seconds())
+		}
 	}
 	if !repeatable(c.Name) || c.Name == tool.Write {
 		if size := workspaceSize(s.driver.Workspace(c.Tenant, c.Session)); size > s.cfg.WorkspaceBytes {
@@ -163,4 +181,29 @@ func workspaceSize(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// syncWorkspace brings the session's workspace here up to its last
+// snapshot when it is behind: the session ran on another node since (which
+// may have died), or this one restarted. It returns a note for the model
+// when it restored one.
+func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall) (string, error) {
+	if s.snaps == nil {
+		return "", nil
+	}
+	seq, err := s.snaps.latest(ctx, c.Tenant, c.Session)
+	if err != nil || seq == 0 || s.snaps.current(c.Session, seq) {
+		return "", err
+	}
+	start := time.Now()
+	// The sandbox here, if any, ran on a workspace that is out of date.
+	if err := s.driver.Destroy(c.Tenant, c.Session); err != nil {
+		return "", err
+	}
+	if _, err := s.snaps.restore(ctx, c.Tenant, c.Session, s.driver.Workspace(c.Tenant, c.Session)); err != nil {
+		return "", err
+	}
+	s.metrics.restores.Observe(time.Since(start).Seconds())
+	s.log.InfoContext(ctx, "workspace restored from its snapshot", "session", c.Session, "seq", seq)
+	return fmt.Sprintf("Note: this session's sandbox moved to another node: /workspace was restored from its last snapshot (after %d calls that changed files); whatever ran after that snapshot, and everything outside /workspace, is gone.", seq), nil
 }

@@ -1,0 +1,258 @@
+package sandboxmanager
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+)
+
+// Snapshots: after every call that may have changed files, the session's
+// workspace is captured into the object store bucket [bus.BucketWorkspaces]:
+// each file's content once, named by its SHA-256 (b.<hash>), and a manifest
+// of paths, modes and hashes (m.<tenant>.<session>) whose metadata carries
+// the snapshot's sequence. Before a call, a node whose workspace is older
+// than the last snapshot (or missing: another node ran the session, and
+// died) restores it from there; the node that took the snapshot has it
+// already. A node's death so loses at most the call in flight.
+
+// manifest lists a workspace's files.
+type manifest struct {
+	Seq   uint64      `json:"seq"`
+	Files []fileEntry `json:"files"`
+}
+
+type fileEntry struct {
+	Path string      `json:"path"` // relative, slash-separated
+	Mode fs.FileMode `json:"mode"`
+	Hash string      `json:"hash,omitempty"` // regular files
+	Link string      `json:"link,omitempty"` // symlinks: the target
+}
+
+// snapshots keeps what a node knows of its sessions' snapshots.
+type snapshots struct {
+	store jetstream.ObjectStore
+	mu    sync.Mutex
+	// seq is the sequence of the snapshot each local workspace matches.
+	seq map[uuid.UUID]uint64
+	// hashes caches each local file's hash by size and mtime, so that a
+	// snapshot hashes only what changed.
+	hashes map[string]cachedHash
+	// stored are the blobs known to be in the store.
+	stored map[string]bool
+}
+
+type cachedHash struct {
+	size  int64
+	mtime time.Time
+	hash  string
+}
+
+func newSnapshots(store jetstream.ObjectStore) *snapshots {
+	return &snapshots{store: store, seq: make(map[uuid.UUID]uint64), hashes: make(map[string]cachedHash), stored: make(map[string]bool)}
+}
+
+func manifestName(tenant string, session uuid.UUID) string {
+	return "m." + tenant + "." + session.String()
+}
+
+// take captures the workspace dir of session into the store. The caller
+// holds the session's lock.
+func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, dir string) (uint64, error) {
+	var m manifest
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		f := fileEntry{Path: filepath.ToSlash(rel), Mode: info.Mode()}
+		switch {
+		case info.Mode().IsRegular():
+			if f.Hash, err = s.put(ctx, p, info); err != nil {
+				return err
+			}
+		case info.Mode()&fs.ModeSymlink != 0:
+			if f.Link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case !info.IsDir():
+			return nil // sockets, fifos: not kept
+		}
+		m.Files = append(m.Files, f)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("snapshot %s: %w", session, err)
+	}
+	s.mu.Lock()
+	m.Seq = s.seq[session] + 1
+	s.mu.Unlock()
+	data, err := json.Marshal(&m)
+	if err != nil {
+		return 0, err
+	}
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	_, err = s.store.Put(rctx, jetstream.ObjectMeta{
+		Name:     manifestName(tenant, session),
+		Metadata: map[string]string{"seq": strconv.FormatUint(m.Seq, 10)},
+	}, bytes.NewReader(data))
+	if err != nil {
+		return 0, fmt.Errorf("snapshot %s: %w", session, err)
+	}
+	s.mu.Lock()
+	s.seq[session] = m.Seq
+	s.mu.Unlock()
+	return m.Seq, nil
+}
+
+// put stores the content of file p, unless the store has it, and returns
+// its hash.
+func (s *snapshots) put(ctx context.Context, p string, info fs.FileInfo) (string, error) {
+	s.mu.Lock()
+	c, ok := s.hashes[p]
+	s.mu.Unlock()
+	if ok && c.size == info.Size() && c.mtime.Equal(info.ModTime()) {
+		return c.hash, nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	hash := hex.EncodeToString(h.Sum(nil))
+	s.mu.Lock()
+	if len(s.hashes) >= 1<<17 {
+		clear(s.hashes)
+	}
+	s.hashes[p] = cachedHash{size: info.Size(), mtime: info.ModTime(), hash: hash}
+	known := s.stored[hash]
+	s.mu.Unlock()
+	if !known {
+		rctx, cancel := bus.Bound(ctx)
+		defer cancel()
+		_, err := s.store.GetInfo(rctx, "b."+hash)
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				return "", err
+			}
+			_, err = s.store.Put(rctx, jetstream.ObjectMeta{Name: "b." + hash}, f)
+		}
+		if err != nil {
+			return "", fmt.Errorf("store %s: %w", p, err)
+		}
+		s.mu.Lock()
+		s.stored[hash] = true
+		s.mu.Unlock()
+	}
+	return hash, nil
+}
+
+// latest returns the sequence of the session's last snapshot; 0 if none.
+func (s *snapshots) latest(ctx context.Context, tenant string, session uuid.UUID) (uint64, error) {
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	info, err := s.store.GetInfo(rctx, manifestName(tenant, session))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("look up the snapshot of %s: %w", session, err)
+	}
+	return strconv.ParseUint(info.Metadata["seq"], 10, 64)
+}
+
+// current reports whether the local workspace matches the snapshot seq.
+func (s *snapshots) current(session uuid.UUID, seq uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq[session] == seq
+}
+
+// restore replaces the workspace dir with the session's last snapshot.
+func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUID, dir string) (uint64, error) {
+	data, err := s.store.GetBytes(ctx, manifestName(tenant, session))
+	if err != nil {
+		return 0, fmt.Errorf("restore %s: %w", session, err)
+	}
+	var m manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return 0, fmt.Errorf("restore %s: %w", session, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return 0, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	for _, f := range m.Files {
+		p := filepath.FromSlash(f.Path)
+		switch {
+		case f.Mode.IsDir():
+			err = root.MkdirAll(p, f.Mode.Perm())
+		case f.Link != "":
+			err = root.Symlink(f.Link, p)
+		default:
+			err = s.fetch(ctx, root, p, f)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("restore %s: %s: %w", session, f.Path, err)
+		}
+	}
+	s.mu.Lock()
+	s.seq[session] = m.Seq
+	s.mu.Unlock()
+	return m.Seq, nil
+}
+
+func (s *snapshots) fetch(ctx context.Context, root *os.Root, p string, f fileEntry) error {
+	obj, err := s.store.Get(ctx, "b."+f.Hash)
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	out, err := root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, f.Mode.Perm())
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, obj); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// forget drops what the node knows of a session whose workspace is gone.
+func (s *snapshots) forget(session uuid.UUID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.seq, session)
+}
