@@ -3,7 +3,8 @@
 # figures side by side: the durable tool call round trip next to a bare
 # fork-exec, a bare bwrap start and a bare JetStream round trip; sandbox cold
 # start and warm call; throughput with 64 sessions; resume after SIGKILL;
-# corral stop killing a running call, next to killing a bare process.
+# corral stop killing a running call, next to killing a bare process;
+# workspace snapshots and restores.
 #   scripts/bench.sh [N]    # N iterations per latency benchmark (default 500)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,7 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 (cd services/corral && go test -run '^$' -bench 'Throughput' -benchtime "$((n * 20))x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Resume' -benchtime 3x .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Stop|KillProcess' -benchtime "$((n / 10 + 1))x" .) | tee -a "$out"
+(cd services/sandbox-manager && go test -run '^$' -bench 'SnapshotCallChanges|1MB' -benchtime "$((n / 10 + 1))x" . && go test -run '^$' -bench '100MB' -benchtime 3x .) | tee -a "$out"
 
 echo
 echo "| benchmark | p50 | p99 | other |"
@@ -30,5 +32,6 @@ awk '/^Benchmark/ {
 		else if ($(i+1) ~ /p99-ms$/) p99=$i " ms"
 		else if ($(i+1) ~ /\/s$|-ms$/) other=other $i " " $(i+1) " "
 	}
+	if (p50 == "" && other == "") for (i = 3; i < NF; i++) if ($(i+1) == "ns/op") p50=sprintf("%.2f ms (mean)", $i / 1e6)
 	printf "| %s | %s | %s | %s|\n", name, p50, p99, other
 }' "$out"

@@ -1,0 +1,178 @@
+package sandboxmanager
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/natstest"
+)
+
+// workspaceOf fills a directory with files of size bytes each, total bytes
+// in all, random so that none is stored twice.
+func workspaceOf(tb testing.TB, total, size int) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	buf := make([]byte, size)
+	for i := 0; i*size < total; i++ {
+		rand.Read(buf)
+		sub := filepath.Join(dir, fmt.Sprintf("d%d", i%10))
+		os.MkdirAll(sub, 0o755)
+		if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%d", i)), buf, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func newTestSnapshots(tb testing.TB) *snapshots {
+	tb.Helper()
+	_, _, js := natstest.Run(tb)
+	store, err := js.ObjectStore(context.Background(), bus.BucketWorkspaces)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return newSnapshots(store)
+}
+
+// BenchmarkSnapshotCallChanges measures the snapshot after a call that
+// changed three files of a 1 MB workspace of 100 files: what follows every
+// Bash call.
+func BenchmarkSnapshotCallChanges(b *testing.B) {
+	s := newTestSnapshots(b)
+	dir := workspaceOf(b, 1<<20, 10<<10)
+	session := uuid.New()
+	ctx := context.Background()
+	if _, err := s.take(ctx, "bench", session, dir); err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 10<<10)
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		for j := range 3 {
+			rand.Read(buf)
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("d%d", j), fmt.Sprintf("f%d", j)), buf, 0o644)
+		}
+		_ = i
+		b.StartTimer()
+		if _, err := s.take(ctx, "bench", session, dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchFull(b *testing.B, total int, restore bool) {
+	s := newTestSnapshots(b)
+	dir := workspaceOf(b, total, 64<<10)
+	ctx := context.Background()
+	session := uuid.New()
+	if restore {
+		if _, err := s.take(ctx, "bench", session, dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(total))
+	b.ResetTimer()
+	for range b.N {
+		if restore {
+			s.forget(session)
+			if _, err := s.restore(ctx, "bench", session, filepath.Join(b.TempDir(), "w")); err != nil {
+				b.Fatal(err)
+			}
+			continue
+		}
+		// A first snapshot: every file is new to the store.
+		b.StopTimer()
+		s = newTestSnapshots(b)
+		b.StartTimer()
+		if _, err := s.take(ctx, "bench", uuid.New(), dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkSnapshot1MB(b *testing.B)   { benchFull(b, 1<<20, false) }
+func BenchmarkSnapshot100MB(b *testing.B) { benchFull(b, 100<<20, false) }
+func BenchmarkRestore1MB(b *testing.B)    { benchFull(b, 1<<20, true) }
+func BenchmarkRestore100MB(b *testing.B)  { benchFull(b, 100<<20, true) }
+
+// A snapshot restores to the same files, modes and links, and a file
+// already stored is not stored again.
+func TestSnapshotRoundTrip(t *testing.T) {
+	s := newTestSnapshots(t)
+	dir := workspaceOf(t, 64<<10, 8<<10)
+	os.WriteFile(filepath.Join(dir, "run.sh"), []byte("#!/bin/sh\necho hi\n"), 0o755)
+	os.WriteFile(filepath.Join(dir, "copy"), []byte("same"), 0o644)
+	os.WriteFile(filepath.Join(dir, "d1", "copy"), []byte("same"), 0o644)
+	os.Symlink("run.sh", filepath.Join(dir, "link"))
+	os.Mkdir(filepath.Join(dir, "empty"), 0o700)
+	ctx := context.Background()
+	session := uuid.New()
+	seq, err := s.take(ctx, "acme", session, dir)
+	if err != nil || seq != 1 {
+		t.Fatalf("take: %d, %v", seq, err)
+	}
+	other := newSnapshots(s.store) // another node
+	out := filepath.Join(t.TempDir(), "w")
+	if _, err := other.restore(ctx, "acme", session, out); err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		a, _ := os.Lstat(p)
+		b, err := os.Lstat(filepath.Join(out, rel))
+		if err != nil {
+			t.Errorf("%s: not restored: %v", rel, err)
+			return nil
+		}
+		if a.Mode() != b.Mode() && rel != "." {
+			t.Errorf("%s: mode %v, want %v", rel, b.Mode(), a.Mode())
+		}
+		if a.Mode().IsRegular() {
+			x, _ := os.ReadFile(p)
+			y, _ := os.ReadFile(filepath.Join(out, rel))
+			if string(x) != string(y) {
+				t.Errorf("%s: content differs", rel)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := os.Readlink(filepath.Join(out, "link")); l != "run.sh" {
+		t.Errorf("link = %q", l)
+	}
+	// "copy" twice: one blob; every blob once.
+	names := map[string]int{}
+	lister, err := s.store.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range lister {
+		names[o.Name]++
+	}
+	files := 0
+	filepath.WalkDir(dir, func(_ string, e os.DirEntry, _ error) error {
+		if e.Type().IsRegular() {
+			files++
+		}
+		return nil
+	})
+	if blobs := len(names) - 1; blobs != files-1 {
+		t.Errorf("%d blobs for %d files of which two are the same", blobs, files)
+	}
+	if !other.current(session, seq) {
+		t.Error("the restoring node does not know it is current")
+	}
+}
