@@ -55,6 +55,10 @@ type snapshots struct {
 	hashes map[string]cachedHash
 	// stored are the blobs known to be in the store.
 	stored map[string]bool
+	// taken holds, for each session, the hash of the file list of the
+	// snapshot this node took last: a call that changed nothing takes
+	// none.
+	taken map[uuid.UUID][32]byte
 }
 
 type cachedHash struct {
@@ -64,7 +68,7 @@ type cachedHash struct {
 }
 
 func newSnapshots(store jetstream.ObjectStore) *snapshots {
-	return &snapshots{store: store, seq: make(map[uuid.UUID]uint64), hashes: make(map[string]cachedHash), stored: make(map[string]bool)}
+	return &snapshots{store: store, seq: make(map[uuid.UUID]uint64), hashes: make(map[string]cachedHash), stored: make(map[string]bool), taken: make(map[uuid.UUID][32]byte)}
 }
 
 func manifestName(tenant string, session uuid.UUID) string {
@@ -103,7 +107,17 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	if err != nil {
 		return 0, fmt.Errorf("snapshot %s: %w", session, err)
 	}
+	files, err := json.Marshal(m.Files)
+	if err != nil {
+		return 0, err
+	}
+	sum := sha256.Sum256(files)
 	s.mu.Lock()
+	if last, ok := s.taken[session]; ok && last == sum && s.seq[session] > 0 {
+		seq := s.seq[session]
+		s.mu.Unlock()
+		return seq, nil // nothing changed since this node's last snapshot
+	}
 	m.Seq = s.seq[session] + 1
 	s.mu.Unlock()
 	data, err := json.Marshal(&m)
@@ -120,7 +134,14 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 		return 0, fmt.Errorf("snapshot %s: %w", session, err)
 	}
 	s.mu.Lock()
+	if len(s.seq) >= 1<<16 {
+		// Bounded: a session forgotten here restores from its own
+		// snapshot at its next call, which is right, only slower.
+		clear(s.seq)
+		clear(s.taken)
+	}
 	s.seq[session] = m.Seq
+	s.taken[session] = sum
 	s.mu.Unlock()
 	return m.Seq, nil
 }
@@ -227,8 +248,13 @@ func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUI
 			return 0, fmt.Errorf("restore %s: %s: %w", session, f.Path, err)
 		}
 	}
+	files, err := json.Marshal(m.Files)
+	if err != nil {
+		return 0, err
+	}
 	s.mu.Lock()
 	s.seq[session] = m.Seq
+	s.taken[session] = sha256.Sum256(files)
 	s.mu.Unlock()
 	return m.Seq, nil
 }
@@ -255,4 +281,5 @@ func (s *snapshots) forget(session uuid.UUID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.seq, session)
+	delete(s.taken, session)
 }
