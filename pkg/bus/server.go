@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ErrAddrInUse is returned by [StartServer] when its listen address is taken.
@@ -120,4 +122,23 @@ func UserFromEnv(getenv func(string) string) nats.Option {
 		}
 		return nil
 	}
+}
+
+// Join connects the named service to the platform at url, signed in as
+// [UserFromEnv] says, and sets up the streams and buckets (see [Setup]).
+// The caller drains the connection when done.
+func Join(ctx context.Context, url, name string, getenv func(string) string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := Connect(url, name, log, UserFromEnv(getenv))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err == nil {
+		err = Setup(ctx, js)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }

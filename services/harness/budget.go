@@ -66,16 +66,10 @@ func (s *Service) overBudget(ctx context.Context, st *state, asking bool) (budge
 // that verifies, as for a held call.
 func (s *Service) sessionLimits(st *state, l policy.Limits) policy.Limits {
 	for _, r := range st.raises {
-		hash := event.ArgsHash(event.BudgetTool, r.Limits)
-		for _, d := range st.decisions[r.Raise] {
-			if err := d.Verify(s.cfg.ApprovalKey, st.tenant, st.session, r.Raise, hash); err != nil {
-				continue
-			}
-			var raised policy.Limits
-			if d.Approved && json.Unmarshal(r.Limits, &raised) == nil {
-				l = l.Raise(raised)
-			}
-			break
+		d := s.decision(st, r.Raise, event.ArgsHash(event.BudgetTool, r.Limits))
+		var raised policy.Limits
+		if d != nil && d.Approved && json.Unmarshal(r.Limits, &raised) == nil {
+			l = l.Raise(raised)
 		}
 	}
 	return l

@@ -318,24 +318,34 @@ func (s *Service) decide(st *state, c event.Call, input json.RawMessage) verdict
 		if s.cfg.ApprovalKey == nil {
 			return verdict{policy.Deny, d.Rule, fmt.Sprintf("this call needs a reviewer's approval under policy rule %s (%s), and this deployment takes no approvals, so it was not run", d.Rule, d.Reason)}
 		}
-		hash := event.ArgsHash(c.Name, input)
-		for _, dec := range st.decisions[c.ID] {
-			if err := dec.Verify(s.cfg.ApprovalKey, st.tenant, st.session, c.ID, hash); err != nil {
-				s.log.Warn("ignoring a decision that does not verify", "session", st.session, "call", c.ID, "reviewer", dec.Reviewer, "err", err)
-				continue
-			}
-			if dec.Approved {
-				return verdict{policy.Allow, d.Rule, ""}
-			}
-			why := dec.Reason
-			if why == "" {
-				why = "no reason given"
-			}
-			return verdict{policy.Deny, d.Rule, fmt.Sprintf("a reviewer (%s) denied this call, held under policy rule %s: %s", dec.Reviewer, d.Rule, why)}
+		dec := s.decision(st, c.ID, event.ArgsHash(c.Name, input))
+		switch {
+		case dec == nil:
+			return verdict{policy.Approve, d.Rule, d.Reason}
+		case dec.Approved:
+			return verdict{policy.Allow, d.Rule, ""}
 		}
-		return verdict{policy.Approve, d.Rule, d.Reason}
+		why := dec.Reason
+		if why == "" {
+			why = "no reason given"
+		}
+		return verdict{policy.Deny, d.Rule, fmt.Sprintf("a reviewer (%s) denied this call, held under policy rule %s: %s", dec.Reviewer, d.Rule, why)}
 	}
 	return verdict{policy.Allow, d.Rule, ""}
+}
+
+// decision returns the first decision recorded on approval id that
+// verifies: signed by the approval service, for this session and id and
+// arguments hashing to hash. Others are ignored, and logged.
+func (s *Service) decision(st *state, id uuid.UUID, hash string) *event.ApprovalDecided {
+	for _, dec := range st.decisions[id] {
+		if err := dec.Verify(s.cfg.ApprovalKey, st.tenant, st.session, id, hash); err != nil {
+			s.log.Warn("ignoring a decision that does not verify", "session", st.session, "approval", id, "reviewer", dec.Reviewer, "err", err)
+			continue
+		}
+		return dec
+	}
+	return nil
 }
 
 // checkCall refuses calls that cannot run as written, in words the model

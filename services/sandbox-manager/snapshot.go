@@ -75,11 +75,12 @@ func manifestName(tenant string, session uuid.UUID) string {
 	return "m." + tenant + "." + session.String()
 }
 
-// take captures the workspace dir of session into the store. The caller
-// holds the session's lock.
-func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, dir string) (uint64, error) {
+// take captures the workspace dir of session into the store, and returns
+// the snapshot's sequence and the bytes its files hold. The caller holds
+// the session's lock.
+func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, dir string) (seq uint64, size int64, err error) {
 	var m manifest
-	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+	err = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil || p == dir {
 			return err
 		}
@@ -91,6 +92,7 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 		f := fileEntry{Path: filepath.ToSlash(rel), Mode: info.Mode()}
 		switch {
 		case info.Mode().IsRegular():
+			size += info.Size()
 			if f.Hash, err = s.put(ctx, p, info); err != nil {
 				return err
 			}
@@ -105,24 +107,24 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("snapshot %s: %w", session, err)
+		return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
 	}
 	files, err := json.Marshal(m.Files)
 	if err != nil {
-		return 0, err
+		return 0, size, err
 	}
 	sum := sha256.Sum256(files)
 	s.mu.Lock()
 	if last, ok := s.taken[session]; ok && last == sum && s.seq[session] > 0 {
 		seq := s.seq[session]
 		s.mu.Unlock()
-		return seq, nil // nothing changed since this node's last snapshot
+		return seq, size, nil // nothing changed since this node's last snapshot
 	}
 	m.Seq = s.seq[session] + 1
 	s.mu.Unlock()
 	data, err := json.Marshal(&m)
 	if err != nil {
-		return 0, err
+		return 0, size, err
 	}
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
@@ -131,7 +133,7 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 		Metadata: map[string]string{"seq": strconv.FormatUint(m.Seq, 10)},
 	}, bytes.NewReader(data))
 	if err != nil {
-		return 0, fmt.Errorf("snapshot %s: %w", session, err)
+		return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
 	}
 	s.mu.Lock()
 	if len(s.seq) >= 1<<16 {
@@ -143,7 +145,7 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	s.seq[session] = m.Seq
 	s.taken[session] = sum
 	s.mu.Unlock()
-	return m.Seq, nil
+	return m.Seq, size, nil
 }
 
 // put stores the content of file p, unless the store has it, and returns

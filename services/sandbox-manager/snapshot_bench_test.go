@@ -49,7 +49,7 @@ func BenchmarkSnapshotCallChanges(b *testing.B) {
 	dir := workspaceOf(b, 1<<20, 10<<10)
 	session := uuid.New()
 	ctx := context.Background()
-	if _, err := s.take(ctx, "bench", session, dir); err != nil {
+	if _, _, err := s.take(ctx, "bench", session, dir); err != nil {
 		b.Fatal(err)
 	}
 	buf := make([]byte, 10<<10)
@@ -62,7 +62,7 @@ func BenchmarkSnapshotCallChanges(b *testing.B) {
 		}
 		_ = i
 		b.StartTimer()
-		if _, err := s.take(ctx, "bench", session, dir); err != nil {
+		if _, _, err := s.take(ctx, "bench", session, dir); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -74,7 +74,7 @@ func benchFull(b *testing.B, total int, restore bool) {
 	ctx := context.Background()
 	session := uuid.New()
 	if restore {
-		if _, err := s.take(ctx, "bench", session, dir); err != nil {
+		if _, _, err := s.take(ctx, "bench", session, dir); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -92,7 +92,7 @@ func benchFull(b *testing.B, total int, restore bool) {
 		b.StopTimer()
 		s = newTestSnapshots(b)
 		b.StartTimer()
-		if _, err := s.take(ctx, "bench", uuid.New(), dir); err != nil {
+		if _, _, err := s.take(ctx, "bench", uuid.New(), dir); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -115,7 +115,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	os.Mkdir(filepath.Join(dir, "empty"), 0o700)
 	ctx := context.Background()
 	session := uuid.New()
-	seq, err := s.take(ctx, "acme", session, dir)
+	seq, _, err := s.take(ctx, "acme", session, dir)
 	if err != nil || seq != 1 {
 		t.Fatalf("take: %d, %v", seq, err)
 	}

@@ -127,19 +127,26 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 	if moved != "" {
 		res.Output = moved + "\n" + res.Output
 	}
-	if s.snaps != nil && (!repeatable(c.Name) || c.Name == tool.Write) {
-		start := time.Now()
-		dir := s.driver.Workspace(c.Tenant, c.Session)
-		if _, err := s.snaps.take(ctx, c.Tenant, c.Session, dir); err != nil {
-			// The workspace here is still right; another node taking the
-			// session over would start from the snapshot before.
-			s.log.WarnContext(ctx, "snapshot", "session", c.Session, "err", err)
-		} else {
-			s.metrics.snapshots.Observe(time.Since(start).Seconds())
-		}
-	}
 	if !repeatable(c.Name) || c.Name == tool.Write {
-		if size := workspaceSize(s.driver.Workspace(c.Tenant, c.Session)); size > s.cfg.WorkspaceBytes {
+		// The call may have changed files: snapshot the workspace, and
+		// hold it to its size limit, in one walk over it.
+		dir := s.driver.Workspace(c.Tenant, c.Session)
+		var size int64
+		if s.snaps != nil {
+			start := time.Now()
+			var err error
+			if _, size, err = s.snaps.take(ctx, c.Tenant, c.Session, dir); err != nil {
+				// The workspace here is still right; another node taking
+				// the session over would start from the snapshot before.
+				s.log.WarnContext(ctx, "snapshot", "session", c.Session, "err", err)
+				size = workspaceSize(dir)
+			} else {
+				s.metrics.snapshots.Observe(time.Since(start).Seconds())
+			}
+		} else {
+			size = workspaceSize(dir)
+		}
+		if size > s.cfg.WorkspaceBytes {
 			res.IsError = true
 			res.Output += fmt.Sprintf("\nError: the workspace now holds %d bytes, over its limit of %d: remove files before going on.", size, s.cfg.WorkspaceBytes)
 		}

@@ -14,8 +14,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/logger"
 	"corral.dev/pkg/metrics"
@@ -39,18 +37,11 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	}
 	reg := metrics.NewRegistry()
 	cfg.Metrics = reg
-	nc, err := bus.Connect(cfg.NATSURL, "memory", log, bus.UserFromEnv(getenv))
+	nc, js, err := bus.Join(ctx, cfg.NATSURL, "memory", getenv, log)
 	if err != nil {
 		return err
 	}
 	defer nc.Drain()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	if err := bus.Setup(ctx, js); err != nil {
-		return err
-	}
 	store, closeStore, err := memory.OpenStore(ctx, cfg, js)
 	if err != nil {
 		return err

@@ -12,8 +12,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/logger"
 	"corral.dev/pkg/metrics"
@@ -38,18 +36,11 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	}
 	reg := metrics.NewRegistry()
 	cfg.Metrics = reg
-	nc, err := bus.Connect(cfg.NATSURL, "sandbox-manager", log, bus.UserFromEnv(getenv))
+	nc, js, err := bus.Join(ctx, cfg.NATSURL, "sandbox-manager", getenv, log)
 	if err != nil {
 		return err
 	}
 	defer nc.Drain()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	if err := bus.Setup(ctx, js); err != nil {
-		return err
-	}
 	svc, err := sandboxmanager.New(ctx, cfg, js, log)
 	if err != nil {
 		return err
