@@ -97,7 +97,8 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 	var cgroup string
 	var cgroupFD = -1
 	if d.pids != nil {
-		if cgroup, err = d.pids.create(d.cfg.Processes); err == nil && d.pids.v2 {
+		// Room for the executor's own threads beside the commands'.
+		if cgroup, err = d.pids.create(d.cfg.Processes + executorThreads); err == nil && d.pids.v2 {
 			if cgroupFD, err = unix.Open(cgroup, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
 				b.cmd.SysProcAttr.UseCgroupFD, b.cmd.SysProcAttr.CgroupFD = true, cgroupFD
 			}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -85,6 +87,7 @@ func serve(in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	warmThreads(executorThreads)
 	if err := writeMsg(out, hello{Version: protocolVersion}); err != nil {
 		return fmt.Errorf("write hello: %w", err)
 	}
@@ -102,4 +105,33 @@ func serve(in io.Reader, out io.Writer) error {
 			return fmt.Errorf("write response: %w", err)
 		}
 	}
+}
+
+// executorThreads is how many threads the executor starts before its first
+// call: enough for a call's goroutines blocked in syscalls (reading the
+// output, waiting for children, the timeout) beside the runtime's own.
+const executorThreads = 8
+
+// warmThreads has the Go runtime start n threads now and keep them idle.
+// The sandbox's pids cgroup counts threads too: a command that takes every
+// process slot (a fork bomb) must not leave the executor unable to start a
+// thread, which the runtime treats as fatal. A goroutine locked to its
+// thread and parked makes the runtime start another for the rest; once
+// unlocked, the threads stay for later use.
+func warmThreads(n int) {
+	var started, release sync.WaitGroup
+	started.Add(n)
+	release.Add(1)
+	var done sync.WaitGroup
+	for range n {
+		done.Go(func() {
+			runtime.LockOSThread()
+			started.Done()
+			release.Wait()
+			runtime.UnlockOSThread()
+		})
+	}
+	started.Wait()
+	release.Done()
+	done.Wait()
 }
