@@ -13,11 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )
@@ -122,20 +124,45 @@ func Validate(typ string, data []byte) error {
 // that links this package, including each sandbox start.
 var printer = sync.OnceValue(func() *message.Printer { return message.NewPrinter(language.English) })
 
-// describe flattens a validation error to "field: problem" clauses.
+// describe flattens a validation error to "field: problem" clauses, each
+// field a JSON pointer. A missing or unknown property is named itself
+// ("/prompt: missing"), not by the object that holds it.
 func describe(ve *jsonschema.ValidationError) string {
 	var parts []string
 	var walk func(e *jsonschema.ValidationError)
 	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) == 0 {
-			field := "/" + strings.Join(e.InstanceLocation, "/")
-			parts = append(parts, fmt.Sprintf("%s: %s", field, e.ErrorKind.LocalizedString(printer())))
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
 			return
 		}
-		for _, c := range e.Causes {
-			walk(c)
+		switch k := e.ErrorKind.(type) {
+		case *kind.Required:
+			for _, name := range k.Missing {
+				parts = append(parts, pointer(append(slices.Clip(e.InstanceLocation), name))+": missing")
+			}
+		case *kind.AdditionalProperties:
+			for _, name := range k.Properties {
+				parts = append(parts, pointer(append(slices.Clip(e.InstanceLocation), name))+": unknown field")
+			}
+		default:
+			parts = append(parts, fmt.Sprintf("%s: %s", pointer(e.InstanceLocation), e.ErrorKind.LocalizedString(printer())))
 		}
 	}
 	walk(ve)
 	return strings.Join(parts, "; ")
+}
+
+// pointer is the JSON pointer (RFC 6901) of a location in a document.
+func pointer(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteByte('/')
+		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
+	}
+	if b.Len() == 0 {
+		return "/"
+	}
+	return b.String()
 }

@@ -32,10 +32,12 @@ func TestValidateNamesTheField(t *testing.T) {
 	tests := []struct {
 		name, data, want string
 	}{
-		{"missing prompt", `{"type":"corral.session.v1.request","id":"33333333-3333-7333-8333-333333333333","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"11111111-1111-7111-8111-111111111111","user":"ada"}`, "prompt"},
+		{"missing prompt", `{"type":"corral.session.v1.request","id":"33333333-3333-7333-8333-333333333333","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"11111111-1111-7111-8111-111111111111","user":"ada"}`, "/prompt: missing"},
 		{"bad tenant", `{"type":"corral.session.v1.request","id":"33333333-3333-7333-8333-333333333333","time":"2026-11-22T10:00:00Z","tenant":"ACME!","session":"11111111-1111-7111-8111-111111111111","user":"ada","prompt":"hi"}`, "/tenant"},
 		{"bad uuid", `{"type":"corral.session.v1.request","id":"nope","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"11111111-1111-7111-8111-111111111111","user":"ada","prompt":"hi"}`, "/id"},
-		{"unknown field", `{"type":"corral.session.v1.request","id":"33333333-3333-7333-8333-333333333333","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"11111111-1111-7111-8111-111111111111","user":"ada","prompt":"hi","promt":"x"}`, "promt"},
+		{"unknown field", `{"type":"corral.session.v1.request","id":"33333333-3333-7333-8333-333333333333","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"11111111-1111-7111-8111-111111111111","user":"ada","prompt":"hi","promt":"x"}`, "/promt: unknown field"},
+		{"wrong type", `{"type":"corral.session.v1.request","id":"33333333-3333-7333-8333-333333333333","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"11111111-1111-7111-8111-111111111111","user":"ada","prompt":"hi","model":7}`, "/model: got number, want string"},
+		{"not an object", `[1]`, "/: got array, want object"},
 		{"not json", `{`, "not JSON"},
 	}
 	for _, tc := range tests {
