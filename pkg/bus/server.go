@@ -124,17 +124,23 @@ func UserFromEnv(getenv func(string) string) nats.Option {
 	}
 }
 
-// Join connects the named service to the platform at url, signed in as
-// [UserFromEnv] says, and sets up the streams and buckets (see [Setup]).
-// The caller drains the connection when done.
+// Join connects the named service to the platform at url (or at any of a
+// cluster's servers: a comma-separated list), signed in as [UserFromEnv]
+// says, and sets up the streams and buckets (see [Setup]) with the
+// replicas of CORRAL_NATS_REPLICAS (see [ReplicasFromEnv]). The caller
+// drains the connection when done.
 func Join(ctx context.Context, url, name string, getenv func(string) string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	setup, err := ReplicasFromEnv(getenv)
+	if err != nil {
+		return nil, nil, err
+	}
 	nc, err := Connect(url, name, log, UserFromEnv(getenv))
 	if err != nil {
 		return nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err == nil {
-		err = Setup(ctx, js)
+		err = Setup(ctx, js, setup...)
 	}
 	if err != nil {
 		nc.Close()

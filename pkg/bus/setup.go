@@ -5,9 +5,44 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// MaxReplicas is the most replicas JetStream keeps of a stream.
+const MaxReplicas = 5
+
+// SetupOption changes what [Setup] does.
+type SetupOption func(*setupOptions)
+
+type setupOptions struct {
+	replicas int // 0: new ones get one, existing ones keep theirs
+}
+
+// Replicas makes [Setup] create every stream, KV bucket and object store
+// with n copies, each on another server of a cluster, and change those that
+// have another number to n. Without it, new ones get one copy and existing
+// ones keep theirs, so that a service started without it leaves an
+// administrator's choice alone. n is between 1 and [MaxReplicas]; a cluster
+// needs at least n servers with JetStream.
+func Replicas(n int) SetupOption {
+	return func(o *setupOptions) { o.replicas = n }
+}
+
+// ReplicasFromEnv returns the [Replicas] option of CORRAL_NATS_REPLICAS, or
+// none when it is unset.
+func ReplicasFromEnv(getenv func(string) string) ([]SetupOption, error) {
+	s := getenv("CORRAL_NATS_REPLICAS")
+	if s == "" {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > MaxReplicas {
+		return nil, fmt.Errorf("CORRAL_NATS_REPLICAS=%q: want a whole number from 1 to %d", s, MaxReplicas)
+	}
+	return []SetupOption{Replicas(n)}, nil
+}
 
 // Setup creates every stream and bucket Corral uses that is missing, and
 // updates those whose settings differ. It is idempotent, and every service
@@ -16,13 +51,27 @@ import (
 // deploy/nats.conf the services may not create or change streams (that
 // would let one route messages into another's), and an administrator runs
 // `corral setup` once per version instead.
-func Setup(ctx context.Context, js jetstream.JetStream) error {
+func Setup(ctx context.Context, js jetstream.JetStream, opts ...SetupOption) error {
+	var o setupOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.replicas < 0 || o.replicas > MaxReplicas {
+		return fmt.Errorf("set up streams: %d replicas: want 1 to %d", o.replicas, MaxReplicas)
+	}
+	// A different number of replicas alone is a difference only when one
+	// was asked for.
+	replicasDiffer := func(have int) bool { return o.replicas != 0 && max(have, 1) != o.replicas }
 	for _, cfg := range streams {
+		cfg.Replicas = o.replicas
 		s, err := js.Stream(ctx, cfg.Name)
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			_, err = js.CreateStream(ctx, cfg)
-		case err == nil && !sameStream(s.CachedInfo().Config, cfg):
+		case err == nil && (!sameStream(s.CachedInfo().Config, cfg) || replicasDiffer(s.CachedInfo().Config.Replicas)):
+			if o.replicas == 0 {
+				cfg.Replicas = s.CachedInfo().Config.Replicas
+			}
 			_, err = js.UpdateStream(ctx, cfg)
 		}
 		if err != nil {
@@ -30,13 +79,24 @@ func Setup(ctx context.Context, js jetstream.JetStream) error {
 		}
 	}
 	for _, cfg := range buckets {
+		cfg.Replicas = o.replicas
 		kv, err := js.KeyValue(ctx, cfg.Bucket)
 		switch {
 		case errors.Is(err, jetstream.ErrBucketNotFound):
 			_, err = js.CreateKeyValue(ctx, cfg)
 		case err == nil:
 			var st jetstream.KeyValueStatus
-			if st, err = kv.Status(ctx); err == nil && (st.TTL() != cfg.TTL || st.History() != int64(cfg.History)) {
+			if st, err = kv.Status(ctx); err != nil {
+				break
+			}
+			have := 0
+			if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+				have = bs.StreamInfo().Config.Replicas
+			}
+			if st.TTL() != cfg.TTL || st.History() != int64(cfg.History) || replicasDiffer(have) {
+				if o.replicas == 0 {
+					cfg.Replicas = have
+				}
 				_, err = js.UpdateKeyValue(ctx, cfg)
 			}
 		}
@@ -45,9 +105,16 @@ func Setup(ctx context.Context, js jetstream.JetStream) error {
 		}
 	}
 	for _, cfg := range objectStores {
-		_, err := js.ObjectStore(ctx, cfg.Bucket)
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
+		cfg.Replicas = o.replicas
+		obs, err := js.ObjectStore(ctx, cfg.Bucket)
+		switch {
+		case errors.Is(err, jetstream.ErrBucketNotFound):
 			_, err = js.CreateObjectStore(ctx, cfg)
+		case err == nil && o.replicas != 0:
+			var st jetstream.ObjectStoreStatus
+			if st, err = obs.Status(ctx); err == nil && replicasDiffer(st.Replicas()) {
+				_, err = js.UpdateObjectStore(ctx, cfg)
+			}
 		}
 		if err != nil {
 			return setupError("object store "+cfg.Bucket, err)
@@ -61,7 +128,8 @@ func setupError(what string, err error) error {
 }
 
 // sameStream reports whether a stream's settings are the ones Corral sets;
-// a setting Corral leaves unset may hold the server's default.
+// a setting Corral leaves unset may hold the server's default. Replicas are
+// compared by the caller.
 func sameStream(have, want jetstream.StreamConfig) bool {
 	unlimited := func(n int32) int32 { return max(n, 0) }
 	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention &&
