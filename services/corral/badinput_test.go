@@ -89,7 +89,10 @@ func TestMalformedRequestsAreRefusedAndRecorded(t *testing.T) {
 
 	tests := []struct{ name, data, want string }{
 		{"not JSON", `{"type": "corral.session.v1.request",`, "not JSON"},
-		{"missing prompt", `{"type":"corral.session.v1.request","id":"` + uuid.NewString() + `","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"SESSION","user":"ada"}`, "prompt"},
+		{"missing prompt", `{"type":"corral.session.v1.request","id":"` + uuid.NewString() + `","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"SESSION","user":"ada"}`, "/prompt: missing"},
+		{"wrong type", `{"type":"corral.session.v1.request","id":"` + uuid.NewString() + `","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"SESSION","user":"ada","model":42,"prompt":"hi"}`, "/model: got number, want string"},
+		{"unknown field", `{"type":"corral.session.v1.request","id":"` + uuid.NewString() + `","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"SESSION","user":"ada","prompt":"hi","temperature":0.2}`, "/temperature: unknown field"},
+		{"empty prompt", `{"type":"corral.session.v1.request","id":"` + uuid.NewString() + `","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"SESSION","user":"ada","prompt":""}`, "/prompt: minLength"},
 		{"session mismatch", `{"type":"corral.session.v1.request","id":"` + uuid.NewString() + `","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"` + uuid.NewString() + `","user":"ada","prompt":"hi"}`, "does not match"},
 	}
 	for _, tc := range tests {
