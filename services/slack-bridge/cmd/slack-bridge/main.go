@@ -1,0 +1,51 @@
+// Command slack-bridge connects a Slack app to Corral: mentions, direct
+// messages and a slash command start and continue sessions, one per Slack
+// thread; progress, approvals (with Approve and Deny buttons) and answers
+// are posted into the thread.
+//
+// It is configured from the environment: CORRAL_NATS_URL,
+// CORRAL_SLACK_SIGNING_SECRET, CORRAL_SLACK_BOT_TOKEN, CORRAL_SLACK_LISTEN,
+// CORRAL_SLACK_API_URL, CORRAL_SLACK_TENANT, CORRAL_SLACK_TEAMS,
+// CORRAL_SLACK_REVIEWERS, CORRAL_SLACK_REVIEWER_TOKEN, CORRAL_SLACK_MODEL,
+// CORRAL_METRICS_LISTEN, CORRAL_LOG_LEVEL.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/logger"
+	"corral.dev/pkg/metrics"
+	slackbridge "corral.dev/services/slack-bridge"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "slack-bridge:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, getenv func(string) string) error {
+	log := logger.New(os.Stderr, getenv("CORRAL_LOG_LEVEL"), getenv("CORRAL_LOG_FORMAT"))
+	cfg, err := slackbridge.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	nc, js, err := bus.Join(ctx, cfg.NATSURL, "slack-bridge", getenv, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Drain()
+	svc, err := slackbridge.New(ctx, cfg, js, log)
+	if err != nil {
+		return err
+	}
+	return metrics.With(ctx, getenv("CORRAL_METRICS_LISTEN"), metrics.NewRegistry(), metrics.Connected(nc), log, svc.Run)
+}

@@ -1,0 +1,282 @@
+package slackbridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/slack-go/slack"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+)
+
+// follow reads the log of session from after the last event whose effect
+// in its thread is done, and posts each event's, until the thread is no
+// longer open or ctx is done. Failures are retried with a growing delay.
+func (s *Service) follow(ctx context.Context, session uuid.UUID) {
+	delay := time.Second
+	for ctx.Err() == nil {
+		err := s.followOnce(ctx, session)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		s.log.WarnContext(ctx, "follow session, will retry", "session", session, "err", err, "in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 30*time.Second)
+	}
+}
+
+// pollFor bounds one wait for the next event, after which the thread is
+// read again to see whether it is still open.
+const pollFor = 30 * time.Second
+
+func (s *Service) followOnce(ctx context.Context, session uuid.UUID) error {
+	t, _, err := s.store.get(ctx, session)
+	if errors.Is(err, errNoThread) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !t.open(time.Now()) {
+		return nil
+	}
+	prefix := strings.TrimSuffix(bus.SessionEvents(t.Tenant, session), ">")
+	cons, err := s.js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{
+			prefix + "session.>",
+			prefix + event.Kind(event.TypeToolDispatched),
+			prefix + "approval.>",
+		},
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       t.Seq + 1,
+		InactiveThreshold: 5 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("follow session %s: %w", session, err)
+	}
+	log := s.log.With("session", session)
+	log.DebugContext(ctx, "following session", "from", t.Seq+1)
+	for {
+		wait := pollFor
+		if !t.Busy {
+			wait = min(wait, max(time.Until(t.expiry()), time.Millisecond))
+		}
+		fctx, cancel := context.WithTimeout(ctx, wait)
+		msg, err := cons.Next(jetstream.FetchContext(fctx))
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
+				if t, _, err = s.store.get(ctx, session); err != nil {
+					return err
+				}
+				if !t.open(time.Now()) {
+					log.DebugContext(ctx, "thread closed")
+					return nil
+				}
+				continue
+			}
+			return fmt.Errorf("follow session %s: %w", session, err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("follow session %s: %w", session, err)
+		}
+		seq := meta.Sequence.Stream
+		if seq <= t.Seq {
+			continue
+		}
+		var ev any
+		data, err := bus.Resolve(ctx, s.js, msg.Data())
+		if err == nil {
+			ev, err = event.Parse(data)
+		}
+		if err != nil {
+			// Not an event this bridge can read: it posts nothing for it.
+			log.ErrorContext(ctx, "unreadable event skipped", "stream_seq", seq, "err", err)
+			ev = nil
+		}
+		if t, err = s.handle(ctx, t, ev, seq, meta.NumPending); err != nil {
+			return err
+		}
+		if !t.open(time.Now()) {
+			log.DebugContext(ctx, "thread closed", "seq", seq)
+			return nil
+		}
+	}
+}
+
+// handle posts into t's thread what event ev (sequence seq, with pending
+// more of the session's events after it) means there, then records that
+// it did. A Slack error that no retry can fix (the app was removed from
+// the channel, say) is logged and the event counted as done; any other
+// error is returned, and the event handled again later.
+func (s *Service) handle(ctx context.Context, t *thread, ev any, seq, pending uint64) (*thread, error) {
+	var change func(t *thread)
+	var err error
+	switch e := ev.(type) {
+	case *event.SessionRequested:
+		change, err = s.onRequested(ctx, t, e, seq)
+	case *event.ToolDispatched:
+		t2 := *t
+		t2.Calls, t2.Last = t.Calls+1, oneLine(e.Name+" "+e.Summary, 80)
+		if pending == 0 && t.Status != "" {
+			err = s.status(ctx, &t2, "working")
+		}
+		change = func(t *thread) { t.Calls, t.Last = t2.Calls, t2.Last }
+	case *event.ApprovalRequested:
+		text := callText(e.Tool, e.Input, e.Rule, e.Reason)
+		var ts string
+		ts, err = s.postOnce(ctx, t, seq, message{Channel: t.Channel, ThreadTS: t.TS,
+			Text: fmt.Sprintf("Approval needed for %s", esc(e.Tool)), Blocks: approvalBlocks(text, t.Session, e.Call)})
+		if err == nil && t.Status != "" {
+			err = s.status(ctx, t, "waiting")
+		}
+		change = func(t *thread) {
+			if ts == "" {
+				return
+			}
+			if t.Approvals == nil {
+				t.Approvals = make(map[uuid.UUID]approvalMsg)
+			}
+			t.Approvals[e.Call] = approvalMsg{TS: ts, Text: text}
+		}
+	case *event.ApprovalDecided:
+		if a, ok := t.Approvals[e.Call]; ok {
+			err = s.slack.update(ctx, message{Channel: t.Channel, TS: a.TS, Text: "Approval decided",
+				Blocks: decidedBlocks(a.Text, decisionText(e.Approved, e.Reviewer, e.Reason))})
+		}
+		if err == nil && t.Status != "" && t.Busy && len(t.Approvals) <= 1 {
+			err = s.status(ctx, t, "working")
+		}
+		change = func(t *thread) { delete(t.Approvals, e.Call) }
+	case *event.SessionCompleted:
+		if t.Status != "" {
+			err = s.status(ctx, t, "done")
+		}
+		if err == nil {
+			_, err = s.postOnce(ctx, t, seq, message{Channel: t.Channel, ThreadTS: t.TS, Text: answerText(e.Answer, t.Session)})
+		}
+		change = ended
+	case *event.SessionFailed:
+		what := fmt.Sprintf("❌ The session failed (%s): %s", esc(e.Code), esc(e.Reason))
+		if e.Budget != "" {
+			what = fmt.Sprintf("❌ The session is over its budget `%s`: %s", esc(e.Budget), esc(e.Reason))
+		}
+		change, err = s.onEnd(ctx, t, seq, what)
+	case *event.SessionStopped:
+		what := "⏹ Stopped by " + esc(e.By)
+		if e.Reason != "" {
+			what += ": " + esc(e.Reason)
+		}
+		change, err = s.onEnd(ctx, t, seq, what)
+	}
+	if err != nil && !permanent(err) {
+		return t, err
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "slack refused a message; going on without it", "session", t.Session, "stream_seq", seq, "err", err)
+	}
+	return s.store.update(ctx, t.Session, nil, func(t *thread) {
+		if change != nil && t.Seq < seq {
+			change(t)
+		}
+		t.Seq, t.Posting = max(t.Seq, seq), 0
+	})
+}
+
+func (s *Service) onRequested(ctx context.Context, t *thread, e *event.SessionRequested, seq uint64) (func(t *thread), error) {
+	if t.Busy {
+		// A follow-up while the session works: it joins the request
+		// in progress.
+		return func(t *thread) { t.saw(e.Request) }, nil
+	}
+	ts, err := s.postOnce(ctx, t, seq, message{Channel: t.Channel, ThreadTS: t.TS, Text: statusText(&thread{}, "working")})
+	return func(t *thread) {
+		t.saw(e.Request)
+		t.Busy, t.Status, t.Calls, t.Last = true, ts, 0, ""
+	}, err
+}
+
+// onEnd marks the current request failed or stopped, says so in the
+// thread, and marks the approvals still asked for as cancelled.
+func (s *Service) onEnd(ctx context.Context, t *thread, seq uint64, what string) (func(t *thread), error) {
+	if t.Status != "" {
+		if err := s.status(ctx, t, what); err != nil && !permanent(err) {
+			return nil, err
+		}
+	}
+	for _, a := range t.Approvals {
+		err := s.slack.update(ctx, message{Channel: t.Channel, TS: a.TS, Text: "Approval cancelled",
+			Blocks: decidedBlocks(a.Text, "⏹ Cancelled: the session ended")})
+		if err != nil && !permanent(err) {
+			return nil, err
+		}
+	}
+	_, err := s.postOnce(ctx, t, seq, message{Channel: t.Channel, ThreadTS: t.TS, Text: what})
+	return func(t *thread) {
+		ended(t)
+		t.Approvals = nil
+	}, err
+}
+
+// ended marks the request in progress as ended.
+func ended(t *thread) { t.Busy, t.Status, t.Calls, t.Last = false, "", 0, "" }
+
+// status changes the progress message of t's request.
+func (s *Service) status(ctx context.Context, t *thread, state string) error {
+	return s.slack.update(ctx, message{Channel: t.Channel, TS: t.Status, Text: statusText(t, state)})
+}
+
+// metadataType is the event_type of the metadata of every message the
+// bridge posts for an event: it names the session and the event's
+// sequence, so that a message posted just before a crash is found.
+const metadataType = "corral_event"
+
+// postOnce posts m into t's thread as the effect of event seq, once: the
+// attempt is recorded before the post, and a bridge that finds an
+// attempt recorded looks in the thread for the message first.
+func (s *Service) postOnce(ctx context.Context, t *thread, seq uint64, m message) (string, error) {
+	key := strconv.FormatUint(seq, 10)
+	m.Metadata = &slack.SlackMetadata{EventType: metadataType, EventPayload: map[string]any{"session": t.Session.String(), "seq": key}}
+	if t.Posting == seq {
+		replies, err := s.slack.replies(ctx, t.Channel, t.TS)
+		switch {
+		case err == nil:
+			for _, r := range replies {
+				if r.Metadata != nil && r.Metadata.EventType == metadataType &&
+					fmt.Sprint(r.Metadata.EventPayload["session"]) == t.Session.String() &&
+					fmt.Sprint(r.Metadata.EventPayload["seq"]) == key {
+					return r.TS, nil
+				}
+			}
+		case permanent(err):
+			// Without the history scopes the thread cannot be read: post,
+			// at the risk of posting twice.
+			s.log.WarnContext(ctx, "cannot read the thread to find a message posted before a restart", "session", t.Session, "err", err)
+		default:
+			return "", err
+		}
+	} else {
+		var err error
+		if _, err = s.store.update(ctx, t.Session, nil, func(t *thread) { t.Posting = seq }); err != nil {
+			return "", err
+		}
+		t.Posting = seq
+	}
+	return s.slack.postMessage(ctx, m)
+}

@@ -1,0 +1,199 @@
+package slackbridge_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/natstest"
+	slackbridge "corral.dev/services/slack-bridge"
+	"corral.dev/services/slack-bridge/slacktest"
+)
+
+const (
+	secret = "8f742231b10e8888abcd99yyyzzz85a5"
+	token  = "xoxb-17653672481-19874698323-pdFZKVeTuE8sk7oOcBrzbqgy"
+	team   = "T0TEAM"
+	bot    = "U0BOT"
+)
+
+func waitFor(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of loggers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// fixture is a bridge on an embedded NATS server, talking to a fake Slack.
+type fixture struct {
+	js    jetstream.JetStream
+	slack *slacktest.Server
+	app   slacktest.App
+	env   map[string]string
+	log   *syncBuffer
+	stop  func()
+}
+
+func newFixture(t *testing.T, env map[string]string) *fixture {
+	t.Helper()
+	_, _, js := natstest.Run(t)
+	f := &fixture{js: js, slack: slacktest.New(t, token), log: &syncBuffer{}}
+	f.env = map[string]string{
+		"CORRAL_SLACK_SIGNING_SECRET": secret,
+		"CORRAL_SLACK_BOT_TOKEN":      token,
+		"CORRAL_SLACK_API_URL":        f.slack.URL(),
+		"CORRAL_SLACK_LISTEN":         freeAddr(t),
+		"CORRAL_SLACK_TEAMS":          team + "=acme",
+	}
+	for k, v := range env {
+		f.env[k] = v
+	}
+	f.app = slacktest.App{URL: "http://" + f.env["CORRAL_SLACK_LISTEN"], Secret: secret, Team: team, Bot: bot}
+	f.start(t)
+	return f
+}
+
+// start runs a bridge; f.stop stops it and waits.
+func (f *fixture) start(t *testing.T) {
+	t.Helper()
+	cfg, err := slackbridge.LoadConfig(func(k string) string { return f.env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(f.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := slackbridge.New(ctx, cfg, f.js, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	var once sync.Once
+	f.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("bridge: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Errorf("bridge did not stop")
+			}
+			if t.Failed() {
+				t.Logf("bridge log:\n%s", f.log)
+			}
+		})
+	}
+	t.Cleanup(f.stop)
+	actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+	defer acancel()
+	if _, err := svc.Addr(actx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// requests returns the requests published so far, read without taking
+// them off their work queue.
+func (f *fixture) requests(t *testing.T) []event.Request {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := f.js.Stream(ctx, bus.StreamRequests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []event.Request
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r event.Request
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// record appends ev to its session's log, as the harness would.
+func (f *fixture) record(t *testing.T, ev event.Event) {
+	t.Helper()
+	if err := bus.Record(context.Background(), f.js, ev, ev.Head().ID.String()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func header(typ, tenant string, session uuid.UUID) event.Header {
+	return event.NewHeader(typ, tenant, session)
+}
+
+func mustOK(t *testing.T, r slacktest.Response, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != 200 {
+		t.Fatalf("status %d: %s", r.Status, r.Body)
+	}
+}
+
+// ok checks a call to the bridge was answered 200: ok(t)(f.app.Event(...)).
+func ok(t *testing.T) func(slacktest.Response, error) {
+	t.Helper()
+	return func(r slacktest.Response, err error) {
+		t.Helper()
+		mustOK(t, r, err)
+	}
+}

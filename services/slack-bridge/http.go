@@ -1,0 +1,305 @@
+package slackbridge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/slack-go/slack"
+	"github.com/slack-go/slack/slackevents"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+)
+
+// Paths Slack is pointed at: the Events API's request URL, the slash
+// command's and interactivity's.
+const (
+	PathEvents      = "/slack/events"
+	PathCommands    = "/slack/commands"
+	PathInteractive = "/slack/interactivity"
+)
+
+// maxBody bounds a request's body; Slack's are a few kilobytes.
+const maxBody = 1 << 20
+
+// Handler returns the HTTP handler of Slack's requests. Every request must
+// carry Slack's signature over its body and a timestamp within five
+// minutes of now; any other is refused with 401 and has no effect.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+PathEvents, s.verified(s.handleEvents))
+	mux.HandleFunc("POST "+PathCommands, s.verified(s.handleCommand))
+	mux.HandleFunc("POST "+PathInteractive, s.verified(s.handleInteraction))
+	return mux
+}
+
+// verified checks a request's Slack signature (v0: HMAC-SHA256 of
+// "v0:<timestamp>:<body>" with the signing secret, compared in constant
+// time) and its timestamp before h sees it.
+func (s *Service) verified(h func(http.ResponseWriter, *http.Request, []byte)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			http.Error(w, "request body too large or unreadable", http.StatusRequestEntityTooLarge)
+			return
+		}
+		sv, err := slack.NewSecretsVerifier(r.Header, string(s.cfg.SigningSecret))
+		if err == nil {
+			_, _ = sv.Write(body)
+			err = sv.Ensure()
+		}
+		if err != nil {
+			s.log.WarnContext(r.Context(), "request refused: bad Slack signature", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+			msg := "missing or bad Slack signature"
+			if errors.Is(err, slack.ErrExpiredTimestamp) {
+				msg = "Slack request timestamp is more than five minutes from now"
+			}
+			http.Error(w, msg, http.StatusUnauthorized)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h(w, r, body)
+	}
+}
+
+func (s *Service) handleEvents(w http.ResponseWriter, r *http.Request, body []byte) {
+	ctx := r.Context()
+	outer, err := slackevents.ParseEvent(json.RawMessage(body), slackevents.OptionNoVerifyToken())
+	if err != nil {
+		var probe struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(body, &probe) != nil || probe.Type == "" {
+			http.Error(w, "not an Events API request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		// An event of a kind this bridge does not take: Slack is told it
+		// arrived, so that it does not send it again.
+		s.log.DebugContext(ctx, "slack event ignored", "type", probe.Type, "err", err)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	switch outer.Type {
+	case slackevents.URLVerification:
+		var c slackevents.ChallengeResponse
+		if err := json.Unmarshal(body, &c); err != nil || c.Challenge == "" {
+			http.Error(w, "url_verification without a challenge", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, c.Challenge)
+		return
+	case slackevents.CallbackEvent:
+	default:
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	cb, _ := outer.Data.(*slackevents.EventsAPICallbackEvent)
+	if cb == nil {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	var bot string
+	for _, a := range cb.Authorizations {
+		if a.IsBot {
+			bot = a.UserID
+		}
+	}
+	log := s.log.With("event_id", cb.EventID, "team", cb.TeamID)
+	if n := r.Header.Get("X-Slack-Retry-Num"); n != "" {
+		// Handled like the first delivery, which may have failed: the
+		// request it publishes has the same ID, so a delivery that did
+		// succeed starts nothing twice.
+		log.InfoContext(ctx, "slack retried an event", "retry", n, "reason", r.Header.Get("X-Slack-Retry-Reason"))
+	}
+	var q question
+	switch e := outer.InnerEvent.Data.(type) {
+	case *slackevents.AppMentionEvent:
+		if e.BotID != "" || e.User == "" || (bot != "" && e.User == bot) {
+			break
+		}
+		q = question{Team: cb.TeamID, Channel: e.Channel, ThreadTS: or(e.ThreadTimeStamp, e.TimeStamp), TS: e.TimeStamp, User: e.User, Text: stripMention(e.Text, bot)}
+	case *slackevents.MessageEvent:
+		// Direct messages only; edits, deletions, joins and the like
+		// come with a subtype, and bots' messages (ours too) with a
+		// bot_id.
+		if e.ChannelType != "im" || e.SubType != "" || e.BotID != "" || e.User == "" || (bot != "" && e.User == bot) {
+			break
+		}
+		q = question{Team: cb.TeamID, Channel: e.Channel, ThreadTS: or(e.ThreadTimeStamp, e.TimeStamp), TS: e.TimeStamp, User: e.User, Text: stripMention(e.Text, bot)}
+	}
+	if q.TS == "" {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if err := s.ask(ctx, q); err != nil {
+		// Slack sends the event again: nothing is lost.
+		log.WarnContext(ctx, "slack event failed, slack will retry", "err", err)
+		http.Error(w, "cannot take the event now", http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// question is a message to the app: a prompt for the session of its
+// thread.
+type question struct {
+	Team, Channel string
+	// ThreadTS is the thread's ts, TS the message's.
+	ThreadTS, TS string
+	User, Text   string
+}
+
+var mentionRE = regexp.MustCompile(`^\s*<@[A-Z0-9]+(\|[^>]*)?>`)
+
+// stripMention removes the app's own mentions from a message; without
+// knowing the app's user, a mention at the start.
+func stripMention(text, bot string) string {
+	if bot == "" {
+		return strings.TrimSpace(mentionRE.ReplaceAllString(text, ""))
+	}
+	re := regexp.MustCompile(`<@` + regexp.QuoteMeta(bot) + `(\|[^>]*)?>`)
+	return strings.TrimSpace(re.ReplaceAllString(text, ""))
+}
+
+// namespace derives the IDs of sessions and requests from Slack's.
+var namespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://corral.dev/slack"))
+
+// SessionID returns the session of a Slack thread: the same for every
+// message of the thread, in every run of the bridge.
+func SessionID(team, channel, threadTS string) uuid.UUID {
+	return uuid.NewSHA1(namespace, []byte("session\x00"+team+"\x00"+channel+"\x00"+threadTS))
+}
+
+// RequestID returns the request a Slack message makes: the same however
+// often Slack delivers it, and whichever event (a mention, a direct
+// message) it came as.
+func RequestID(team, channel, ts string) uuid.UUID {
+	return uuid.NewSHA1(namespace, []byte("request\x00"+team+"\x00"+channel+"\x00"+ts))
+}
+
+// UserPrefix is prefixed to Slack user IDs to make Corral users.
+const UserPrefix = "slack:"
+
+// ask publishes q's request for the session of its thread, after noting
+// the thread and the request, and has the session followed.
+func (s *Service) ask(ctx context.Context, q question) error {
+	if q.Text == "" {
+		return s.slack.postEphemeral(ctx, message{Channel: q.Channel, User: q.User, ThreadTS: threadOf(q), Text: "Ask me something: mention me with what to do, or write to me directly."})
+	}
+	tenant := s.cfg.tenant(q.Team)
+	session := SessionID(q.Team, q.Channel, q.ThreadTS)
+	req := RequestID(q.Team, q.Channel, q.TS)
+	now := time.Now().UTC()
+	var seen bool
+	_, err := s.store.update(ctx, session, func() (*thread, error) {
+		// A new thread's session is followed from the log's end now:
+		// nothing older is the thread's.
+		info, err := s.events.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("stream info: %w", err)
+		}
+		return &thread{Session: session, Tenant: tenant, Team: q.Team, Channel: q.Channel, TS: q.ThreadTS, Seq: info.State.LastSeq}, nil
+	}, func(t *thread) {
+		if seen = t.seen(req); seen {
+			return
+		}
+		if t.Waiting == nil {
+			t.Waiting = make(map[uuid.UUID]time.Time)
+		}
+		if _, ok := t.Waiting[req]; !ok {
+			t.Waiting[req] = now
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if !seen {
+		ev := event.Request{
+			Header: event.Header{Type: event.TypeRequest, ID: req, Time: now, Tenant: tenant, Session: session},
+			User:   UserPrefix + q.User,
+			Model:  s.cfg.Model,
+			Prompt: q.Text,
+		}
+		// The request's ID is its message ID: a second publish is dropped,
+		// and the harness ignores a request already in the session's log.
+		if err := bus.Publish(ctx, s.js, bus.RequestSubject(tenant, session), req.String(), &ev); err != nil {
+			return err
+		}
+		s.log.InfoContext(ctx, "slack request", "tenant", tenant, "session", session, "request", req, "user", ev.User)
+	}
+	s.followLater(ctx, session)
+	return nil
+}
+
+// threadOf returns the thread a reply to q goes in: none for a message
+// that starts none.
+func threadOf(q question) string {
+	if q.ThreadTS == q.TS {
+		return ""
+	}
+	return q.ThreadTS
+}
+
+// commandWait bounds what a slash command does before Slack gets its
+// answer (Slack waits three seconds).
+const commandWait = 2500 * time.Millisecond
+
+// handleCommand takes the slash command (/corral PROMPT): it starts a
+// thread in the channel with the prompt, whose session answers there, and
+// tells the user at once, only to them.
+func (s *Service) handleCommand(w http.ResponseWriter, r *http.Request, _ []byte) {
+	cmd, err := slack.SlashCommandParse(r)
+	if err != nil {
+		http.Error(w, "not a slash command: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	reply := func(text string) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{"response_type": "ephemeral", "text": text})
+	}
+	text := strings.TrimSpace(cmd.Text)
+	if text == "" || text == "help" {
+		reply(fmt.Sprintf("Usage: `%s what to do`. I start a thread here and answer in it; write in the thread (mentioning me) to go on.", cmd.Command))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), commandWait)
+	defer cancel()
+	ts, err := s.slack.postMessage(ctx, message{
+		Channel: cmd.ChannelID,
+		Text:    fmt.Sprintf("<@%s> asked: %s", cmd.UserID, esc(text)),
+	})
+	if err != nil {
+		s.log.WarnContext(ctx, "slash command: start thread", "channel", cmd.ChannelID, "err", err)
+		if permanent(err) {
+			reply(fmt.Sprintf("I cannot post in this channel (%s): invite me to it, or write to me directly.", codeOf(err)))
+		} else {
+			reply("Slack did not take my message in time; please try again.")
+		}
+		return
+	}
+	q := question{Team: cmd.TeamID, Channel: cmd.ChannelID, ThreadTS: ts, TS: ts, User: cmd.UserID, Text: text}
+	if err := s.ask(ctx, q); err != nil {
+		s.log.WarnContext(ctx, "slash command", "err", err)
+		reply("Corral cannot take requests just now; please try again.")
+		return
+	}
+	reply("On it: I answer in the thread I started for this.")
+}
+
+func codeOf(err error) string {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return err.Error()
+}

@@ -1,0 +1,148 @@
+package slackbridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/slack-go/slack"
+
+	"corral.dev/services/approval"
+)
+
+// handleInteraction takes clicks on the Approve and Deny buttons. Slack is
+// answered at once; the decision is made meanwhile, through the approval
+// service with the bridge's reviewer token, and the message then shows
+// who decided. A click by someone who is not a mapped reviewer is refused
+// with a message only they see.
+func (s *Service) handleInteraction(w http.ResponseWriter, r *http.Request, body []byte) {
+	form, err := url.ParseQuery(string(body))
+	if err != nil || form.Get("payload") == "" {
+		http.Error(w, "want a form with a payload", http.StatusBadRequest)
+		return
+	}
+	var cb slack.InteractionCallback
+	if err := json.Unmarshal([]byte(form.Get("payload")), &cb); err != nil {
+		http.Error(w, "payload: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	if cb.Type != slack.InteractionTypeBlockActions {
+		return
+	}
+	for _, a := range cb.ActionCallback.BlockActions {
+		if a.ActionID != ActionApprove && a.ActionID != ActionDeny {
+			continue
+		}
+		c := click{
+			User:     cb.User.ID,
+			Team:     or(cb.Team.ID, cb.User.TeamID),
+			Channel:  or(cb.Channel.ID, cb.Container.ChannelID),
+			TS:       or(cb.Container.MessageTs, cb.Message.Timestamp),
+			ThreadTS: or(cb.Message.ThreadTimestamp, cb.Container.ThreadTs),
+			Approve:  a.ActionID == ActionApprove,
+			Value:    a.Value,
+		}
+		select {
+		case s.work <- func(ctx context.Context) { s.decide(ctx, c) }:
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// click is a click on an approval button.
+type click struct {
+	User, Team, Channel string
+	// TS is the message with the button, ThreadTS its thread.
+	TS, ThreadTS string
+	Approve      bool
+	Value        string
+}
+
+// decideWait bounds a decision through the approval service.
+const decideWait = 30 * time.Second
+
+func (s *Service) decide(ctx context.Context, c click) {
+	log := s.log.With("user", c.User, "channel", c.Channel)
+	tell := func(text string) {
+		err := s.slack.postEphemeral(ctx, message{Channel: c.Channel, User: c.User, ThreadTS: c.ThreadTS, Text: text})
+		if err != nil {
+			log.WarnContext(ctx, "tell the clicker", "err", err)
+		}
+	}
+	name, ok := s.cfg.Reviewers[c.User]
+	if !ok {
+		log.InfoContext(ctx, "approval click refused: not a reviewer")
+		tell("You are not one of Corral's reviewers, so your click decided nothing. Reviewers are listed in the bridge's CORRAL_SLACK_REVIEWERS.")
+		return
+	}
+	session, call, err := parseApprovalValue(c.Value)
+	if err == nil && c.ThreadTS != "" && SessionID(c.Team, c.Channel, c.ThreadTS) != session {
+		err = errors.New("the button is not from this thread's session")
+	}
+	if err != nil {
+		log.WarnContext(ctx, "approval click refused", "err", err)
+		tell("That button does not name an approval of this thread; nothing was decided.")
+		return
+	}
+	req := approval.DecideRequest{ID: call, Session: session, Approve: c.Approve, Token: string(s.cfg.ReviewerToken), Reason: decisionReason(name, c.User)}
+	a, code, err := s.requestDecision(ctx, req)
+	switch {
+	case err == nil:
+		log.InfoContext(ctx, "approval decided in slack", "call", call, "status", a.Status, "reviewer", name)
+		uerr := s.slack.update(ctx, message{Channel: c.Channel, TS: c.TS, Text: "Approval decided",
+			Blocks: decidedBlocks(callText(a.Tool, a.Input, a.Rule, a.Why), decisionText(a.Status == approval.Approved, a.Reviewer, a.Reason))})
+		if uerr != nil {
+			log.WarnContext(ctx, "show the decision", "err", uerr)
+		}
+	case code == approval.CodeDecided:
+		tell(esc(err.Error()))
+	case code == approval.CodeUnauthorized:
+		log.ErrorContext(ctx, "the approval service refused the bridge's reviewer token (CORRAL_SLACK_REVIEWER_TOKEN)")
+		tell("Corral's approval service does not take this bridge's reviewer token; nothing was decided. Decide on the reviewers' page, and tell whoever runs the bridge.")
+	default:
+		log.WarnContext(ctx, "approval click", "call", call, "err", err)
+		tell("Nothing was decided: " + esc(err.Error()))
+	}
+}
+
+// requestDecision sends req to the approval service's API and returns the
+// approval decided, or the API's error and its code.
+func (s *Service) requestDecision(ctx context.Context, req approval.DecideRequest) (*approval.Approval, string, error) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, decideWait)
+	defer cancel()
+	nc := s.js.Conn()
+	msg, err := nc.RequestWithContext(ctx, approval.SubjectDecide, data)
+	// A service that is starting (or restarting) answers soon.
+	for wait := 100 * time.Millisecond; errors.Is(err, nats.ErrNoResponders) && ctx.Err() == nil; wait = min(2*wait, 2*time.Second) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		msg, err = nc.RequestWithContext(ctx, approval.SubjectDecide, data)
+	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, "", errors.New("the approval service is not running")
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("approval service: %w", err)
+	}
+	if desc := msg.Header.Get("Nats-Service-Error"); desc != "" {
+		return nil, msg.Header.Get("Nats-Service-Error-Code"), errors.New(desc)
+	}
+	var resp approval.Response
+	if err := json.Unmarshal(msg.Data, &resp); err != nil || len(resp.Approvals) == 0 {
+		return nil, "", fmt.Errorf("approval service: unreadable answer")
+	}
+	return resp.Approvals[0], "", nil
+}

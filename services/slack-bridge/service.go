@@ -1,0 +1,169 @@
+// Package slackbridge is Corral's Slack bridge. It takes Slack's Events API
+// (mentions of the app and direct messages), a slash command and button
+// clicks over HTTP, every request checked against Slack's signature; a
+// Slack thread is a session: the first message starts it, and later ones
+// in the thread continue it. The bridge follows each session's log and
+// posts its progress, its pending approvals (with Approve and Deny
+// buttons, decided through the approval service) and its answer into the
+// thread.
+package slackbridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+)
+
+// Service is the Slack bridge.
+type Service struct {
+	cfg    Config
+	js     jetstream.JetStream
+	events jetstream.Stream
+	store  store
+	slack  *webAPI
+	log    *slog.Logger
+
+	// wake carries sessions to follow to Run's loop, which owns the
+	// followers.
+	wake chan uuid.UUID
+	// work carries what a request leaves to be done after Slack has its
+	// answer (a click's decision) to Run's workers.
+	work chan func(ctx context.Context)
+	// addr is where Run serves, once it does.
+	addrOnce sync.Once
+	addr     chan string
+}
+
+// New returns a bridge using js, whose streams [bus.Setup] has created; it
+// creates the bridge's own bucket (see [Setup]) if it is missing.
+func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logger) (*Service, error) {
+	kv, err := Setup(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	events, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", bus.StreamEvents, err)
+	}
+	log = log.With("service", "slack-bridge")
+	return &Service{
+		cfg:    cfg,
+		js:     js,
+		events: events,
+		store:  store{kv},
+		slack:  &webAPI{base: cfg.APIURL, token: cfg.BotToken, hc: &http.Client{Timeout: 30 * time.Second}, log: log},
+		log:    log,
+		wake:   make(chan uuid.UUID, 64),
+		work:   make(chan func(context.Context), 64),
+		addr:   make(chan string, 1),
+	}, nil
+}
+
+// Addr returns the address Run serves Slack's requests on, once it does.
+func (s *Service) Addr(ctx context.Context) (string, error) {
+	select {
+	case a := <-s.addr:
+		s.addr <- a
+		return a, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// workers is how many clicks are decided at once.
+const workers = 4
+
+// Run serves Slack's requests on cfg.Listen and follows the sessions of
+// open threads (those a restart left too) until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("slack bridge: %w", err)
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.ErrorContext(ctx, "serve", "err", err)
+		}
+	})
+	s.addrOnce.Do(func() { s.addr <- ln.Addr().String() })
+	s.log.InfoContext(ctx, "slack bridge started", "listen", ln.Addr().String(), "api", s.cfg.APIURL, "tenant", s.cfg.Tenant)
+
+	for range workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case job := <-s.work:
+					job(ctx)
+				}
+			}
+		})
+	}
+	// Threads a previous run left open are followed again from what it
+	// had posted.
+	open, err := s.store.open(ctx)
+	if err != nil {
+		s.log.WarnContext(ctx, "resume threads", "err", err)
+	}
+	following := make(map[uuid.UUID]bool) // session → woken again meanwhile
+	done := make(chan uuid.UUID)
+	start := func(session uuid.UUID) {
+		if again, ok := following[session]; ok {
+			if !again {
+				following[session] = true
+			}
+			return
+		}
+		following[session] = false
+		wg.Go(func() {
+			s.follow(ctx, session)
+			select {
+			case done <- session:
+			case <-ctx.Done():
+			}
+		})
+	}
+	for _, session := range open {
+		start(session)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			_ = srv.Shutdown(sctx)
+			cancel()
+			return nil
+		case session := <-s.wake:
+			start(session)
+		case session := <-done:
+			again := following[session]
+			delete(following, session)
+			if again {
+				// Woken while it was ending: it may have missed a request.
+				start(session)
+			}
+		}
+	}
+}
+
+// followLater asks Run to follow session's thread.
+func (s *Service) followLater(ctx context.Context, session uuid.UUID) {
+	select {
+	case s.wake <- session:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,209 @@
+package slackbridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bucket is the KV bucket where the bridge keeps its threads: which
+// session each Slack thread is, what of the session's log it has posted,
+// and the messages it may still change.
+const Bucket = "slack"
+
+// threadTTL is how long a thread is remembered after its last change. A
+// thread forgotten and written in again goes on with the same session (its
+// ID is derived from the thread), from the log's end.
+const threadTTL = 90 * 24 * time.Hour
+
+// waitFor is how long a request published for a thread keeps the bridge
+// following its session before the harness has recorded it: as long as
+// the requests stream drops duplicates, longer than any restart.
+const waitFor = time.Hour
+
+// Setup creates the bridge's KV bucket if it is missing and returns it.
+func Setup(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      Bucket,
+			Description: "the Slack bridge's threads: session, what was posted, messages with buttons",
+			TTL:         threadTTL,
+			Storage:     jetstream.FileStorage,
+			History:     1,
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kv %s: %w (a NATS user that may not create buckets needs it created first)", Bucket, err)
+	}
+	return kv, nil
+}
+
+// thread is a Slack thread and the session it is, as kept in [Bucket]
+// under thread.<session>.
+type thread struct {
+	Session uuid.UUID `json:"session"`
+	Tenant  string    `json:"tenant"`
+	Team    string    `json:"team"`
+	Channel string    `json:"channel"`
+	// TS is the thread's ts: its first message's.
+	TS string `json:"ts"`
+
+	// Seq is the stream sequence of the last event of the session whose
+	// effect in Slack is done.
+	Seq uint64 `json:"seq"`
+	// Posting is the sequence of the event whose message is being posted:
+	// set before chat.postMessage, cleared with Seq after. A bridge that
+	// finds it set looks in the thread for the message (its metadata
+	// names the event) before posting again.
+	Posting uint64 `json:"posting,omitempty"`
+	// Waiting are requests published for the thread that the session's
+	// log has not shown yet, with when they were published.
+	Waiting map[uuid.UUID]time.Time `json:"waiting,omitempty"`
+	// Busy is set while a request is worked on: from its session.requested
+	// to the session's end.
+	Busy bool `json:"busy,omitempty"`
+	// Status is the ts of the current request's progress message, Calls
+	// and Last what it says.
+	Status string `json:"status,omitempty"`
+	Calls  int    `json:"calls,omitempty"`
+	Last   string `json:"last,omitempty"`
+	// Seen are the last requests the session's log showed.
+	Seen []uuid.UUID `json:"seen,omitempty"`
+	// Approvals maps the calls waiting for a reviewer to the message with
+	// their buttons.
+	Approvals map[uuid.UUID]approvalMsg `json:"approvals,omitempty"`
+}
+
+// approvalMsg is a message asking for an approval: its ts, and what it
+// says of the call.
+type approvalMsg struct {
+	TS   string `json:"ts"`
+	Text string `json:"text"`
+}
+
+// maxSeen is how many of the last requests a thread remembers.
+const maxSeen = 32
+
+// seen reports whether the session's log showed request req.
+func (t *thread) seen(req uuid.UUID) bool { return slices.Contains(t.Seen, req) }
+
+// saw notes that the session's log showed request req.
+func (t *thread) saw(req uuid.UUID) {
+	delete(t.Waiting, req)
+	if !t.seen(req) {
+		t.Seen = append(t.Seen, req)
+	}
+	if len(t.Seen) > maxSeen {
+		t.Seen = t.Seen[len(t.Seen)-maxSeen:]
+	}
+}
+
+// open reports whether the thread's session is to be followed: a request
+// is worked on or was published not long ago.
+func (t *thread) open(now time.Time) bool {
+	if t.Busy {
+		return true
+	}
+	for _, at := range t.Waiting {
+		if now.Sub(at) < waitFor {
+			return true
+		}
+	}
+	return false
+}
+
+// expiry returns when the thread stops being open if nothing happens.
+func (t *thread) expiry() time.Time {
+	var last time.Time
+	for _, at := range t.Waiting {
+		if at.After(last) {
+			last = at
+		}
+	}
+	return last.Add(waitFor)
+}
+
+func threadKey(session uuid.UUID) string { return "thread." + session.String() }
+
+// store reads and changes threads in [Bucket].
+type store struct{ kv jetstream.KeyValue }
+
+// errNoThread is returned for a session that is no Slack thread.
+var errNoThread = errors.New("no such thread")
+
+func (s store) get(ctx context.Context, session uuid.UUID) (*thread, uint64, error) {
+	e, err := s.kv.Get(ctx, threadKey(session))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, errNoThread
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("thread %s: %w", session, err)
+	}
+	var t thread
+	if err := json.Unmarshal(e.Value(), &t); err != nil {
+		return nil, 0, fmt.Errorf("thread %s: %w", session, err)
+	}
+	return &t, e.Revision(), nil
+}
+
+// update applies fn to the thread of session and stores it, retrying when
+// it changed in between. With init, a missing thread is made by init and
+// then changed by fn; without, it is errNoThread.
+func (s store) update(ctx context.Context, session uuid.UUID, init func() (*thread, error), fn func(t *thread)) (*thread, error) {
+	for {
+		t, rev, err := s.get(ctx, session)
+		if errors.Is(err, errNoThread) && init != nil {
+			if t, err = init(); err != nil {
+				return nil, err
+			}
+		} else if err != nil {
+			return nil, err
+		}
+		fn(t)
+		data, err := json.Marshal(t)
+		if err != nil {
+			return nil, err
+		}
+		if rev == 0 {
+			_, err = s.kv.Create(ctx, threadKey(session), data)
+		} else {
+			_, err = s.kv.Update(ctx, threadKey(session), data, rev)
+		}
+		var apiErr *jetstream.APIError
+		if errors.Is(err, jetstream.ErrKeyExists) || (errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("store thread %s: %w", session, err)
+		}
+		return t, nil
+	}
+}
+
+// open returns the sessions of the threads that are open.
+func (s store) open(ctx context.Context) ([]uuid.UUID, error) {
+	keys, err := s.kv.ListKeysFiltered(ctx, "thread.*")
+	if err != nil {
+		return nil, fmt.Errorf("list threads: %w", err)
+	}
+	var out []uuid.UUID
+	now := time.Now()
+	for k := range keys.Keys() {
+		id, err := uuid.Parse(k[len("thread."):])
+		if err != nil {
+			continue
+		}
+		t, _, err := s.get(ctx, id)
+		if err == nil && t.open(now) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
