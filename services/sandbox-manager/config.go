@@ -25,9 +25,16 @@ type Config struct {
 	// DefaultTimeout is a Bash call's timeout when it gives none
 	// (CORRAL_SANDBOX_TIMEOUT, a Go duration).
 	DefaultTimeout time.Duration
-	// IdleTimeout stops a session's sandbox after this long without calls
-	// (CORRAL_SANDBOX_IDLE_TIMEOUT, a Go duration); its workspace stays.
+	// IdleTimeout suspends a session's sandbox after this long without
+	// calls (CORRAL_SANDBOX_IDLE_TIMEOUT, a Go duration): its processes
+	// are frozen until the next call.
 	IdleTimeout time.Duration
+	// StopTimeout stops a suspended sandbox after this long
+	// (CORRAL_SANDBOX_STOP_TIMEOUT); its workspace stays.
+	StopTimeout time.Duration
+	// MaxSuspended caps the suspended sandboxes; past it the one
+	// suspended longest is stopped (CORRAL_SANDBOX_MAX_SUSPENDED).
+	MaxSuspended int
 	// Instance names this sandbox-manager in call marks.
 	Instance string
 	// ShutdownGrace is how long running calls may finish at shutdown
@@ -91,12 +98,20 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 		cfg.DefaultTimeout = d
 	}
-	if s := getenv("CORRAL_SANDBOX_IDLE_TIMEOUT"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 {
-			return Config{}, fmt.Errorf("CORRAL_SANDBOX_IDLE_TIMEOUT=%q: want a positive duration such as 5m", s)
+	for _, v := range []struct {
+		name string
+		to   *time.Duration
+	}{
+		{"CORRAL_SANDBOX_IDLE_TIMEOUT", &cfg.IdleTimeout},
+		{"CORRAL_SANDBOX_STOP_TIMEOUT", &cfg.StopTimeout},
+	} {
+		if s := getenv(v.name); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				return Config{}, fmt.Errorf("%s=%q: want a positive duration such as 5m", v.name, s)
+			}
+			*v.to = d
 		}
-		cfg.IdleTimeout = d
 	}
 	cfg.WorkspaceBytes = 10 << 30
 	switch v := getenv("CORRAL_SANDBOX_SNAPSHOTS"); v {
@@ -129,6 +144,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		{"CORRAL_SANDBOX_PROCESSES", &cfg.Processes},
 		{"CORRAL_SANDBOX_CPU_SECONDS", &cfg.CPUSeconds},
 		{"CORRAL_SANDBOX_OPEN_FILES", &cfg.OpenFiles},
+		{"CORRAL_SANDBOX_MAX_SUSPENDED", &cfg.MaxSuspended},
 	} {
 		if s := getenv(v.name); s != "" {
 			n, err := strconv.Atoi(s)

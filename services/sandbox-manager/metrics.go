@@ -21,7 +21,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
 	m := &serviceMetrics{
 		starts: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "corral_sandbox_start_seconds",
-			Help:    "Sandbox starts and how long they took: cold (a new workspace) or resume (a workspace suspended when idle, or left by a restart).",
+			Help:    "Sandbox starts and how long they took: cold (a new workspace), resume (a suspended sandbox thawed) or restart (a new sandbox on a kept workspace: stopped when idle, or left by a restart).",
 			Buckets: metrics.Seconds,
 		}, []string{"kind"}),
 		calls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -43,28 +43,27 @@ func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
 	sandboxes := func(state string) prometheus.GaugeFunc {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "corral_sandbox_sandboxes",
-			Help:        "Sandboxes by state: running (processes up, between calls or in one) or suspended (the workspace kept, no process running).",
+			Help:        "Sandboxes by state: running (processes up, between calls or in one), suspended (processes frozen, none running) or stopped (the workspace kept, no process).",
 			ConstLabels: prometheus.Labels{"state": state},
 		}, func() float64 {
 			if s.driver == nil {
 				return 0 // not started
 			}
-			running := s.driver.Live()
-			if state == "running" {
-				return float64(running)
+			live, suspended := s.driver.Live()
+			switch state {
+			case "running":
+				return float64(live - suspended)
+			case "suspended":
+				return float64(suspended)
 			}
 			dirs, _ := filepath.Glob(filepath.Join(s.cfg.DataDir, "workspaces", "*", "*"))
-			return float64(max(len(dirs)-running, 0))
+			return float64(max(len(dirs)-live, 0))
 		})
 	}
-	reg.MustRegister(m.starts, m.calls, m.snapshots, m.restores, sandboxes("running"), sandboxes("suspended"))
+	reg.MustRegister(m.starts, m.calls, m.snapshots, m.restores, sandboxes("running"), sandboxes("suspended"), sandboxes("stopped"))
 	return m
 }
 
-func (m *serviceMetrics) started(resumed bool, took time.Duration) {
-	kind := "cold"
-	if resumed {
-		kind = "resume"
-	}
+func (m *serviceMetrics) started(kind string, took time.Duration) {
 	m.starts.WithLabelValues(kind).Observe(took.Seconds())
 }

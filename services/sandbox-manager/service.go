@@ -59,6 +59,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		Bwrap:          cfg.Bwrap,
 		DefaultTimeout: cfg.DefaultTimeout,
 		IdleTimeout:    cfg.IdleTimeout,
+		StopTimeout:    cfg.StopTimeout,
+		MaxSuspended:   cfg.MaxSuspended,
 		Skills:         s.skillsDir,
 		OnStart:        s.metrics.started,
 		MemoryBytes:    cfg.MemoryBytes,

@@ -1,13 +1,20 @@
 package sandbox
 
 import (
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
-	"corral.dev/pkg/tool"
 	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
+
+	"corral.dev/pkg/tool"
 )
 
 // The benchmarks time one thing per iteration and report the median and
@@ -124,4 +131,147 @@ func BenchmarkColdStart(b *testing.B) {
 		b.StartTimer()
 	}
 	percentiles(b, ds)
+}
+
+// BenchmarkResume is the first call after a suspension: thawing the
+// sandbox's frozen processes, then running Bash `true` in it. Freezing it
+// before each iteration is not timed.
+func BenchmarkResume(b *testing.B) {
+	d := newDriver(b, Config{IdleTimeout: time.Hour})
+	if d.pids == nil || !d.pids.canFreeze() {
+		b.Skip("no freezer cgroup here: idle sandboxes are stopped, and resuming one is a cold start")
+	}
+	session := uuid.New()
+	args := &tool.BashArgs{Command: "true"}
+	if _, err := d.Run(b.Context(), tenant, session, args); err != nil {
+		b.Fatal(err)
+	}
+	var ds []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		if err := liveSandbox(d, session).freeze(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		res, err := d.Run(b.Context(), tenant, session, args)
+		if err != nil || res.IsError {
+			b.Fatalf("Run = %+v, %v", res, err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	percentiles(b, ds)
+}
+
+// BenchmarkSuspendedMemory is what a suspended sandbox holds: the
+// proportional set size of its frozen processes (bwrap and the executor),
+// which bounds how many one node keeps suspended before it stops them
+// (Config.MaxSuspended).
+func BenchmarkSuspendedMemory(b *testing.B) {
+	d := newDriver(b, Config{IdleTimeout: time.Hour})
+	if d.pids == nil || !d.pids.canFreeze() {
+		b.Skip("no freezer cgroup here")
+	}
+	args := &tool.BashArgs{Command: "true"}
+	var kib int64
+	var n int
+	for b.Loop() {
+		session := uuid.New()
+		if _, err := d.Run(b.Context(), tenant, session, args); err != nil {
+			b.Fatal(err)
+		}
+		box := liveSandbox(d, session)
+		if err := box.freeze(); err != nil {
+			b.Fatal(err)
+		}
+		procs, err := os.ReadFile(filepath.Join(box.cg.pids, "cgroup.procs"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, pid := range strings.Fields(string(procs)) {
+			kib += pss(b, pid)
+		}
+		n++
+	}
+	b.ReportMetric(float64(kib)/float64(n), "KiB/suspended")
+}
+
+// pss reads a process's proportional set size in KiB.
+func pss(b *testing.B, pid string) int64 {
+	data, err := os.ReadFile("/proc/" + pid + "/smaps_rollup")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	b.Fatalf("no Pss in /proc/%s/smaps_rollup", pid)
+	return 0
+}
+
+// BenchmarkIdleSessions fills one node with idle sessions, b.N of them:
+// each gets a cold start and a call that writes a file, then its sandbox
+// is stopped as an idle one is. It then checks that no process of any of
+// them is left, and that a sample resumes with its file, and reports how
+// many the node holds and what each costs on disk.
+//
+//	go test -run '^$' -bench IdleSessions -benchtime 10000x ./internal/sandbox
+func BenchmarkIdleSessions(b *testing.B) {
+	d := newDriver(b, Config{IdleTimeout: time.Hour})
+	var sessions []uuid.UUID
+	for b.Loop() {
+		session := uuid.New()
+		res, err := d.Run(b.Context(), tenant, session, &tool.BashArgs{Command: "echo " + session.String() + " > id"})
+		if err != nil || res.IsError {
+			b.Fatalf("Run = %+v, %v", res, err)
+		}
+		stopSandbox(b, d, session)
+		sessions = append(sessions, session)
+	}
+	b.StopTimer()
+	if live, _ := d.Live(); live != 0 {
+		b.Fatalf("%d sandboxes still live", live)
+	}
+	if procs := hostProcessCount(ExecutorArg); procs != 0 {
+		b.Fatalf("%d executors still running", procs)
+	}
+	dirs, _ := filepath.Glob(filepath.Join(d.cfg.Dir, tenant, "*"))
+	if len(dirs) != len(sessions) {
+		b.Fatalf("%d workspaces for %d sessions", len(dirs), len(sessions))
+	}
+	for i := 0; i < len(sessions); i += max(1, len(sessions)/10) {
+		res, err := d.Run(b.Context(), tenant, sessions[i], &tool.BashArgs{Command: "cat id"})
+		if err != nil || strings.TrimSpace(res.Output) != sessions[i].String() {
+			b.Fatalf("resume of session %d = %+v, %v", i, res, err)
+		}
+	}
+	var used int64
+	for _, dir := range dirs {
+		var s unix.Stat_t
+		_ = filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+			if err == nil && unix.Lstat(p, &s) == nil {
+				used += s.Blocks * 512
+			}
+			return nil
+		})
+	}
+	b.ReportMetric(float64(len(sessions)), "idle-sessions")
+	b.ReportMetric(0, "processes")
+	b.ReportMetric(float64(used)/float64(len(sessions))/1024, "disk-KiB/session")
+}
+
+// hostProcessCount counts the host's processes whose command line holds
+// marker.
+func hostProcessCount(marker string) int {
+	n := 0
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range cmdlines {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), marker) {
+			n++
+		}
+	}
+	return n
 }

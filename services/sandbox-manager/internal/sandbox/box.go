@@ -51,11 +51,14 @@ type box struct {
 	nextID  uint64
 	maxResp int
 
+	// cgroups holds the sandbox's cgroups, cg, when it has any.
+	cgroups *pidsCgroups
+	cg      boxCgroup
+
 	mu     sync.Mutex
 	exited bool          // bwrap has exited and may be reaped: its pid may be reused
+	frozen bool          // its processes are stopped in the freezer
 	done   chan struct{} // closed once bwrap is reaped and the pipes are closed
-	// cleanup, if set, runs once the box has ended (removes its cgroup).
-	cleanup func()
 }
 
 // startBox starts a sandbox around workspace, with our own executable as
@@ -94,13 +97,14 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	b.cmd.WaitDelay = waitDelay
 	// Born in a pids cgroup of its own, so that a fork bomb fills only it.
-	var cgroup string
 	var cgroupFD = -1
 	if d.pids != nil {
 		// Room for the executor's own threads beside the commands'.
-		if cgroup, err = d.pids.create(d.cfg.Processes + executorThreads); err == nil && d.pids.v2 {
-			if cgroupFD, err = unix.Open(cgroup, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+		if b.cg, err = d.pids.create(d.cfg.Processes + executorThreads); err == nil && d.pids.v2 {
+			if cgroupFD, err = unix.Open(b.cg.pids, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
 				b.cmd.SysProcAttr.UseCgroupFD, b.cmd.SysProcAttr.CgroupFD = true, cgroupFD
+			} else {
+				d.pids.remove(b.cg)
 			}
 		}
 		if err != nil {
@@ -108,17 +112,14 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 			inW.Close()
 			outR.Close()
 			outW.Close()
-			if cgroup != "" {
-				d.pids.remove(cgroup)
-			}
 			return nil, err
 		}
-		b.cleanup = func() { d.pids.remove(cgroup) }
+		b.cgroups = d.pids
 	}
 	var startErr error
 	err = d.starter.do(func() {
-		if cgroup != "" && !d.pids.v2 {
-			leave, err := d.pids.enter(cgroup)
+		if b.cgroups != nil && !b.cgroups.v2 {
+			leave, err := b.cgroups.enter(b.cg)
 			if err != nil {
 				startErr = err
 				return
@@ -138,8 +139,8 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 	if err != nil {
 		inW.Close()
 		outR.Close()
-		if b.cleanup != nil {
-			b.cleanup()
+		if b.cgroups != nil {
+			b.cgroups.remove(b.cg)
 		}
 		return nil, fmt.Errorf("start bwrap: %w", err)
 	}
@@ -164,8 +165,8 @@ func (b *box) wait() {
 	b.in.Close()
 	b.out.Close()
 	close(b.done)
-	if b.cleanup != nil {
-		b.cleanup()
+	if b.cgroups != nil {
+		b.cgroups.remove(b.cg)
 	}
 }
 
@@ -190,12 +191,60 @@ func (b *box) kill() {
 	if !b.exited {
 		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
 	}
+	b.thawLocked() // a frozen process takes its SIGKILL once thawed
+}
+
+// canFreeze reports whether the box can be suspended in a freezer.
+func (b *box) canFreeze() bool {
+	return b.cgroups != nil && b.cgroups.canFreeze()
+}
+
+// freeze suspends every process of the sandbox: they stay, using no CPU,
+// until thaw. The executor must be idle, between calls.
+func (b *box) freeze() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.exited {
+		return errors.New("freeze: the sandbox has ended")
+	}
+	if err := b.cgroups.freeze(b.cg, true); err != nil {
+		_ = b.cgroups.freeze(b.cg, false)
+		return err
+	}
+	b.frozen = true
+	return nil
+}
+
+// thaw lets a frozen sandbox's processes run again.
+func (b *box) thaw() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.thawLocked()
+}
+
+func (b *box) thawLocked() error {
+	if !b.frozen {
+		return nil
+	}
+	if err := b.cgroups.freeze(b.cg, false); err != nil {
+		return err
+	}
+	b.frozen = false
+	return nil
+}
+
+// suspended reports whether the sandbox is frozen.
+func (b *box) suspended() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.frozen
 }
 
 // stop ends the sandbox and waits for it. It closes the executor's stdin,
 // which an idle executor takes as the sign to exit, so that the sandbox
 // winds down in order; one that does not exit promptly is killed.
 func (b *box) stop() {
+	_ = b.thaw()
 	b.in.Close()
 	select {
 	case <-b.done:

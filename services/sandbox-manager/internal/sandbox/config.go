@@ -47,18 +47,38 @@ type Config struct {
 	// /dev/shm (default 256 MiB).
 	TmpSize int64
 	// IdleTimeout is how long a session's sandbox stays up after its last
-	// call (default 5m). The next call after that starts a new sandbox:
-	// /workspace is kept, /tmp and /dev/shm start empty.
+	// call (default 5m). It is then suspended: its processes are frozen,
+	// using no CPU, and the next call thaws them in well under a
+	// millisecond. Without a freezer (the manager may not make cgroups)
+	// it is stopped instead.
 	IdleTimeout time.Duration
+	// StopTimeout is how long a sandbox stays suspended before it is
+	// stopped (default 30m), freeing its memory. The next call after that
+	// starts a new sandbox: /workspace is kept, /tmp and /dev/shm start
+	// empty.
+	StopTimeout time.Duration
+	// MaxSuspended caps the suspended sandboxes (default 1000): past it,
+	// the one suspended longest is stopped.
+	MaxSuspended int
 	// Skills, if set, returns a host directory holding the tenant's
 	// skills, bound read-only at /skills in each sandbox it starts ("" for
 	// none: /skills is then empty).
 	Skills func(ctx context.Context, tenant string) (string, error)
-	// OnStart, if set, is told of every sandbox started and how long the
-	// start took: resumed when its workspace was there before (the sandbox
-	// was suspended when idle, or the manager restarted), cold otherwise.
-	OnStart func(resumed bool, took time.Duration)
+	// OnStart, if set, is told of every sandbox started or resumed and how
+	// long it took: see [StartCold], [StartResume] and [StartRestart].
+	OnStart func(kind string, took time.Duration)
 }
+
+// Kinds of sandbox start told to [Config.OnStart].
+const (
+	// StartCold is a new sandbox on a new workspace.
+	StartCold = "cold"
+	// StartResume is a suspended sandbox thawed.
+	StartResume = "resume"
+	// StartRestart is a new sandbox on a workspace kept from before: its
+	// sandbox was stopped when idle or lost, or the manager restarted.
+	StartRestart = "restart"
+)
 
 // Defaults applied by [New] to zero fields of [Config].
 const (
@@ -72,6 +92,8 @@ const (
 	DefaultProcesses   = 512
 	DefaultTmpSize     = 256 << 20
 	DefaultIdleTimeout = 5 * time.Minute
+	DefaultStopTimeout = 30 * time.Minute
+	DefaultSuspended   = 1000
 )
 
 // withDefaults returns c with zero fields set to their defaults and Dir made absolute.
@@ -106,6 +128,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = DefaultStopTimeout
+	}
+	if c.MaxSuspended == 0 {
+		c.MaxSuspended = DefaultSuspended
+	}
 	if c.Dir != "" {
 		abs, err := filepath.Abs(c.Dir)
 		if err != nil {
@@ -121,7 +149,7 @@ func (c Config) validate() error {
 	switch {
 	case c.Dir == "":
 		return errors.New("dir is required")
-	case c.DefaultTimeout < 0 || c.MaxTimeout < 0 || c.IdleTimeout < 0:
+	case c.DefaultTimeout < 0 || c.MaxTimeout < 0 || c.IdleTimeout < 0 || c.StopTimeout < 0 || c.MaxSuspended < 0:
 		return errors.New("timeouts must not be negative")
 	case c.DefaultTimeout > c.MaxTimeout:
 		return fmt.Errorf("default timeout %s exceeds max timeout %s", c.DefaultTimeout, c.MaxTimeout)

@@ -3,12 +3,14 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -83,7 +85,7 @@ func gone(pids ...int) func() error {
 }
 
 // stopSandbox stops a session's sandbox the way an idle stop does.
-func stopSandbox(t *testing.T, d *Driver, session uuid.UUID) {
+func stopSandbox(t testing.TB, d *Driver, session uuid.UUID) {
 	t.Helper()
 	s, unlock, _ := d.lock(nil, d.Workspace(tenant, session))
 	defer unlock()
@@ -228,11 +230,114 @@ func TestCommandsCannotKillExecutor(t *testing.T) {
 	}
 }
 
-// An idle sandbox is stopped, leaving no process behind; the next call
-// starts a new one on the same workspace.
-func TestIdleSandboxStopped(t *testing.T) {
+// frozen checks that every thread of each of pids is stopped in the
+// kernel's freezer, which shows as uninterruptible sleep: it runs nothing
+// until thawed.
+func frozen(pids ...int) func() error {
+	return func() error {
+		for _, pid := range pids {
+			stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+			if len(stats) == 0 {
+				return fmt.Errorf("process %d is gone", pid)
+			}
+			for _, p := range stats {
+				state, _, err := procStat(p)
+				if err != nil {
+					return err
+				}
+				if state != "D" {
+					return fmt.Errorf("%s: state %s, not frozen", p, state)
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// An idle sandbox is suspended: its processes stay, frozen, and the next
+// call thaws them with everything as it was, /tmp included. Suspended
+// for StopTimeout, it is stopped, leaving no process behind; the next
+// call starts a new one on the same workspace.
+func TestIdleSandboxSuspendedThenStopped(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	starts := map[string]int{}
+	d := newDriver(t, Config{IdleTimeout: 200 * time.Millisecond, StopTimeout: 1500 * time.Millisecond,
+		OnStart: func(kind string, _ time.Duration) {
+			mu.Lock()
+			starts[kind]++
+			mu.Unlock()
+		}})
+	if d.pids == nil || !d.pids.canFreeze() {
+		t.Skip("no freezer cgroup here: idle sandboxes are stopped, not suspended (TestIdleSandboxStoppedWithoutFreezer)")
+	}
+	session := uuid.New()
+	bash(t, d, session, "echo x > kept; echo y > /tmp/kept-while-suspended")
+	bwrap, executor := sandboxPids(t, d, session)
+	waitFor(t, 5*time.Second, frozen(bwrap, executor))
+	if live, suspended := d.Live(); live != 1 || suspended != 1 {
+		t.Errorf("Live() = %d, %d while suspended; want 1, 1", live, suspended)
+	}
+
+	res := bash(t, d, session, "cat kept /tmp/kept-while-suspended")
+	if res.IsError || res.Output != "x\ny\n" {
+		t.Errorf("call after the suspension = %+v, want output %q", res, "x\ny\n")
+	}
+	if b, x := sandboxPids(t, d, session); b != bwrap || x != executor {
+		t.Errorf("resumed in bwrap %d, executor %d; want the suspended %d and %d", b, x, bwrap, executor)
+	}
+	if err := frozen(bwrap)(); err == nil {
+		t.Error("bwrap is still frozen after the call")
+	}
+
+	waitFor(t, 10*time.Second, func() error {
+		if liveSandbox(d, session) != nil {
+			return errors.New("the sandbox is still live")
+		}
+		return gone(bwrap, executor)()
+	})
+	res = bash(t, d, session, "cat kept; ls -A /tmp")
+	if res.IsError || res.Output != "x\n" {
+		t.Errorf("call after the stop = %+v, want output %q", res, "x\n")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[string]int{StartCold: 1, StartResume: 1, StartRestart: 1}; !maps.Equal(starts, want) {
+		t.Errorf("starts = %v, want %v", starts, want)
+	}
+}
+
+// Past MaxSuspended, the sandbox suspended longest is stopped.
+func TestMaxSuspended(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{IdleTimeout: 100 * time.Millisecond, StopTimeout: time.Hour, MaxSuspended: 1})
+	if d.pids == nil || !d.pids.canFreeze() {
+		t.Skip("no freezer cgroup here")
+	}
+	first, second := uuid.New(), uuid.New()
+	bash(t, d, first, "true")
+	bwrap1, executor1 := sandboxPids(t, d, first)
+	waitFor(t, 5*time.Second, frozen(bwrap1, executor1))
+	bash(t, d, second, "true")
+	bwrap2, executor2 := sandboxPids(t, d, second)
+	waitFor(t, 5*time.Second, frozen(bwrap2, executor2))
+	waitFor(t, 5*time.Second, gone(bwrap1, executor1))
+	if liveSandbox(d, first) != nil {
+		t.Error("the first session still has a sandbox")
+	}
+	if err := frozen(bwrap2, executor2)(); err != nil {
+		t.Errorf("the second sandbox: %v", err)
+	}
+}
+
+// Without a freezer an idle sandbox is stopped at once, leaving no
+// process behind; the next call starts a new one on the same workspace.
+func TestIdleSandboxStoppedWithoutFreezer(t *testing.T) {
 	t.Parallel()
 	d := newDriver(t, Config{IdleTimeout: 300 * time.Millisecond})
+	if d.pids != nil {
+		d.pids.freezer, d.pids.v2 = nil, false // as where there is none
+	}
 	session := uuid.New()
 	bash(t, d, session, "echo x > kept; echo y > /tmp/gone")
 	bwrap, executor := sandboxPids(t, d, session)

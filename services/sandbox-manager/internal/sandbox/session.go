@@ -21,8 +21,11 @@ type session struct {
 	// holder of token; Close kills it without clearing it.
 	refs  int         // holders and waiters of token
 	box   *box        // the live sandbox, or nil
-	timer *time.Timer // stops box once the session is idle
+	timer *time.Timer // suspends box once the session is idle, then stops it
 	calls uint64      // counts calls, so a late idle timer knows it is stale
+	// suspendedAt is when box was frozen; zero while it runs, or once it
+	// is picked to be stopped.
+	suspendedAt time.Time
 }
 
 // lock takes the lock of the session whose workspace is key and returns
@@ -73,8 +76,10 @@ func (d *Driver) unref(s *session) {
 	}
 }
 
-// stopIdle stops the sandbox of s unless a call came after the one that
-// armed the timer (whose count was gen) or the Driver is closed.
+// stopIdle suspends the sandbox of s, or stops it if it is suspended
+// already or cannot be suspended, unless a call came after the one that
+// armed the timer (whose count was gen) or the Driver is closed. Its
+// workspace stays either way.
 func (d *Driver) stopIdle(s *session, gen uint64) {
 	d.mu.Lock()
 	if d.closed || s.box == nil || s.calls != gen {
@@ -89,15 +94,60 @@ func (d *Driver) stopIdle(s *session, gen uint64) {
 	s.token <- struct{}{} // a call that slipped in first is bounded by its timeout
 	d.mu.Lock()
 	var b *box
-	if s.calls == gen {
-		b, s.box = s.box, nil
+	if s.calls == gen && !d.closed {
+		b = s.box
 	}
 	d.mu.Unlock()
-	if b != nil {
+	if b != nil && !b.suspended() && b.canFreeze() && b.alive() && b.freeze() == nil {
+		d.mu.Lock()
+		s.suspendedAt = time.Now()
+		s.timer = time.AfterFunc(d.cfg.StopTimeout, func() { d.stopIdle(s, gen) })
+		evict := d.oldestSuspendedLocked()
+		d.mu.Unlock()
+		if evict != nil {
+			d.stopAsync(evict)
+		}
+	} else if b != nil {
+		d.mu.Lock()
+		s.box, s.suspendedAt = nil, time.Time{}
+		d.mu.Unlock()
 		b.stop()
 	}
 	<-s.token
 	d.unref(s)
+}
+
+// oldestSuspendedLocked returns the session whose sandbox has been
+// suspended longest when more than MaxSuspended are, marking it as picked;
+// nil otherwise. The caller holds d.mu.
+func (d *Driver) oldestSuspendedLocked() *session {
+	var n int
+	var oldest *session
+	for _, s := range d.sessions {
+		if s.suspendedAt.IsZero() {
+			continue
+		}
+		n++
+		if oldest == nil || s.suspendedAt.Before(oldest.suspendedAt) {
+			oldest = s
+		}
+	}
+	if n <= d.cfg.MaxSuspended {
+		return nil
+	}
+	oldest.suspendedAt = time.Time{}
+	return oldest
+}
+
+// stopAsync stops the suspended sandbox of s, unless a call comes first.
+func (d *Driver) stopAsync(s *session) {
+	d.mu.Lock()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	gen := s.calls
+	d.mu.Unlock()
+	go d.stopIdle(s, gen)
 }
 
 // liveBox returns the live sandbox of s, starting one around workspace if
@@ -106,9 +156,19 @@ func (d *Driver) stopIdle(s *session, gen uint64) {
 func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *box, fresh bool, err error) {
 	d.mu.Lock()
 	b = s.box
+	s.suspendedAt = time.Time{}
 	d.mu.Unlock()
 	if b != nil && b.alive() {
-		return b, false, nil
+		if !b.suspended() {
+			return b, false, nil
+		}
+		start := time.Now()
+		if err := b.thaw(); err == nil {
+			if d.cfg.OnStart != nil {
+				d.cfg.OnStart(StartResume, time.Since(start))
+			}
+			return b, false, nil
+		}
 	}
 	if b != nil {
 		d.discard(s, b)
@@ -125,7 +185,11 @@ func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *
 		return nil, false, err
 	}
 	if d.cfg.OnStart != nil {
-		d.cfg.OnStart(s.resumable, time.Since(start))
+		kind := StartCold
+		if s.resumable {
+			kind = StartRestart
+		}
+		d.cfg.OnStart(kind, time.Since(start))
 	}
 	s.resumable = true
 	d.mu.Lock()
@@ -153,18 +217,21 @@ func (d *Driver) discard(s *session, b *box) {
 	<-b.done
 }
 
-// Live returns how many sandboxes are running: started and not stopped
-// since, whether or not a call is running in them.
-func (d *Driver) Live() int {
+// Live returns how many sandboxes have processes: started and not
+// stopped since, whether running a call, idle, or suspended (of which
+// there are suspended).
+func (d *Driver) Live() (live, suspended int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	n := 0
 	for _, s := range d.sessions {
 		if s.box != nil {
-			n++
+			live++
+			if !s.suspendedAt.IsZero() || s.box.suspended() {
+				suspended++
+			}
 		}
 	}
-	return n
+	return live, suspended
 }
 
 // Close stops every live sandbox and waits for them to end. Idle ones are
