@@ -26,6 +26,7 @@ import (
 	"corral.dev/services/harness"
 	"corral.dev/services/memory"
 	sandboxmanager "corral.dev/services/sandbox-manager"
+	slackbridge "corral.dev/services/slack-bridge"
 )
 
 func (e *env) devCmd() *cobra.Command {
@@ -43,7 +44,12 @@ OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, CORRAL_MODEL.
 Reviewers approve held calls on the page at --approvals. Unless
 CORRAL_REVIEWER_TOKENS names reviewers, one reviewer ($USER) is made with a
 token kept in --data and printed at start. The key that signs decisions is
-made once and kept in --data too.`,
+made once and kept in --data too.
+
+With CORRAL_SLACK_SIGNING_SECRET and CORRAL_SLACK_BOT_TOKEN set, the Slack
+bridge runs too, on CORRAL_SLACK_LISTEN (see the README's Slack section); its
+clicks decide as the reviewer whose token CORRAL_SLACK_REVIEWER_TOKEN is,
+by default the one made here.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if data == "" {
@@ -183,8 +189,27 @@ Stop that server, or run Corral on another port and point the clients at it:
 		return err
 	}
 	acfg.Metrics = reg
+	// The Slack bridge runs when a Slack app is configured.
+	var bcfg *slackbridge.Config
+	if getenv("CORRAL_SLACK_SIGNING_SECRET") != "" && getenv("CORRAL_SLACK_BOT_TOKEN") != "" {
+		c, err := slackbridge.LoadConfig(func(k string) string {
+			if v := getenv(k); v != "" || k != "CORRAL_SLACK_REVIEWER_TOKEN" {
+				return v
+			}
+			_, token, _ := strings.Cut(keys["CORRAL_REVIEWER_TOKENS"], "=")
+			return token // the reviewer dev made, if it did
+		})
+		if err != nil {
+			return err
+		}
+		bcfg = &c
+	}
+	listeners := []struct{ addr, what, flag string }{{approvals, "the reviewers' page", "--approvals"}, {o.metrics, "the metrics", "--metrics"}}
+	if bcfg != nil {
+		listeners = append(listeners, struct{ addr, what, flag string }{bcfg.Listen, "the Slack bridge", "CORRAL_SLACK_LISTEN="})
+	}
 	// Say what to do about a taken port before anything starts.
-	for _, l := range []struct{ addr, what, flag string }{{approvals, "the reviewers' page", "--approvals"}, {o.metrics, "the metrics", "--metrics"}} {
+	for _, l := range listeners {
 		if l.addr == "" {
 			continue
 		}
@@ -199,13 +224,30 @@ Stop that server, or run Corral on another port and point the clients at it:
 		return err
 	}
 
+	conns := []*nats.Conn{hnc, snc, mnc, anc}
+	var sb *slackbridge.Service
+	if bcfg != nil {
+		bnc, bjs, err := connect("slack-bridge")
+		if err != nil {
+			return err
+		}
+		defer bnc.Drain()
+		if sb, err = slackbridge.New(ctx, *bcfg, bjs, log); err != nil {
+			return err
+		}
+		conns = append(conns, bnc)
+	}
+
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return h.Run(gctx) })
 	g.Go(func() error { return sm.Run(gctx) })
 	g.Go(func() error { return mem.Run(gctx) })
 	g.Go(func() error { return ap.Run(gctx) })
+	if sb != nil {
+		g.Go(func() error { return sb.Run(gctx) })
+	}
 	if o.metrics != "" {
-		g.Go(func() error { return metrics.Serve(gctx, o.metrics, reg, metrics.Connected(hnc, snc, mnc, anc), log) })
+		g.Go(func() error { return metrics.Serve(gctx, o.metrics, reg, metrics.Connected(conns...), log) })
 	}
 	where := "the embedded store"
 	if dbURL != "" {
@@ -219,6 +261,10 @@ Stop that server, or run Corral on another port and point the clients at it:
 			fmt.Fprintf(e.stderr, " (%s signs in with token %s)", name, token)
 		}
 		fmt.Fprintln(e.stderr)
+	}
+	if bcfg != nil {
+		fmt.Fprintf(e.stderr, "Slack's requests go to http://%s: events %s, commands %s, interactivity %s\n",
+			bcfg.Listen, slackbridge.PathEvents, slackbridge.PathCommands, slackbridge.PathInteractive)
 	}
 	if o.metrics != "" {
 		fmt.Fprintf(e.stderr, "Metrics at http://%s/metrics, health at http://%s/healthz\n", o.metrics, o.metrics)

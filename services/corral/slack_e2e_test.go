@@ -1,0 +1,211 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/modeltest"
+	slackbridge "corral.dev/services/slack-bridge"
+	"corral.dev/services/slack-bridge/slacktest"
+)
+
+const (
+	slackSecret      = "8f742231b10e8888abcd99yyyzzz85a5"
+	slackBotToken    = "xoxb-17653672481-19874698323-pdFZKVeTuE8sk7oOcBrzbqgy"
+	slackTeam        = "T0TEAM"
+	slackReviewToken = "slack-token-0123456789"
+)
+
+// prompts returns what people asked in a conversation, oldest first.
+func prompts(c modeltest.Conversation) []string {
+	var out []string
+	for _, m := range c.Messages {
+		if m.Role == "user" && m.Text != "" && len(m.Results) == 0 {
+			out = append(out, m.Text)
+		}
+	}
+	return out
+}
+
+// buttonValue returns the value of the first button of a message.
+func buttonValue(t *testing.T, m slacktest.Message) string {
+	t.Helper()
+	var blocks []struct {
+		Type     string `json:"type"`
+		Elements []struct {
+			Value string `json:"value"`
+		} `json:"elements"`
+	}
+	if err := json.Unmarshal(m.Blocks, &blocks); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocks {
+		if b.Type == "actions" && len(b.Elements) > 0 {
+			return b.Elements[0].Value
+		}
+	}
+	t.Fatalf("no button in %s", m.Blocks)
+	return ""
+}
+
+// appMessages returns the app's messages in a thread, after its first.
+func appMessages(fake *slacktest.Server, channel, ts string) []slacktest.Message {
+	var out []slacktest.Message
+	for _, m := range fake.Thread(channel, ts)[1:] {
+		if m.User == "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// A Slack thread is a session: a mention starts it, a held call is
+// approved with a button (an unmapped user's click is refused), the answer
+// lands in the thread, Slack's retry starts nothing twice, and a follow-up
+// in the thread goes on with the same session.
+func TestSlackThreadIsASession(t *testing.T) {
+	fake := slacktest.New(t, slackBotToken)
+	script := func(c modeltest.Conversation) (modeltest.Turn, error) {
+		asked := prompts(c)
+		switch {
+		case len(asked) == 1 && modeltest.Turns(c) == 0:
+			return modeltest.Turn{Calls: []modeltest.Call{bash("git push origin main 2>/dev/null; echo pushed the branch")}}, nil
+		case len(asked) == 1:
+			return modeltest.Turn{Text: "Done: " + strings.TrimSpace(modeltest.Results(c)[0].Content)}, nil
+		default:
+			return modeltest.Turn{Text: fmt.Sprintf("You first asked me to %q.", asked[0])}, nil
+		}
+	}
+	listen := freeAddr(t)
+	p := startDev(t, script, map[string]string{
+		"CORRAL_REVIEWER_TOKENS":      "grace=" + graceToken + ",heidi=" + heidiToken + ",slack=" + slackReviewToken,
+		"CORRAL_SLACK_SIGNING_SECRET": slackSecret,
+		"CORRAL_SLACK_BOT_TOKEN":      slackBotToken,
+		"CORRAL_SLACK_API_URL":        fake.URL(),
+		"CORRAL_SLACK_LISTEN":         listen,
+		"CORRAL_SLACK_TENANT":         "acme",
+		"CORRAL_SLACK_REVIEWERS":      "U0GRACE:grace",
+		"CORRAL_SLACK_REVIEWER_TOKEN": slackReviewToken,
+	})
+	app := slacktest.App{URL: "http://" + listen, Secret: slackSecret, Team: slackTeam, Bot: "U0BOT"}
+	waitFor(t, 15*time.Second, func() error {
+		r, err := app.Send(slackbridge.PathEvents, "application/json", slacktest.URLVerification("ch"), time.Now())
+		if err == nil && r.Body != "ch" {
+			err = fmt.Errorf("url verification answered %d %q", r.Status, r.Body)
+		}
+		return err
+	})
+	send := func(r slacktest.Response, err error) {
+		t.Helper()
+		if err != nil || r.Status != 200 {
+			t.Fatalf("bridge answered %d %q, %v", r.Status, r.Body, err)
+		}
+	}
+
+	root := fake.Post("C1", "", "U1", "<@U0BOT> push the branch")
+	mention := app.AppMention("C1", "U1", "push the branch", root, "")
+	send(app.Event("Ev1", mention))
+	send(app.Event("Ev1", mention, "X-Slack-Retry-Num", "1", "X-Slack-Retry-Reason", "http_timeout"))
+	session := slackbridge.SessionID(slackTeam, "C1", root)
+
+	var ask slacktest.Message
+	waitFor(t, 30*time.Second, func() error {
+		for _, m := range appMessages(fake, "C1", root) {
+			if m.HasButtons() {
+				ask = m
+				return nil
+			}
+		}
+		return fmt.Errorf("no approval in the thread: %q", slacktest.Texts(appMessages(fake, "C1", root)))
+	})
+	if !strings.Contains(string(ask.Blocks), "git push origin main") {
+		t.Errorf("the approval does not show the call: %s", ask.Blocks)
+	}
+	value := buttonValue(t, ask)
+	if !strings.HasPrefix(value, session.String()+"/") {
+		t.Errorf("button value %q does not name session %s", value, session)
+	}
+
+	// Someone who is not a reviewer clicks: refused, only they are told.
+	send(app.Click("C1", "U0MALLORY", ask.TS, root, slackbridge.ActionApprove, value))
+	waitFor(t, 10*time.Second, func() error {
+		if e := fake.Ephemerals("U0MALLORY"); len(e) == 0 || !strings.Contains(e[0].Text, "not one of Corral's reviewers") {
+			return fmt.Errorf("ephemerals to U0MALLORY: %+v", e)
+		}
+		return nil
+	})
+	if _, listing := p.pending(t, "acme"); !strings.Contains(listing, "pending") {
+		t.Errorf("after a refused click the call is not pending:\n%s", listing)
+	}
+
+	// Grace approves: the call runs and the session goes on to its answer.
+	send(app.Click("C1", "U0GRACE", ask.TS, root, slackbridge.ActionApprove, value))
+	waitFor(t, 60*time.Second, func() error {
+		msgs := appMessages(fake, "C1", root)
+		texts := slacktest.Texts(msgs)
+		if len(texts) == 0 || texts[len(texts)-1] != "Done: pushed the branch" {
+			return fmt.Errorf("no answer in the thread: %q", texts)
+		}
+		return nil
+	})
+	decided, _ := fake.Message("C1", ask.TS)
+	if decided.HasButtons() || !strings.Contains(string(decided.Blocks), "Approved") || !strings.Contains(string(decided.Blocks), "grace") {
+		t.Errorf("the approval does not show who decided: %s", decided.Blocks)
+	}
+	var requested int
+	var decision *event.ApprovalDecided
+	for _, ev := range p.events(t, session) {
+		switch e := ev.(type) {
+		case *event.SessionRequested:
+			requested++
+			if e.User != "slack:U1" || e.Tenant != "acme" {
+				t.Errorf("session requested by %q in %q", e.User, e.Tenant)
+			}
+		case *event.ApprovalDecided:
+			decision = e
+		}
+	}
+	if requested != 1 {
+		t.Errorf("%d requests recorded after a retried event, want 1", requested)
+	}
+	if decision == nil || !decision.Approved || decision.Reviewer != "slack" || !strings.Contains(decision.Reason, "grace") {
+		t.Errorf("decision %+v: want approved by the bridge's reviewer, naming grace", decision)
+	}
+
+	// A follow-up in the thread continues the same session.
+	reply := fake.Post("C1", root, "U1", "<@U0BOT> what did I ask first?")
+	send(app.Event("Ev2", app.AppMention("C1", "U1", "what did I ask first?", reply, root)))
+	want := `You first asked me to "push the branch".`
+	waitFor(t, 60*time.Second, func() error {
+		texts := slacktest.Texts(appMessages(fake, "C1", root))
+		if texts[len(texts)-1] != want {
+			return fmt.Errorf("no second answer in the thread: %q", texts)
+		}
+		return nil
+	})
+	requested = 0
+	for _, ev := range p.events(t, session) {
+		if _, ok := ev.(*event.SessionRequested); ok {
+			requested++
+		}
+	}
+	if requested != 2 {
+		t.Errorf("%d requests in the session's log, want 2", requested)
+	}
+	if n := len(p.model.Requests()); n != 3 {
+		t.Errorf("the model was asked %d times, want 3", n)
+	}
+	var answers int
+	for _, m := range appMessages(fake, "C1", root) {
+		if strings.HasPrefix(m.Text, "Done: ") {
+			answers++
+		}
+	}
+	if answers != 1 {
+		t.Errorf("the first answer is in the thread %d times", answers)
+	}
+}
