@@ -1,0 +1,458 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
+	"corral.dev/pkg/policy"
+)
+
+func (e *env) batchCmd() *cobra.Command {
+	var o batchOpts
+	cmd := &cobra.Command{
+		Use:   "batch",
+		Short: "Run a file of jobs, one session each, and collect their results",
+		Long: `A batch file holds one job a line, as JSON: an "id" and a "prompt", and
+optionally "model", "tenant" and "user" (the flags give the defaults):
+
+  {"id": "fix-1", "prompt": "make the tests in /workspace pass"}
+  {"id": "sum-2", "prompt": "summarise /memories/notes.md", "model": "openai:gpt-4.1"}
+
+Each job's session is named by its tenant and id, so the file itself is the
+batch: submitting it again (after an interruption, say) starts nothing twice
+and follows the jobs still running; status and results read the sessions of
+the jobs in the file.`,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&o.nats, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
+	pf.StringVar(&o.tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "tenant of jobs that name none (CORRAL_TENANT)")
+	pf.StringVar(&o.user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "user of jobs that name none (CORRAL_USER)")
+
+	var noWait bool
+	var modelName string
+	submit := &cobra.Command{
+		Use:   "submit FILE",
+		Short: "Start a session for each job not yet started, and follow them until all end",
+		Example: `  corral batch submit jobs.jsonl
+  corral batch submit --no-wait --model openai:gpt-4.1 jobs.jsonl`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.model = modelName
+			return e.batchSubmit(cmd.Context(), o, args[0], noWait)
+		},
+	}
+	submit.Flags().BoolVar(&noWait, "no-wait", false, "submit and return without following the jobs")
+	submit.Flags().StringVar(&modelName, "model", "", "model of jobs that name none (default the harness's CORRAL_MODEL)")
+
+	var verbose bool
+	status := &cobra.Command{
+		Use:   "status FILE",
+		Short: "Count the file's jobs by status; --verbose lists each",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return e.batchStatus(cmd.Context(), o, args[0], verbose)
+		},
+	}
+	status.Flags().BoolVarP(&verbose, "verbose", "v", false, "a line per job")
+
+	var out, policyFile string
+	results := &cobra.Command{
+		Use:   "results FILE",
+		Short: "Write one JSON line per job: its status, answer, cost and error",
+		Long: `Writes one JSON line per job of FILE, in the file's order:
+
+  {"id":"fix-1","tenant":"default","session":"…","status":"completed","answer":"…",
+   "turns":3,"usage":{"input_tokens":1200,"output_tokens":300},"cost_usd":0.0081}
+
+status is completed, failed, stopped, running, pending (waiting for the
+harness) or not_submitted; a failed or stopped job has "code" and "error".
+The cost prices each model response's tokens by the policy's price table, as
+the harness does for budgets.`,
+		Example: `  corral batch results jobs.jsonl --out results.jsonl`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return e.batchResults(cmd.Context(), o, args[0], out, policyFile)
+		},
+	}
+	results.Flags().StringVarP(&out, "out", "o", "-", "file to write (- for stdout)")
+	results.Flags().StringVar(&policyFile, "policy", e.getenv("CORRAL_POLICY_FILE"), "policy file whose prices give the cost (CORRAL_POLICY_FILE; default the built-in deploy/policy.yaml)")
+
+	cmd.AddCommand(submit, status, results)
+	return cmd
+}
+
+type batchOpts struct {
+	nats, tenant, user, model string
+}
+
+// openBatch reads a batch file and connects to the platform.
+func (e *env) openBatch(ctx context.Context, o batchOpts, file string) ([]*job, jetstream.JetStream, func(), error) {
+	if err := event.CheckTenant(o.tenant); err != nil {
+		return nil, nil, nil, &exitError{2, err}
+	}
+	jobs, err := readJobsFile(file, jobDefaults{tenant: o.tenant, user: o.user, model: o.model})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	nc, js, err := e.connect(o.nats)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := checkPlatform(ctx, js, o.nats); err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	return jobs, js, nc.Close, nil
+}
+
+func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait bool) error {
+	jobs, js, closeConn, err := e.openBatch(ctx, o, file)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	events, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return err
+	}
+	info, err := events.Info(ctx)
+	if err != nil {
+		return err
+	}
+	// Following starts after the last event stored before the jobs'
+	// states are read: whatever happens to a job after its read is seen.
+	from := info.State.LastSeq + 1
+	r, err := newJobReader(ctx, js, policy.Default())
+	if err != nil {
+		return err
+	}
+	states, err := r.read(ctx, jobs)
+	if err != nil {
+		return err
+	}
+	var conflicts []string
+	for i, j := range jobs {
+		if c := states[i].conflict(j); c != "" {
+			conflicts = append(conflicts, fmt.Sprintf("line %d: job %q was submitted before with %s (session %s); give this job an id of its own", j.line, j.id, c, j.session))
+		}
+	}
+	if len(conflicts) > 0 {
+		return &exitError{1, fmt.Errorf("%s: nothing submitted:\n  %s", file, strings.Join(conflicts, "\n  "))}
+	}
+
+	submitted, before := 0, 0
+	for i, j := range jobs {
+		if states[i].status != statusNotSubmitted {
+			before++
+			continue
+		}
+		// The request's ID is its message ID: a publish repeated within
+		// the duplicate window is dropped by the server, and the harness
+		// ignores a request already in the session's log after it.
+		j.req.Time = time.Now().UTC()
+		if err := bus.Publish(ctx, js, bus.RequestSubject(j.tenant, j.session), j.req.ID.String(), &j.req); err != nil {
+			if ctx.Err() != nil {
+				return interrupted(file, submitted+before, len(jobs), "submitted")
+			}
+			return fmt.Errorf("job %q: %w", j.id, err)
+		}
+		states[i].status = statusPending
+		submitted++
+	}
+	fmt.Fprintf(e.stderr, "%s: %d jobs: %d submitted now, %d before\n", file, len(jobs), submitted, before)
+	if noWait {
+		fmt.Fprintf(e.stderr, "follow them with: corral batch status %s\n", file)
+		return nil
+	}
+	return e.followBatch(ctx, js, r.prices, file, jobs, states, from)
+}
+
+func interrupted(file string, n, total int, what string) error {
+	return &exitError{130, fmt.Errorf("interrupted with %d of %d jobs %s; run corral batch submit %s again to go on", n, total, what, file)}
+}
+
+// followBatch follows the jobs' sessions until every one has ended,
+// reporting each as it ends.
+func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, prices *policy.Policy, file string, jobs []*job, states []*jobState, from uint64) error {
+	bySession := make(map[uuid.UUID]int, len(jobs))
+	tenants := make(map[string]bool)
+	done := 0
+	for i, j := range jobs {
+		bySession[j.session] = i
+		tenants[j.tenant] = true
+		if states[i].ended() {
+			done++
+		}
+	}
+	rep := e.newBatchReport(len(jobs), done)
+	defer rep.close()
+	count := func() map[string]int {
+		n := make(map[string]int)
+		for _, st := range states {
+			n[st.status]++
+		}
+		return n
+	}
+	if done < len(jobs) {
+		var filters []string
+		for t := range tenants {
+			filters = append(filters, fmt.Sprintf("events.%s.*.session.*", t))
+		}
+		cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+			FilterSubjects:    filters,
+			DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+			OptStartSeq:       from,
+			InactiveThreshold: 5 * time.Second,
+		})
+		if err != nil {
+			return fmt.Errorf("follow the batch: %w", err)
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			return fmt.Errorf("follow the batch: %w", err)
+		}
+		defer it.Stop()
+		stop := context.AfterFunc(ctx, it.Stop)
+		defer stop()
+		for done < len(jobs) {
+			msg, err := it.Next()
+			if err != nil {
+				if ctx.Err() != nil {
+					rep.close()
+					return interrupted(file, done, len(jobs), "finished")
+				}
+				return fmt.Errorf("follow the batch: %w", err)
+			}
+			_, session, err := bus.ParseSubject(msg.Subject())
+			i, ok := bySession[session]
+			if err != nil || !ok || states[i].ended() {
+				continue
+			}
+			data, err := bus.Resolve(ctx, js, msg.Data())
+			if err != nil {
+				return fmt.Errorf("job %q: %w", jobs[i].id, err)
+			}
+			ev, err := event.Parse(data)
+			if err != nil {
+				return fmt.Errorf("job %q: %w", jobs[i].id, err)
+			}
+			states[i].apply(jobs[i], ev, prices)
+			if states[i].ended() {
+				done++
+				rep.ended(jobs[i], states[i], done, count())
+			}
+		}
+	}
+	n := count()
+	rep.close()
+	fmt.Fprintf(e.stderr, "%s: %s\n", file, summary(len(jobs), n))
+	if bad := n[statusFailed] + n[statusStopped]; bad > 0 {
+		return &exitError{1, fmt.Errorf("%d of %d jobs did not complete; corral batch results %s says why", bad, len(jobs), file)}
+	}
+	return nil
+}
+
+// summary counts jobs by status, those that ended first.
+func summary(total int, n map[string]int) string {
+	s := fmt.Sprintf("%d jobs: %d completed, %d failed", total, n[statusCompleted], n[statusFailed])
+	for _, k := range []string{statusStopped, statusRunning, statusPending, statusNotSubmitted} {
+		if n[k] > 0 {
+			s += fmt.Sprintf(", %d %s", n[k], k)
+		}
+	}
+	return s
+}
+
+// batchReport shows a batch's progress: a bar on a terminal, a line per
+// finished job elsewhere.
+type batchReport struct {
+	w      io.Writer
+	total  int
+	bar    *progressbar.ProgressBar
+	closed bool
+}
+
+func (e *env) newBatchReport(total, done int) *batchReport {
+	r := &batchReport{w: e.stderr, total: total}
+	if f, ok := e.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		r.bar = progressbar.NewOptions(total,
+			progressbar.OptionSetWriter(f),
+			progressbar.OptionSetDescription("jobs"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetElapsedTime(true),
+			progressbar.OptionSetPredictTime(false),
+			progressbar.OptionFullWidth(),
+		)
+		_ = r.bar.Set(done)
+		return r
+	}
+	fmt.Fprintf(r.w, "[%d/%d] finished\n", done, total)
+	return r
+}
+
+// ended reports that job j ended, the done'th of the batch.
+func (r *batchReport) ended(j *job, st *jobState, done int, n map[string]int) {
+	line := fmt.Sprintf("%s: %s", j.id, st.status)
+	if st.code != "" {
+		line += " (" + st.code + ")"
+	}
+	line += prefixed(": ", oneLine(st.reason, 200))
+	if r.bar == nil {
+		fmt.Fprintf(r.w, "[%d/%d] %s\n", done, r.total, line)
+		return
+	}
+	if st.status != statusCompleted {
+		// A failure stays on screen above the bar.
+		_ = r.bar.Clear()
+		fmt.Fprintln(r.w, line)
+	}
+	if bad := n[statusFailed] + n[statusStopped]; bad > 0 {
+		r.bar.Describe(fmt.Sprintf("jobs (%d failed)", bad))
+	}
+	_ = r.bar.Set(done)
+}
+
+func (r *batchReport) close() {
+	if r.bar != nil && !r.closed {
+		_ = r.bar.Exit()
+		fmt.Fprintln(r.w)
+	}
+	r.closed = true
+}
+
+func (e *env) batchStatus(ctx context.Context, o batchOpts, file string, verbose bool) error {
+	jobs, js, closeConn, err := e.openBatch(ctx, o, file)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	r, err := newJobReader(ctx, js, policy.Default())
+	if err != nil {
+		return err
+	}
+	states, err := r.read(ctx, jobs)
+	if err != nil {
+		return err
+	}
+	n := make(map[string]int)
+	for _, st := range states {
+		n[st.status]++
+	}
+	fmt.Fprintf(e.stdout, "%d jobs: %d pending, %d running, %d completed, %d failed", len(jobs),
+		n[statusPending], n[statusRunning], n[statusCompleted], n[statusFailed])
+	for _, k := range []string{statusStopped, statusNotSubmitted} {
+		if n[k] > 0 {
+			fmt.Fprintf(e.stdout, ", %d %s", n[k], k)
+		}
+	}
+	fmt.Fprintln(e.stdout)
+	if !verbose {
+		return nil
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tSESSION\tSTATUS\tDETAIL")
+	for i, j := range jobs {
+		st := states[i]
+		detail := oneLine(st.answer, 80)
+		if st.reason != "" {
+			detail = oneLine(st.reason, 120)
+			if st.code != "" {
+				detail = st.code + ": " + detail
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", j.id, j.session, st.status, detail)
+	}
+	return w.Flush()
+}
+
+// jobResult is a line of `corral batch results`.
+type jobResult struct {
+	ID      string      `json:"id"`
+	Tenant  string      `json:"tenant"`
+	Session uuid.UUID   `json:"session"`
+	Status  string      `json:"status"`
+	Answer  string      `json:"answer,omitempty"`
+	Turns   int         `json:"turns"`
+	Usage   model.Usage `json:"usage"`
+	CostUSD float64     `json:"cost_usd"`
+	Code    string      `json:"code,omitempty"`
+	Error   string      `json:"error,omitempty"`
+}
+
+func (e *env) batchResults(ctx context.Context, o batchOpts, file, out, policyFile string) error {
+	prices := policy.Default()
+	if policyFile != "" {
+		var err error
+		if prices, err = policy.Load(policyFile); err != nil {
+			return &exitError{2, err}
+		}
+	}
+	jobs, js, closeConn, err := e.openBatch(ctx, o, file)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	r, err := newJobReader(ctx, js, prices)
+	if err != nil {
+		return err
+	}
+	states, err := r.read(ctx, jobs)
+	if err != nil {
+		return err
+	}
+	var lines []byte
+	for i, j := range jobs {
+		st := states[i]
+		b, err := json.Marshal(jobResult{
+			ID: j.id, Tenant: j.tenant, Session: j.session, Status: st.status, Answer: st.answer,
+			Turns: st.turns, Usage: st.usage, CostUSD: st.costUSD, Code: st.code, Error: st.reason,
+		})
+		if err != nil {
+			return err
+		}
+		lines = append(append(lines, b...), '\n')
+	}
+	if out == "-" || out == "" {
+		_, err := e.stdout.Write(lines)
+		return err
+	}
+	return writeFileAtomic(out, lines)
+}
+
+// writeFileAtomic writes data to path through a temporary file beside it,
+// so that an interrupted write leaves the old file whole.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	merr := f.Chmod(0o644)
+	cerr := f.Close()
+	if err := errors.Join(werr, merr, cerr); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,311 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
+	"corral.dev/pkg/policy"
+	"corral.dev/schemas"
+)
+
+// batchNamespace is the UUID namespace of batch jobs' session IDs. A job's
+// session and request IDs are derived from its tenant and ID (UUIDv5, not
+// the usual v7), so that submitting a file again finds the sessions it
+// started instead of starting new ones.
+var batchNamespace = uuid.MustParse("5c1b8f0e-3d2a-4f6b-9a7e-0c4d2e8b1f63")
+
+// maxJobID is the longest job ID, in bytes.
+const maxJobID = 256
+
+// job is one line of a batch file.
+type job struct {
+	line    int
+	id      string
+	tenant  string
+	session uuid.UUID
+	// req is the request that starts the job's session; its ID doubles
+	// as the message ID.
+	req event.Request
+}
+
+// jobLine is what a line of a batch file may hold.
+type jobLine struct {
+	ID     string `json:"id"`
+	Prompt string `json:"prompt"`
+	Model  string `json:"model"`
+	Tenant string `json:"tenant"`
+	User   string `json:"user"`
+}
+
+// jobDefaults fill what a line leaves out.
+type jobDefaults struct{ tenant, user, model string }
+
+// jobSession returns the session and request IDs of job id in tenant.
+// A tenant holds no newline, so tenant and id cannot run into each other.
+func jobSession(tenant, id string) (session, request uuid.UUID) {
+	session = uuid.NewSHA1(batchNamespace, []byte(tenant+"\n"+id))
+	return session, uuid.NewSHA1(session, []byte("request"))
+}
+
+// readJobsFile reads a batch file; see [readJobs].
+func readJobsFile(path string, d jobDefaults) ([]*job, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &exitError{2, err}
+	}
+	defer f.Close()
+	jobs, err := readJobs(f, d)
+	if err != nil {
+		return nil, &exitError{2, fmt.Errorf("%s: %w", path, err)}
+	}
+	return jobs, nil
+}
+
+// maxLineErrors is how many bad lines a refusal lists.
+const maxLineErrors = 20
+
+// readJobs reads a batch file: one JSON object a line, with an id and a
+// prompt, and optionally a model, tenant and user; blank lines are
+// skipped. Each job's request is checked against the request schema. A
+// file with any bad line, or two lines with one id, is refused whole, with
+// the line number of each problem.
+func readJobs(r io.Reader, d jobDefaults) ([]*job, error) {
+	br := bufio.NewReader(r)
+	var jobs []*job
+	var problems []string
+	seen := make(map[string]int)
+	for n := 1; ; n++ {
+		raw, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(raw)) > 0 {
+			j, perr := parseJob(n, raw, d)
+			switch {
+			case perr != nil:
+				problems = append(problems, fmt.Sprintf("line %d: %v", n, perr))
+			case seen[j.id] != 0:
+				problems = append(problems, fmt.Sprintf("line %d: id %q repeats line %d", n, j.id, seen[j.id]))
+			default:
+				seen[j.id] = n
+				jobs = append(jobs, j)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(problems) > 0 {
+		if len(problems) > maxLineErrors {
+			problems = append(problems[:maxLineErrors], fmt.Sprintf("and %d more", len(problems)-maxLineErrors))
+		}
+		return nil, fmt.Errorf("nothing submitted:\n  %s", strings.Join(problems, "\n  "))
+	}
+	if len(jobs) == 0 {
+		return nil, errors.New("no jobs in the file")
+	}
+	return jobs, nil
+}
+
+func parseJob(n int, raw []byte, d jobDefaults) (*job, error) {
+	var l jobLine
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &syn):
+			return nil, fmt.Errorf("not JSON: %v", err)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return nil, errors.New("not JSON: it ends too soon")
+		case errors.As(err, &typ) && typ.Field != "":
+			return nil, fmt.Errorf("%s: got %s, want %s", typ.Field, typ.Value, typ.Type)
+		case errors.As(err, &typ):
+			return nil, fmt.Errorf("got %s, want an object", typ.Value)
+		}
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if dec.More() {
+		return nil, errors.New("more than one JSON value")
+	}
+	switch {
+	case strings.TrimSpace(l.ID) == "":
+		return nil, errors.New("id: missing")
+	case len(l.ID) > maxJobID:
+		return nil, fmt.Errorf("id: %d bytes; the limit is %d", len(l.ID), maxJobID)
+	case strings.TrimSpace(l.Prompt) == "":
+		return nil, fmt.Errorf("job %q: prompt: missing", l.ID)
+	}
+	j := &job{line: n, id: l.ID, tenant: or(l.Tenant, d.tenant)}
+	if err := event.CheckTenant(j.tenant); err != nil {
+		return nil, fmt.Errorf("job %q: tenant: %v", l.ID, err)
+	}
+	var reqID uuid.UUID
+	j.session, reqID = jobSession(j.tenant, j.id)
+	j.req = event.Request{
+		Header: event.NewHeader(event.TypeRequest, j.tenant, j.session),
+		User:   or(l.User, d.user),
+		Model:  or(l.Model, d.model),
+		Prompt: l.Prompt,
+	}
+	j.req.ID = reqID
+	data, err := json.Marshal(&j.req)
+	if err != nil {
+		return nil, err
+	}
+	if err := schemas.Validate(event.TypeRequest, data); err != nil {
+		return nil, fmt.Errorf("job %q: %v", l.ID, err)
+	}
+	return j, nil
+}
+
+// Job statuses.
+const (
+	statusNotSubmitted = "not_submitted"
+	statusPending      = "pending"
+	statusRunning      = "running"
+	statusCompleted    = "completed"
+	statusFailed       = "failed"
+	statusStopped      = "stopped"
+)
+
+// jobState is a job as its session's log tells it.
+type jobState struct {
+	status string
+	// requested is the job's own request as the session recorded it.
+	requested *event.SessionRequested
+	answer    string
+	code      string
+	reason    string
+	usage     model.Usage
+	turns     int
+	costUSD   float64
+}
+
+// ended reports whether the job's session has come to an end.
+func (s *jobState) ended() bool {
+	switch s.status {
+	case statusCompleted, statusFailed, statusStopped:
+		return true
+	}
+	return false
+}
+
+// apply folds one event of the job's session into its state.
+func (s *jobState) apply(j *job, ev any, prices *policy.Policy) {
+	switch ev := ev.(type) {
+	case *event.SessionRequested:
+		s.status = statusRunning
+		if ev.Request == j.req.ID {
+			s.requested = ev
+		}
+	case *event.ModelResponded:
+		s.turns++
+		s.usage.InputTokens += ev.Usage.InputTokens
+		s.usage.OutputTokens += ev.Usage.OutputTokens
+		s.costUSD += prices.Cost(ev.Model, ev.Usage)
+	case *event.SessionCompleted:
+		s.status, s.answer, s.code, s.reason = statusCompleted, ev.Answer, "", ""
+	case *event.SessionFailed:
+		s.status, s.code, s.reason = statusFailed, ev.Code, ev.Reason
+	case *event.SessionStopped:
+		s.status, s.code, s.reason = statusStopped, "", "stopped by "+ev.By+prefixed(": ", ev.Reason)
+	}
+}
+
+// conflict says how the job differs from the request its session
+// recorded, when the session was started by another job with the same id.
+func (s *jobState) conflict(j *job) string {
+	r := s.requested
+	switch {
+	case r == nil:
+		return ""
+	case r.Prompt != j.req.Prompt:
+		return "a different prompt"
+	case r.User != j.req.User:
+		return "user " + r.User
+	case j.req.Model != "" && r.Model != j.req.Model:
+		return "model " + r.Model
+	}
+	return ""
+}
+
+// jobReader reads jobs' states from the platform.
+type jobReader struct {
+	js       jetstream.JetStream
+	requests jetstream.Stream
+	prices   *policy.Policy
+}
+
+func newJobReader(ctx context.Context, js jetstream.JetStream, prices *policy.Policy) (*jobReader, error) {
+	requests, err := js.Stream(ctx, bus.StreamRequests)
+	if err != nil {
+		return nil, fmt.Errorf("look up %s: %w", bus.StreamRequests, err)
+	}
+	return &jobReader{js: js, requests: requests, prices: prices}, nil
+}
+
+// read returns the state of every job, in order, reading several sessions'
+// logs at a time.
+func (r *jobReader) read(ctx context.Context, jobs []*job) ([]*jobState, error) {
+	out := make([]*jobState, len(jobs))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, j := range jobs {
+		g.Go(func() error {
+			st, err := r.readOne(ctx, j)
+			out[i] = st
+			return err
+		})
+	}
+	return out, g.Wait()
+}
+
+func (r *jobReader) readOne(ctx context.Context, j *job) (*jobState, error) {
+	msgs, err := bus.ReadAll(ctx, r.js, bus.StreamEvents, bus.SessionEvents(j.tenant, j.session))
+	if err != nil {
+		return nil, fmt.Errorf("job %q: %w", j.id, err)
+	}
+	st := &jobState{status: statusNotSubmitted}
+	if len(msgs) == 0 {
+		// Not in the log yet: its request may still wait for the harness.
+		rctx, cancel := bus.Bound(ctx)
+		defer cancel()
+		_, err := r.requests.GetLastMsgForSubject(rctx, bus.RequestSubject(j.tenant, j.session))
+		switch {
+		case err == nil:
+			st.status = statusPending
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil, fmt.Errorf("job %q: %w", j.id, err)
+		}
+		return st, nil
+	}
+	for _, m := range msgs {
+		ev, err := event.Parse(m.Data)
+		if err != nil {
+			return nil, fmt.Errorf("job %q: seq %d: %w", j.id, m.StreamSeq, err)
+		}
+		st.apply(j, ev, r.prices)
+	}
+	if st.status == statusNotSubmitted {
+		// Events but no request: the harness refused it, or the session
+		// holds only what others recorded so far.
+		st.status = statusPending
+	}
+	return st, nil
+}
