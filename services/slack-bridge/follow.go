@@ -156,11 +156,13 @@ func (s *Service) handle(ctx context.Context, t *thread, ev any, seq, pending ui
 			t.Approvals[e.Call] = approvalMsg{TS: ts, Text: text}
 		}
 	case *event.ApprovalDecided:
+		waiting := len(t.Approvals)
 		if a, ok := t.Approvals[e.Call]; ok {
+			waiting--
 			err = s.slack.update(ctx, message{Channel: t.Channel, TS: a.TS, Text: "Approval decided",
 				Blocks: decidedBlocks(a.Text, decisionText(e.Approved, e.Reviewer, e.Reason))})
 		}
-		if err == nil && t.Status != "" && t.Busy && len(t.Approvals) <= 1 {
+		if err == nil && t.Status != "" && t.Busy && waiting == 0 {
 			err = s.status(ctx, t, "working")
 		}
 		change = func(t *thread) { delete(t.Approvals, e.Call) }
