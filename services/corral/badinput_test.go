@@ -112,7 +112,7 @@ func TestMalformedRequestsAreRefusedAndRecorded(t *testing.T) {
 				}
 				return context.DeadlineExceeded
 			})
-			if failed.Code != event.CodeInvalidRequest || !strings.Contains(failed.Reason, tc.want) {
+			if failed.Code != event.CodeInvalidRequest || !strings.HasPrefix(failed.Reason, "invalid request: ") || !strings.Contains(failed.Reason, tc.want) {
 				t.Errorf("failure = %s %q, want %s mentioning %q", failed.Code, failed.Reason, event.CodeInvalidRequest, tc.want)
 			}
 		})

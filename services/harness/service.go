@@ -167,7 +167,20 @@ func (s *Service) refuseRequest(ctx context.Context, m bus.Msg, reason error) er
 	if len(evs) > 0 {
 		return nil
 	}
-	return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, reason.Error(), "refused:"+m.MsgID)
+	return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, withoutClass(reason).Error(), "refused:"+m.MsgID)
+}
+
+// withoutClass returns what a [bus.Permanent] error wraps: the requester
+// wants to know what is wrong, not how the consumer classed it.
+func withoutClass(err error) error {
+	if u, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range u.Unwrap() {
+			if !errors.Is(e, bus.ErrPermanent) {
+				return e
+			}
+		}
+	}
+	return err
 }
 
 // failSession returns a give-up hook recording a failure in the session the
