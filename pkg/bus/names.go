@@ -29,6 +29,8 @@ const (
 	BucketApprovals  = "approvals"
 	BucketUsage      = "usage"
 	BucketWorkspaces = "workspaces"
+	BucketNodes      = "nodes"
+	BucketPlacements = "placements"
 )
 
 // Durable consumer names, <service>-<purpose>.
@@ -77,6 +79,12 @@ func SessionEvents(tenant string, session uuid.UUID) string {
 	return fmt.Sprintf("events.%s.%s.>", tenant, session)
 }
 
+// SessionLifecycle is the filter matching a session's lifecycle events:
+// requested, completed, stopped, failed.
+func SessionLifecycle(tenant string, session uuid.UUID) string {
+	return fmt.Sprintf("events.%s.%s.session.>", tenant, session)
+}
+
 // ToolSubject is the work-queue subject of a call to a tool service.
 func ToolSubject(service, tenant string, session uuid.UUID) string {
 	return fmt.Sprintf("tools.%s.%s.%s", service, tenant, session)
@@ -85,6 +93,19 @@ func ToolSubject(service, tenant string, session uuid.UUID) string {
 // ToolFilter matches every call to a tool service.
 func ToolFilter(service string) string {
 	return fmt.Sprintf("tools.%s.>", service)
+}
+
+// NodeSubject is where a sandbox-manager node takes the calls of the
+// sessions placed on it, forwarded by the node that received them
+// (core NATS request-reply: the call's durable message stays with the
+// forwarder until the result is recorded).
+func NodeSubject(node string) string {
+	return "sandbox.node." + node
+}
+
+// PlacementKey is a session's key in [BucketPlacements].
+func PlacementKey(tenant string, session uuid.UUID) string {
+	return tenant + "." + session.String()
 }
 
 func deadLetterSubject(stream, consumer string) string {
@@ -153,6 +174,16 @@ const LeaseTTL = 5 * time.Second
 // their work queue only while some sandbox-manager is down.
 const CallMarkerTTL = 7 * 24 * time.Hour
 
+// NodeLeaseTTL is how long a sandbox-manager node's lease lasts unless
+// renewed. Sessions placed on a node that died move to another after at
+// most this long.
+const NodeLeaseTTL = 6 * time.Second
+
+// PlacementTTL is how long a session's placement is kept. A session whose
+// placement expired is placed afresh at its next call; its workspace comes
+// from its snapshot wherever it lands.
+const PlacementTTL = 30 * 24 * time.Hour
+
 var buckets = []jetstream.KeyValueConfig{
 	{
 		Bucket:      BucketLeases,
@@ -169,6 +200,24 @@ var buckets = []jetstream.KeyValueConfig{
 		Bucket:      BucketCalls,
 		Description: "tool calls started: call ID -> sandbox-manager instance",
 		TTL:         CallMarkerTTL,
+		Storage:     jetstream.FileStorage,
+		History:     1,
+	},
+	{
+		// Each live sandbox-manager node, renewed every NodeLeaseTTL/3.
+		Bucket:      BucketNodes,
+		Description: "sandbox-manager nodes alive: node -> instance",
+		TTL:         NodeLeaseTTL,
+		Storage:     jetstream.FileStorage,
+		History:     1,
+	},
+	{
+		// Which node a session's sandbox lives on. Valid while that
+		// node's lease in BucketNodes is; another node takes the session
+		// over (compare-and-set on the revision) once it is not.
+		Bucket:      BucketPlacements,
+		Description: "sandbox placements: <tenant>.<session> -> node",
+		TTL:         PlacementTTL,
 		Storage:     jetstream.FileStorage,
 		History:     1,
 	},

@@ -1,13 +1,16 @@
 package sandboxmanager
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
-
+	"crypto/rand"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config is the sandbox-manager's configuration, read from the environment
@@ -35,8 +38,13 @@ type Config struct {
 	// MaxSuspended caps the suspended sandboxes; past it the one
 	// suspended longest is stopped (CORRAL_SANDBOX_MAX_SUSPENDED).
 	MaxSuspended int
-	// Instance names this sandbox-manager in call marks.
+	// Instance names this sandbox-manager process in call marks.
 	Instance string
+	// Node names this sandbox-manager in placements: the sessions whose
+	// sandboxes live here (CORRAL_SANDBOX_NODE; default a name made once
+	// and kept in DataDir/node, so a restart over the same data directory
+	// is the same node, with its sessions' workspaces).
+	Node string
 	// ShutdownGrace is how long running calls may finish at shutdown
 	// before they are killed (CORRAL_SHUTDOWN_GRACE, a Go duration).
 	ShutdownGrace time.Duration
@@ -56,6 +64,14 @@ type Config struct {
 	// that may change it, so that any node can take a session over
 	// (CORRAL_SANDBOX_SNAPSHOTS=off turns them off).
 	Snapshots bool
+	// ReapInterval is how often the reaper looks for workspaces no
+	// session needs (CORRAL_SANDBOX_REAP_INTERVAL, default 10m); it also
+	// runs at start.
+	ReapInterval time.Duration
+	// WorkspaceTTL is how long a workspace with no call stays here when
+	// snapshots are on (CORRAL_SANDBOX_WORKSPACE_TTL, default 168h): the
+	// session's next call restores it from its snapshot.
+	WorkspaceTTL time.Duration
 	// Metrics is where the service's metrics are registered (none are
 	// served when nil).
 	Metrics prometheus.Registerer
@@ -71,9 +87,14 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		Concurrency:    32,
 		DefaultTimeout: 2 * time.Minute,
 		ShutdownGrace:  10 * time.Second,
+		ReapInterval:   10 * time.Minute,
+		WorkspaceTTL:   7 * 24 * time.Hour,
 	}
 	host, _ := os.Hostname()
 	cfg.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())
+	if cfg.Node = getenv("CORRAL_SANDBOX_NODE"); cfg.Node != "" && !nodeRE.MatchString(cfg.Node) {
+		return Config{}, fmt.Errorf("CORRAL_SANDBOX_NODE=%q: want lower-case letters, digits, - and _ (at most 63)", cfg.Node)
+	}
 	if cfg.NATSURL == "" {
 		cfg.NATSURL = "nats://127.0.0.1:4222"
 	}
@@ -104,6 +125,8 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}{
 		{"CORRAL_SANDBOX_IDLE_TIMEOUT", &cfg.IdleTimeout},
 		{"CORRAL_SANDBOX_STOP_TIMEOUT", &cfg.StopTimeout},
+		{"CORRAL_SANDBOX_REAP_INTERVAL", &cfg.ReapInterval},
+		{"CORRAL_SANDBOX_WORKSPACE_TTL", &cfg.WorkspaceTTL},
 	} {
 		if s := getenv(v.name); s != "" {
 			d, err := time.ParseDuration(s)
@@ -154,6 +177,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			*v.to = n
 		}
 	}
+	if cfg.Node == "" {
+		node, err := nodeName(cfg.DataDir)
+		if err != nil {
+			return Config{}, err
+		}
+		cfg.Node = node
+	}
 	if s := getenv("CORRAL_SHUTDOWN_GRACE"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
@@ -162,6 +192,33 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		cfg.ShutdownGrace = d
 	}
 	return cfg, nil
+}
+
+var nodeRE = regexp.MustCompile(`^[a-z0-9_-]{1,63}$`)
+
+// nodeName returns the node name kept in dir/node, making one if there is
+// none.
+func nodeName(dir string) (string, error) {
+	file := filepath.Join(dir, "node")
+	if b, err := os.ReadFile(file); err == nil {
+		if name := strings.TrimSpace(string(b)); nodeRE.MatchString(name) {
+			return name, nil
+		}
+		return "", fmt.Errorf("%s holds %q, not a node name: remove it to have a new one made", file, b)
+	}
+	host, _ := os.Hostname()
+	host = strings.Trim(regexp.MustCompile(`[^a-z0-9-]+`).ReplaceAllString(strings.ToLower(host), "-"), "-")
+	name := strings.ToLower(rand.Text()[:8])
+	if host != "" {
+		name = host[:min(len(host), 40)] + "-" + name
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("CORRAL_DATA_DIR: %w", err)
+	}
+	if err := os.WriteFile(file, []byte(name+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("keep the node name: %w", err)
+	}
+	return name, nil
 }
 
 // DefaultDataDir is the per-user directory Corral keeps its state in:

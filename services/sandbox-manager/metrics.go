@@ -15,6 +15,10 @@ type serviceMetrics struct {
 	calls  *prometheus.HistogramVec // by tool and outcome
 	// snapshots and restores time the workspace's captures and restores.
 	snapshots, restores prometheus.Histogram
+	// forwarded counts calls run by the node their session is placed on.
+	forwarded prometheus.Counter
+	// reaped counts workspaces the reaper removed, by why.
+	reaped *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
@@ -40,6 +44,14 @@ func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
 		Help:    "Workspaces restored from their snapshot (the session moved here, or this node restarted), and how long it took.",
 		Buckets: metrics.Seconds,
 	})
+	m.forwarded = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "corral_sandbox_forwarded_calls_total",
+		Help: "Calls received here and run by the node their session is placed on.",
+	})
+	m.reaped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "corral_sandbox_workspaces_reaped_total",
+		Help: "Workspaces the reaper removed, by why: no_session, ended, moved (to another node) or idle.",
+	}, []string{"why"})
 	sandboxes := func(state string) prometheus.GaugeFunc {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "corral_sandbox_sandboxes",
@@ -60,7 +72,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
 			return float64(max(len(dirs)-live, 0))
 		})
 	}
-	reg.MustRegister(m.starts, m.calls, m.snapshots, m.restores, sandboxes("running"), sandboxes("suspended"), sandboxes("stopped"))
+	reg.MustRegister(m.forwarded, m.reaped, m.starts, m.calls, m.snapshots, m.restores, sandboxes("running"), sandboxes("suspended"), sandboxes("stopped"))
 	return m
 }
 

@@ -34,6 +34,8 @@ type Service struct {
 	stops    stops
 	metrics  *serviceMetrics
 	snaps    *snapshots // nil when snapshots are off
+	place    *placement
+	events   jetstream.Stream
 }
 
 // New returns a sandbox-manager using js, whose streams [bus.Setup] has
@@ -48,7 +50,11 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("open object store %s: %w", bus.BucketSkills, err)
 	}
-	s := &Service{cfg: cfg, js: js, calls: calls, skills: skills, log: log.With("service", "sandbox-manager")}
+	events, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", bus.StreamEvents, err)
+	}
+	s := &Service{cfg: cfg, js: js, calls: calls, skills: skills, events: events, log: log.With("service", "sandbox-manager")}
 	reg := cfg.Metrics
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -80,6 +86,10 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		}
 		s.snaps = newSnapshots(store)
 	}
+	if s.place, err = newPlacement(ctx, js, cfg.Node, cfg.Instance, s.log); err != nil {
+		d.Close()
+		return nil, err
+	}
 	if ok, why := d.ProcessesConfined(); !ok {
 		s.log.WarnContext(ctx, "each sandbox's processes are not capped by a pids cgroup, so a fork bomb in one can starve the host; run the sandbox-manager as root or give it a cgroup subtree", "why", why)
 	}
@@ -89,10 +99,15 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 // Run consumes tool calls until ctx is done, then lets running calls finish
 // for a grace period.
 func (s *Service) Run(ctx context.Context) error {
-	s.log.InfoContext(ctx, "sandbox-manager started", "data_dir", s.cfg.DataDir)
+	s.log.InfoContext(ctx, "sandbox-manager started", "data_dir", s.cfg.DataDir, "node", s.cfg.Node)
 	wctx, stopWatching := context.WithCancel(ctx)
 	watched := make(chan error, 1)
 	go func() { watched <- s.watchStops(wctx) }()
+	served := make(chan error, 1)
+	go func() { served <- s.serveForwarded(ctx) }()
+	leased, reaped := make(chan struct{}), make(chan struct{})
+	go func() { s.place.keepAlive(wctx); close(leased) }()
+	go func() { s.reap(wctx); close(reaped) }()
 	err := bus.Consume(ctx, s.js, bus.Consumer{
 		Stream: bus.StreamTools,
 		Config: jetstream.ConsumerConfig{
@@ -103,14 +118,17 @@ func (s *Service) Run(ctx context.Context) error {
 		// A call may wait for its session's earlier calls, and then run
 		// up to the longest Bash timeout, which kills it first.
 		Timeout:  3*tool.MaxTimeoutMillis*time.Millisecond + time.Minute,
-		Handler:  bus.Decode(s.handleCall),
+		Handler:  s.handleCall,
 		OnGiveUp: bus.GiveUpCall(s.js, "sandbox"),
 		Grace:    s.cfg.ShutdownGrace,
 		Logger:   s.log,
 	})
+	serr := <-served
 	stopWatching()
 	werr := <-watched
+	<-leased
+	<-reaped
 	// No call is running once Consume returns: stop every sandbox.
 	s.driver.Close()
-	return errors.Join(err, werr)
+	return errors.Join(err, serr, werr)
 }

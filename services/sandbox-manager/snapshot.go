@@ -215,6 +215,15 @@ func (s *snapshots) current(session uuid.UUID, seq uint64) bool {
 	return s.seq[session] == seq
 }
 
+// known reports whether the node knows which snapshot the local
+// workspace matches.
+func (s *snapshots) known(session uuid.UUID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.seq[session]
+	return ok
+}
+
 // restore replaces the workspace dir with the session's last snapshot.
 func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUID, dir string) (uint64, error) {
 	data, err := s.store.GetBytes(ctx, manifestName(tenant, session))
@@ -276,6 +285,14 @@ func (s *snapshots) fetch(ctx context.Context, root *os.Root, p string, f fileEn
 		return err
 	}
 	return out.Close()
+}
+
+// drop deletes a session's snapshot manifest. The files it names stay:
+// other snapshots may name them too.
+func (s *snapshots) drop(ctx context.Context, tenant string, session uuid.UUID) {
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	_ = s.store.Delete(rctx, manifestName(tenant, session))
 }
 
 // forget drops what the node knows of a session whose workspace is gone.

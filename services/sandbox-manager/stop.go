@@ -200,6 +200,7 @@ func (s *Service) apply(ev any) {
 			s.log.Warn("destroy sandbox", "session", h.Session, "err", err)
 			return
 		}
+		s.place.release(context.Background(), h.Tenant, h.Session)
 		s.log.Info("sandbox destroyed", "session", h.Session, "why", why)
 	}()
 }

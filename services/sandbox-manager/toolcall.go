@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -31,18 +32,45 @@ func repeatable(name string) bool {
 	return false
 }
 
-// handleCall runs one tool call and records its result. A call whose result
-// is recorded already is not run again. A call that is not repeatable is
-// marked as started in the calls bucket before it runs; one that finds its
-// mark without a result was interrupted, and is reported as interrupted
-// instead of being run twice.
-func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
+// handleCall takes one tool call from the shared queue: it runs it here if
+// its session is placed here (or placed nowhere yet, or on a node that is
+// gone), and forwards it to the node its session is placed on otherwise.
+func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
+	var c event.ToolCall
+	if err := json.Unmarshal(m.Data, &c); err != nil {
+		return bus.Permanent(fmt.Errorf("decode %s: %w", m.Subject, err))
+	}
+	if err := s.checkCall(&c); err != nil {
+		return err
+	}
+	owner, fresh, err := s.place.route(ctx, c.Tenant, c.Session)
+	if err != nil {
+		return err
+	}
+	if owner != "" {
+		return s.forward(ctx, owner, m)
+	}
+	return s.runHere(ctx, &c, m.Delivered > 1, fresh)
+}
+
+func (s *Service) checkCall(c *event.ToolCall) error {
 	if c.Type != event.TypeToolCall {
 		return bus.Permanent(fmt.Errorf("message type %q is not %s", c.Type, event.TypeToolCall))
 	}
 	if err := event.CheckTenant(c.Tenant); err != nil {
 		return bus.Permanent(err)
 	}
+	return nil
+}
+
+// runHere runs one tool call of a session placed here and records its
+// result. A call whose result is recorded already is not run again. A call
+// that is not repeatable is marked as started in the calls bucket before
+// it runs; one that finds its mark without a result was interrupted, and
+// is reported as interrupted instead of being run twice. redelivered says
+// the call was delivered before; fresh, that the session was not known to
+// be here before it.
+func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, fresh bool) error {
 	res := event.ToolCompleted{
 		Header:  event.NewHeader(event.TypeToolCompleted, c.Tenant, c.Session),
 		Call:    c.Call,
@@ -61,7 +89,7 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 	if repeatable(c.Name) {
 		// Safe to run twice, so not marked: a copy delivered again runs
 		// again, unless its result is recorded already.
-		if m, ok := bus.Delivery(ctx); ok && m.Delivered > 1 {
+		if redelivered {
 			done, err := s.recorded(ctx, c)
 			if err != nil || done {
 				return err
@@ -88,7 +116,7 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 		res.Output, res.IsError = "Error: "+err.Error(), true
 		return s.record(ctx, &res)
 	}
-	moved, err := s.syncWorkspace(ctx, c)
+	moved, err := s.syncWorkspace(ctx, c, fresh)
 	if err != nil {
 		return err
 	}
@@ -127,6 +155,9 @@ func (s *Service) handleCall(ctx context.Context, c *event.ToolCall) error {
 	if moved != "" {
 		res.Output = moved + "\n" + res.Output
 	}
+	// The reaper keeps a workspace while its session uses it.
+	now := time.Now()
+	_ = os.Chtimes(s.driver.Workspace(c.Tenant, c.Session), now, now)
 	if !repeatable(c.Name) || c.Name == tool.Write {
 		// The call may have changed files: snapshot the workspace, and
 		// hold it to its size limit, in one walk over it.
@@ -193,9 +224,10 @@ func workspaceSize(dir string) int64 {
 // syncWorkspace brings the session's workspace here up to its last
 // snapshot when it is behind: the session ran on another node since (which
 // may have died), or this one restarted. It returns a note for the model
-// when it restored one.
-func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall) (string, error) {
-	if s.snaps == nil {
+// when it restored one. A session that stayed placed here since this node
+// took its last snapshot is not behind: no other node ran it.
+func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, fresh bool) (string, error) {
+	if s.snaps == nil || !fresh && s.snaps.known(c.Session) {
 		return "", nil
 	}
 	seq, err := s.snaps.latest(ctx, c.Tenant, c.Session)

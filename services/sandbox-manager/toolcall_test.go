@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,29 +39,51 @@ func waitFor(t *testing.T, timeout time.Duration, f func() error) {
 func start(t *testing.T) (jetstream.JetStream, Config) {
 	t.Helper()
 	_, _, js := natstest.Run(t)
-	cfg, err := LoadConfig(func(k string) string {
-		if k == "CORRAL_DATA_DIR" {
-			return t.TempDir()
-		}
-		return ""
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, _ := startNode(t, js, nil)
+	return js, svc.cfg
+}
+
+// startNode runs a sandbox-manager on js with a data directory of its
+// own and the settings in env, until the returned func or the test's end
+// stops it.
+func startNode(t *testing.T, js jetstream.JetStream, env map[string]string) (*Service, func()) {
+	t.Helper()
+	svc := newNode(t, js, env)
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := New(ctx, cfg, js, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return svc, stop
+}
+
+// newNode returns a sandbox-manager on js with a data directory of its
+// own and the settings in env, not yet running.
+func newNode(t *testing.T, js jetstream.JetStream, env map[string]string) *Service {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, err := LoadConfig(func(k string) string {
+		if k == "CORRAL_DATA_DIR" && env[k] == "" {
+			return dir
 		}
+		return env[k]
 	})
-	return js, cfg
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(context.Background(), cfg, js, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
 }
 
 // dispatch puts a call on the queue under msgID, as a harness would.

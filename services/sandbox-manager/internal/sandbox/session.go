@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // session is the Driver's state for one workspace: the lock that
@@ -265,4 +267,13 @@ func (d *Driver) Close() {
 	if d.pids != nil {
 		d.pids.close()
 	}
+}
+
+// Active reports whether a session has a sandbox here, or a call running
+// or waiting.
+func (d *Driver) Active(tenant string, session uuid.UUID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.sessions[d.Workspace(tenant, session)]
+	return s != nil && (s.box != nil || s.refs > 0)
 }

@@ -1,0 +1,302 @@
+package sandboxmanager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+)
+
+// Placement: a session's sandbox lives on one node. Any node may receive a
+// session's call from the shared queue; the first to receive one places
+// the session on itself in [bus.BucketPlacements]. A node that receives a
+// call of a session placed on another live node forwards it there
+// ([bus.NodeSubject]) and holds the call's durable message until the owner
+// replies that the result is recorded, so a death on either side loses
+// nothing. A node is live while its lease in [bus.BucketNodes] is; once a
+// dead node's lease runs out, the next node to receive one of its
+// sessions' calls takes the session over (compare-and-set on the
+// placement's revision) and restores its workspace from the last snapshot.
+
+// placement is a node's view of the placements.
+type placement struct {
+	node     string
+	instance string
+	nodes    jetstream.KeyValue
+	places   jetstream.KeyValue
+	log      *slog.Logger
+
+	mu sync.Mutex
+	// owned are the sessions placed here, known without asking the
+	// bucket; cleared when the node's lease may have lapsed.
+	owned map[uuid.UUID]bool
+	// renewed is when the lease was last renewed.
+	renewed time.Time
+}
+
+func newPlacement(ctx context.Context, js jetstream.JetStream, node, instance string, log *slog.Logger) (*placement, error) {
+	nodes, err := js.KeyValue(ctx, bus.BucketNodes)
+	if err != nil {
+		return nil, fmt.Errorf("open kv %s: %w", bus.BucketNodes, err)
+	}
+	places, err := js.KeyValue(ctx, bus.BucketPlacements)
+	if err != nil {
+		return nil, fmt.Errorf("open kv %s: %w", bus.BucketPlacements, err)
+	}
+	p := &placement{node: node, instance: instance, nodes: nodes, places: places, log: log, owned: make(map[uuid.UUID]bool)}
+	if err := p.renew(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// renew renews the node's lease.
+func (p *placement) renew(ctx context.Context) error {
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	if _, err := p.nodes.Put(rctx, p.node, []byte(p.instance)); err != nil {
+		return fmt.Errorf("renew the lease of node %s: %w", p.node, err)
+	}
+	p.mu.Lock()
+	p.renewed = time.Now()
+	p.mu.Unlock()
+	return nil
+}
+
+// keepAlive renews the node's lease until ctx is done, then gives it up,
+// so that the node's sessions move at once.
+func (p *placement) keepAlive(ctx context.Context) {
+	tick := time.NewTicker(bus.NodeLeaseTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			dctx, cancel := bus.Bound(context.WithoutCancel(ctx))
+			_ = p.nodes.Delete(dctx, p.node)
+			cancel()
+			return
+		case <-tick.C:
+		}
+		if err := p.renew(ctx); err != nil && ctx.Err() == nil {
+			p.log.WarnContext(ctx, "node lease", "err", err)
+		}
+		p.mu.Lock()
+		if time.Since(p.renewed) > bus.NodeLeaseTTL/2 {
+			// The lease may have run out: another node may take over
+			// any session, so each is looked up again.
+			clear(p.owned)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// route returns where a session's call runs: "" here, or the live node it
+// is placed on. fresh reports that the session was not known to be here
+// before this call (placed here now, or after a restart), so its workspace
+// must be checked against its snapshot.
+func (p *placement) route(ctx context.Context, tenant string, session uuid.UUID) (owner string, fresh bool, err error) {
+	p.mu.Lock()
+	here := p.owned[session]
+	p.mu.Unlock()
+	if here {
+		return "", false, nil
+	}
+	key := bus.PlacementKey(tenant, session)
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	for range 5 {
+		e, err := p.places.Get(rctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			_, err = p.places.Create(rctx, key, []byte(p.node))
+		case err != nil:
+		case string(e.Value()) == p.node:
+		default:
+			owner := string(e.Value())
+			_, lerr := p.nodes.Get(rctx, owner)
+			switch {
+			case lerr == nil:
+				return owner, false, nil
+			case !errors.Is(lerr, jetstream.ErrKeyNotFound):
+				return "", false, fmt.Errorf("look up node %s: %w", owner, lerr)
+			}
+			// Its node is gone: take the session over.
+			_, err = p.places.Update(rctx, key, []byte(p.node), e.Revision())
+			if err == nil {
+				p.log.InfoContext(ctx, "session taken over from a node that is gone", "session", session, "from", owner)
+			}
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			continue // placed elsewhere meanwhile: look again
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("place session %s: %w", session, err)
+		}
+		p.mu.Lock()
+		p.owned[session] = true
+		p.mu.Unlock()
+		return "", true, nil
+	}
+	return "", false, bus.NotYet(0, fmt.Errorf("place session %s: its placement keeps changing", session))
+}
+
+// release forgets a session placed here, and its placement.
+func (p *placement) release(ctx context.Context, tenant string, session uuid.UUID) {
+	p.mu.Lock()
+	delete(p.owned, session)
+	p.mu.Unlock()
+	key := bus.PlacementKey(tenant, session)
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	if e, err := p.places.Get(rctx, key); err == nil && string(e.Value()) == p.node {
+		_ = p.places.Delete(rctx, key, jetstream.LastRevision(e.Revision()))
+	}
+}
+
+// live reports whether node's lease is held.
+func (p *placement) live(ctx context.Context, node string) bool {
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	_, err := p.nodes.Get(rctx, node)
+	return err == nil
+}
+
+// A forwarded call's reply: empty when the result is recorded.
+type forwardReply struct {
+	Error string `json:"error,omitempty"`
+	// Retry asks the forwarder to have the call delivered again soon,
+	// without counting it as a failure: the session moved, or the owner
+	// is busy or shutting down.
+	Retry bool `json:"retry,omitempty"`
+}
+
+// deliveredHeader carries the call's delivery count to the owner.
+const deliveredHeader = "Corral-Delivered"
+
+// forward has owner run the call and waits until it has recorded the
+// result. While it waits it watches the owner's lease: if the owner dies,
+// the call is delivered again, and lands on whichever node takes the
+// session over.
+func (s *Service) forward(ctx context.Context, owner string, m bus.Msg) error {
+	msg := nats.NewMsg(bus.NodeSubject(owner))
+	msg.Data = m.Data
+	msg.Header.Set(deliveredHeader, strconv.FormatUint(m.Delivered, 10))
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		msg *nats.Msg
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		r, err := s.js.Conn().RequestMsgWithContext(fctx, msg)
+		done <- answer{r, err}
+	}()
+	tick := time.NewTicker(bus.NodeLeaseTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case a := <-done:
+			switch {
+			case errors.Is(a.err, nats.ErrNoResponders):
+				return bus.NotYet(bus.NodeLeaseTTL/3, fmt.Errorf("node %s does not answer", owner))
+			case a.err != nil:
+				return fmt.Errorf("forward to node %s: %w", owner, a.err)
+			}
+			var r forwardReply
+			if err := json.Unmarshal(a.msg.Data, &r); err != nil {
+				return fmt.Errorf("forward to node %s: bad reply: %w", owner, err)
+			}
+			switch {
+			case r.Error == "":
+				s.metrics.forwarded.Inc()
+				return nil
+			case r.Retry:
+				return bus.NotYet(100*time.Millisecond, fmt.Errorf("node %s: %s", owner, r.Error))
+			}
+			return fmt.Errorf("node %s: %s", owner, r.Error)
+		case <-tick.C:
+			if !s.place.live(ctx, owner) {
+				return bus.NotYet(0, fmt.Errorf("node %s died running the call", owner))
+			}
+		}
+	}
+}
+
+// serveForwarded runs the calls other nodes forward here until ctx is
+// done; calls still running then get the shutdown grace period.
+func (s *Service) serveForwarded(ctx context.Context) error {
+	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, s.cfg.Concurrency)
+	sub, err := s.js.Conn().Subscribe(bus.NodeSubject(s.place.node), func(msg *nats.Msg) {
+		reply := func(r forwardReply) {
+			b, _ := json.Marshal(r)
+			_ = msg.Respond(b)
+		}
+		if ctx.Err() != nil {
+			reply(forwardReply{Error: "shutting down", Retry: true})
+			return
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			reply(forwardReply{Error: "busy", Retry: true})
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			delivered, _ := strconv.ParseUint(msg.Header.Get(deliveredHeader), 10, 64)
+			err := s.runForwarded(base, msg.Data, delivered)
+			switch {
+			case err == nil:
+				reply(forwardReply{})
+			case errors.Is(err, bus.ErrNotYet):
+				reply(forwardReply{Error: err.Error(), Retry: true})
+			default:
+				reply(forwardReply{Error: err.Error()})
+			}
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", bus.NodeSubject(s.place.node), err)
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe()
+	grace := time.AfterFunc(s.cfg.ShutdownGrace, cancel)
+	defer grace.Stop()
+	wg.Wait()
+	return nil
+}
+
+// runForwarded runs a call another node forwarded here, if the session is
+// still placed here.
+func (s *Service) runForwarded(ctx context.Context, data []byte, delivered uint64) error {
+	var c event.ToolCall
+	if err := json.Unmarshal(data, &c); err != nil {
+		return bus.Permanent(fmt.Errorf("decode a forwarded call: %w", err))
+	}
+	if err := s.checkCall(&c); err != nil {
+		return err
+	}
+	owner, fresh, err := s.place.route(ctx, c.Tenant, c.Session)
+	if err != nil {
+		return err
+	}
+	if owner != "" {
+		return bus.NotYet(0, fmt.Errorf("session %s is placed on node %s", c.Session, owner))
+	}
+	return s.runHere(ctx, &c, delivered > 1, fresh)
+}

@@ -1,0 +1,146 @@
+package sandboxmanager
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/natstest"
+)
+
+// hasWorkspace reports whether svc holds a workspace of session.
+func hasWorkspace(svc *Service, session uuid.UUID) bool {
+	_, err := os.Stat(svc.driver.Workspace("acme", session))
+	return err == nil
+}
+
+func placedOn(t *testing.T, js jetstream.JetStream, session uuid.UUID) string {
+	t.Helper()
+	kv, err := js.KeyValue(context.Background(), bus.BucketPlacements)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(context.Background(), bus.PlacementKey("acme", session))
+	if err != nil {
+		t.Fatalf("placement of %s: %v", session, err)
+	}
+	return string(e.Value())
+}
+
+// callMsg is a call as a node receives it from the shared queue.
+func callMsg(t *testing.T, session uuid.UUID, command string) bus.Msg {
+	t.Helper()
+	c := event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "acme", session), Call: uuid.Must(uuid.NewV7()), Turn: 1, User: "ada", Name: "Bash", Input: json.RawMessage(fmt.Sprintf(`{"command":%q}`, command))}
+	data, err := json.Marshal(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bus.Msg{Subject: bus.ToolSubject(bus.ServiceSandbox, "acme", session), Data: data, Delivered: 1}
+}
+
+// With two nodes taking calls from the shared queue, every call of a
+// session runs on the node the session is placed on, in one workspace:
+// calls dispatched all at once each see the lines the earlier ones
+// appended, and only the owner holds the workspace.
+func TestCallsRunWhereTheirSessionIsPlaced(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	// Few calls at a time per node, so that both take some of each session's.
+	env := map[string]string{"CORRAL_SANDBOX_CONCURRENCY": "2"}
+	a, _ := startNode(t, js, env)
+	b, _ := startNode(t, js, env)
+	if a.cfg.Node == b.cfg.Node {
+		t.Fatalf("both nodes are named %s", a.cfg.Node)
+	}
+	const sessions, calls = 4, 8
+	var ids []uuid.UUID
+	for range sessions {
+		session := uuid.Must(uuid.NewV7())
+		ids = append(ids, session)
+		for i := range calls {
+			dispatch(t, js, session, uuid.Must(uuid.NewV7()), "Bash", `{"command":"echo x >> lines; wc -l < lines"}`, fmt.Sprintf("%s-%d", session, i))
+		}
+	}
+	for _, session := range ids {
+		var counts []int
+		for _, r := range resultsOf(t, js, session, calls) {
+			n, err := strconv.Atoi(strings.TrimSpace(r.Output))
+			if err != nil || r.IsError {
+				t.Fatalf("result %+v", r)
+			}
+			counts = append(counts, n)
+		}
+		slices.Sort(counts)
+		if want := []int{1, 2, 3, 4, 5, 6, 7, 8}; !slices.Equal(counts, want) {
+			t.Errorf("session %s: line counts %v, want %v: its calls ran in more than one workspace", session, counts, want)
+		}
+		owner := placedOn(t, js, session)
+		for _, n := range []*Service{a, b} {
+			if got, want := hasWorkspace(n, session), n.cfg.Node == owner; got != want {
+				t.Errorf("session %s placed on %s: node %s holds its workspace: %v", session, owner, n.cfg.Node, got)
+			}
+		}
+	}
+}
+
+// A node that receives a call of a session placed on another live node
+// forwards it there and acknowledges it only once the owner recorded the
+// result. Once the owner is gone, the next node to receive one of the
+// session's calls takes the session over, restores its workspace from the
+// snapshot and tells the model.
+func TestForwardedThenTakenOver(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	a, stopA := startNode(t, js, nil)
+	session := uuid.Must(uuid.NewV7())
+	dispatch(t, js, session, uuid.Must(uuid.NewV7()), "Bash", `{"command":"echo one > f"}`, "first")
+	resultsOf(t, js, session, 1)
+	if owner := placedOn(t, js, session); owner != a.cfg.Node {
+		t.Fatalf("placed on %s, want %s", owner, a.cfg.Node)
+	}
+
+	// b is not consuming the shared queue: its handler is called as the
+	// queue would.
+	b := newNode(t, js, nil)
+	t.Cleanup(b.driver.Close)
+	if err := b.handleCall(ctx, callMsg(t, session, "echo two >> f")); err != nil {
+		t.Fatalf("forwarded call: %v", err)
+	}
+	if n := testutil.ToFloat64(b.metrics.forwarded); n != 1 {
+		t.Errorf("b counts %v forwarded calls, want 1", n)
+	}
+	rs := resultsOf(t, js, session, 2)
+	if rs[1].IsError {
+		t.Fatalf("forwarded call: %+v", rs[1])
+	}
+	data, err := os.ReadFile(filepath.Join(a.driver.Workspace("acme", session), "f"))
+	if err != nil || string(data) != "one\ntwo\n" {
+		t.Errorf("f on the owner = %q, %v; want both lines", data, err)
+	}
+	if hasWorkspace(b, session) {
+		t.Error("the forwarding node made a workspace")
+	}
+
+	stopA() // a clean stop gives the node's lease up at once
+	if err := b.handleCall(ctx, callMsg(t, session, "cat f")); err != nil {
+		t.Fatalf("call after the owner stopped: %v", err)
+	}
+	rs = resultsOf(t, js, session, 3)
+	if !strings.Contains(rs[2].Output, "moved to another node") || !strings.Contains(rs[2].Output, "one\ntwo\n") {
+		t.Errorf("call on the new node = %q; want the note and both lines", rs[2].Output)
+	}
+	if owner := placedOn(t, js, session); owner != b.cfg.Node {
+		t.Errorf("placed on %s after the take-over, want %s", owner, b.cfg.Node)
+	}
+}

@@ -1,0 +1,108 @@
+package sandboxmanager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+)
+
+// The reaper removes, at start and then every [Config.ReapInterval], the
+// workspaces here that no session needs any more: this node's own from
+// before a restart included. A workspace goes when its session
+//   - has no log (it never existed, or its events were removed): its
+//     snapshot goes too;
+//   - ended: stopped, or failed (a follow-up would restore it from its
+//     snapshot);
+//   - is placed on another node, which holds the current copy;
+//   - had no call here for [Config.WorkspaceTTL] while snapshots are on:
+//     its next call, wherever it lands, restores it from its snapshot.
+// A workspace with a sandbox or a call is left alone.
+
+// reap runs the reaper until ctx is done.
+func (s *Service) reap(ctx context.Context) {
+	for {
+		n := s.reapOnce(ctx)
+		if n > 0 {
+			s.log.InfoContext(ctx, "workspaces reaped", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.cfg.ReapInterval):
+		}
+	}
+}
+
+// reapOnce removes the workspaces no session needs and returns how many.
+func (s *Service) reapOnce(ctx context.Context) int {
+	dirs, _ := filepath.Glob(filepath.Join(s.cfg.DataDir, "workspaces", "*", "*"))
+	n := 0
+	for _, dir := range dirs {
+		if ctx.Err() != nil {
+			break
+		}
+		tenant := filepath.Base(filepath.Dir(dir))
+		session, err := uuid.Parse(filepath.Base(dir))
+		if err != nil || s.driver.Workspace(tenant, session) != dir || s.driver.Active(tenant, session) {
+			continue
+		}
+		why, dropSnapshot := s.unneeded(ctx, tenant, session, dir)
+		if why == "" {
+			continue
+		}
+		if err := s.driver.Destroy(tenant, session); err != nil {
+			s.log.WarnContext(ctx, "reap workspace", "session", session, "err", err)
+			continue
+		}
+		if s.snaps != nil {
+			s.snaps.forget(session)
+			if dropSnapshot {
+				s.snaps.drop(ctx, tenant, session)
+			}
+		}
+		s.place.release(ctx, tenant, session)
+		s.metrics.reaped.WithLabelValues(why).Inc()
+		s.log.DebugContext(ctx, "workspace reaped", "session", session, "why", why)
+		n++
+	}
+	return n
+}
+
+// unneeded says why a session's workspace here may go ("" if it may not),
+// and whether its snapshot may go too.
+func (s *Service) unneeded(ctx context.Context, tenant string, session uuid.UUID, dir string) (why string, dropSnapshot bool) {
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	// The session's lifecycle events: requested, completed, stopped, failed.
+	last, err := s.events.GetLastMsgForSubject(rctx, bus.SessionLifecycle(tenant, session))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return "no_session", true
+	case err != nil:
+		return "", false
+	}
+	data, err := bus.Resolve(rctx, s.js, last.Data)
+	if err != nil {
+		return "", false
+	}
+	var h event.Header
+	if json.Unmarshal(data, &h) == nil && (h.Type == event.TypeSessionStopped || h.Type == event.TypeSessionFailed) {
+		return "ended", false
+	}
+	if e, err := s.place.places.Get(rctx, bus.PlacementKey(tenant, session)); err == nil && string(e.Value()) != s.place.node {
+		return "moved", false
+	}
+	if fi, err := os.Stat(dir); err == nil && s.snaps != nil && time.Since(fi.ModTime()) > s.cfg.WorkspaceTTL {
+		return "idle", false
+	}
+	return "", false
+}
