@@ -103,6 +103,18 @@ func TestBatchSubmitStatusAndResults(t *testing.T) {
 		t.Errorf("a re-submit asked the model %d more times", n-asked)
 	}
 
+	// A job whose id was used before for another prompt is refused, and
+	// so is the rest of its file.
+	other := writeJobs(t, `{"id": "e", "prompt": "epsilon"}`, `{"id": "a", "prompt": "not alpha"}`)
+	code, _, stderr = p.corral(t, "batch", "submit", other)
+	if code != 1 || !strings.Contains(stderr, `line 2: job "a" was submitted before with a different prompt`) {
+		t.Errorf("a conflicting file: exit %d, stderr:\n%s", code, stderr)
+	}
+	code, stdout, _ = p.corral(t, "batch", "status", other)
+	if code != 0 || stdout != "2 jobs: 0 pending, 0 running, 1 completed, 0 failed, 1 not_submitted\n" {
+		t.Errorf("status of the conflicting file: exit %d, %q", code, stdout)
+	}
+
 	code, stdout, stderr = p.corral(t, "batch", "status", "--verbose", file)
 	if code != 0 {
 		t.Fatalf("status: exit %d: %s", code, stderr)
@@ -297,5 +309,40 @@ func TestBatchInterruptedSubmitResumes(t *testing.T) {
 	code, stdout, _ := p.corral(t, "batch", "results", file)
 	if code != 0 || strings.Count(stdout, `"status":"completed"`) != 5 || strings.Count(stdout, `: released"`) != 2 {
 		t.Errorf("results: exit %d:\n%s", code, stdout)
+	}
+}
+
+// Two submits of one file at once start each job once: the second finds
+// the sessions, or its requests are dropped as duplicates.
+func TestBatchConcurrentSubmitsStartOnce(t *testing.T) {
+	p := startDev(t, echoPrompt, nil)
+	var lines []string
+	var sessions []uuid.UUID
+	for i := range 6 {
+		lines = append(lines, fmt.Sprintf(`{"id": "j%d", "prompt": "p%d"}`, i, i))
+		s, _ := jobSession("default", fmt.Sprintf("j%d", i))
+		sessions = append(sessions, s)
+	}
+	file := writeJobs(t, lines...)
+	codes := make(chan int, 2)
+	for range 2 {
+		go func() {
+			code, _, stderr := p.corral(t, "batch", "submit", file)
+			if code != 0 {
+				t.Errorf("exit %d: %s", code, stderr)
+			}
+			codes <- code
+		}()
+	}
+	<-codes
+	<-codes
+	got := p.requestsRecorded(t, sessions...)
+	for _, s := range sessions {
+		if got[s] != 1 {
+			t.Errorf("session %s: %d requests recorded, want 1", s, got[s])
+		}
+	}
+	if n := len(p.model.Requests()); n != len(sessions) {
+		t.Errorf("the model was asked %d times, want %d", n, len(sessions))
 	}
 }
