@@ -145,6 +145,9 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 	}
 	states, err := r.read(ctx, jobs)
 	if err != nil {
+		if ctx.Err() != nil {
+			return interrupted(file, "before submitting anything")
+		}
 		return err
 	}
 	var conflicts []string
@@ -169,7 +172,7 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 		j.req.Time = time.Now().UTC()
 		if err := bus.Publish(ctx, js, bus.RequestSubject(j.tenant, j.session), j.req.ID.String(), &j.req); err != nil {
 			if ctx.Err() != nil {
-				return interrupted(file, submitted+before, len(jobs), "submitted")
+				return interrupted(file, fmt.Sprintf("with %d of %d jobs submitted", submitted+before, len(jobs)))
 			}
 			return fmt.Errorf("job %q: %w", j.id, err)
 		}
@@ -184,8 +187,9 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 	return e.followBatch(ctx, js, r.prices, file, jobs, states, from)
 }
 
-func interrupted(file string, n, total int, what string) error {
-	return &exitError{130, fmt.Errorf("interrupted with %d of %d jobs %s; run corral batch submit %s again to go on", n, total, what, file)}
+// interrupted is the error of a submit interrupted at when.
+func interrupted(file, when string) error {
+	return &exitError{130, fmt.Errorf("interrupted %s; run corral batch submit %s again to go on", when, file)}
 }
 
 // followBatch follows the jobs' sessions until every one has ended,
@@ -236,7 +240,7 @@ func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, prices *p
 			if err != nil {
 				if ctx.Err() != nil {
 					rep.close()
-					return interrupted(file, done, len(jobs), "finished")
+					return interrupted(file, fmt.Sprintf("with %d of %d jobs finished", done, len(jobs)))
 				}
 				return fmt.Errorf("follow the batch: %w", err)
 			}
