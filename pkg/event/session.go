@@ -22,6 +22,10 @@ type Request struct {
 	// harness's default.
 	Model  string `json:"model,omitempty"`
 	Prompt string `json:"prompt"`
+	// Fork, on a session's first request, names a session of the same
+	// tenant whose workspace, as of its last snapshot, the new session
+	// starts from. The conversation starts afresh.
+	Fork uuid.UUID `json:"fork,omitzero"`
 }
 
 // SessionRequested records an accepted [Request] in the session's log.
@@ -34,6 +38,8 @@ type SessionRequested struct {
 	// Model is the resolved model name, with its provider prefix.
 	Model  string `json:"model"`
 	Prompt string `json:"prompt"`
+	// Fork is the session whose workspace this one starts from.
+	Fork uuid.UUID `json:"fork,omitzero"`
 }
 
 // SessionCompleted records the session's final answer.

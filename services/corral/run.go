@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -31,6 +32,7 @@ func (e *env) runCmd() *cobra.Command {
 	f.StringVar(&o.user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "user (CORRAL_USER)")
 	f.BoolVar(&o.json, "json", false, "print the session's events as JSON lines on stdout instead")
 	f.StringVar(&o.session, "session", "", "send PROMPT to this session, which goes on from where it is, instead of starting one")
+	f.StringVar(&o.fork, "fork", "", "start a new session whose /workspace is this session's, as of its last snapshot (the conversation starts afresh)")
 	return cmd
 }
 
@@ -39,8 +41,8 @@ func (e *env) runCmd() *cobra.Command {
 const acceptWait = 30 * time.Second
 
 type runOpts struct {
-	nats, model, tenant, user, prompt, session string
-	json                                       bool
+	nats, model, tenant, user, prompt, session, fork string
+	json                                             bool
 }
 
 func (e *env) run(ctx context.Context, o runOpts) error {
@@ -66,6 +68,14 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		User:   o.user,
 		Model:  o.model,
 		Prompt: o.prompt,
+	}
+	if o.fork != "" {
+		if o.session != "" {
+			return &exitError{2, errors.New("--fork starts a new session: it cannot go with --session")}
+		}
+		if req.Fork, err = uuid.Parse(o.fork); err != nil {
+			return &exitError{2, fmt.Errorf("--fork %q is not a session ID", o.fork)}
+		}
 	}
 	// The request's ID doubles as its message ID: a retried publish is
 	// dropped as a duplicate, so it starts one session, not two.

@@ -3,11 +3,13 @@ package harness
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
@@ -52,15 +54,50 @@ func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
 		if st.requests[req.ID] {
 			return nil // recorded already: a redelivery or a duplicate
 		}
+		if req.Fork != uuid.Nil {
+			if why, err := s.checkFork(ctx, tenant, session, &req, len(st.requests) > 0); err != nil || why != "" {
+				if err != nil {
+					return err
+				}
+				return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, why, req.ID.String())
+			}
+		}
 		ev := event.SessionRequested{
 			Header:  event.NewHeader(event.TypeSessionRequested, tenant, session),
 			Request: req.ID,
 			User:    req.User,
 			Model:   modelName,
 			Prompt:  req.Prompt,
+			Fork:    req.Fork,
 		}
 		return s.record(ctx, &ev, "request:"+req.ID.String())
 	})
+}
+
+// checkFork says why a request may not fork the session it names, or ""
+// if it may: the fork must start a session, and name another session of
+// the same tenant.
+func (s *Service) checkFork(ctx context.Context, tenant string, session uuid.UUID, req *event.Request, started bool) (string, error) {
+	switch {
+	case started:
+		return fmt.Sprintf("fork: session %s has started already; only a new session can be a fork", session), nil
+	case req.Fork == session:
+		return "fork: a session cannot be a fork of itself", nil
+	}
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	stream, err := s.js.Stream(rctx, bus.StreamEvents)
+	if err != nil {
+		return "", err
+	}
+	_, err = stream.GetLastMsgForSubject(rctx, bus.SessionLifecycle(tenant, req.Fork))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Sprintf("fork: no session %s in tenant %s", req.Fork, tenant), nil
+	case err != nil:
+		return "", fmt.Errorf("look up session %s: %w", req.Fork, err)
+	}
+	return "", nil
 }
 
 func checkRequest(req *event.Request, tenant, session string) error {

@@ -287,6 +287,45 @@ func (s *snapshots) fetch(ctx context.Context, root *os.Root, p string, f fileEn
 	return out.Close()
 }
 
+// fork makes the last snapshot of session from the first of session to,
+// both of tenant, and returns its sequence: 0 if from has none. The files
+// are shared, not copied.
+func (s *snapshots) fork(ctx context.Context, tenant string, from, to uuid.UUID) (uint64, error) {
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	data, err := s.store.GetBytes(rctx, manifestName(tenant, from))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("fork %s: %w", from, err)
+	}
+	var m manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return 0, fmt.Errorf("fork %s: %w", from, err)
+	}
+	m.Seq = 1
+	if data, err = json.Marshal(&m); err != nil {
+		return 0, err
+	}
+	_, err = s.store.Put(rctx, jetstream.ObjectMeta{
+		Name:     manifestName(tenant, to),
+		Metadata: map[string]string{"seq": "1", "fork": from.String()},
+	}, bytes.NewReader(data))
+	if err != nil {
+		return 0, fmt.Errorf("fork %s: %w", from, err)
+	}
+	return 1, nil
+}
+
+// mark records that the local workspace of session matches snapshot seq
+// (0: none was taken).
+func (s *snapshots) mark(session uuid.UUID, seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq[session] = seq
+}
+
 // drop deletes a session's snapshot manifest. The files it names stay:
 // other snapshots may name them too.
 func (s *snapshots) drop(ctx context.Context, tenant string, session uuid.UUID) {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
@@ -206,6 +207,28 @@ func (s *Service) record(ctx context.Context, r *event.ToolCompleted) error {
 	return bus.RecordResult(ctx, s.js, r)
 }
 
+// forkOf returns the session a session's first request forked, if any.
+func (s *Service) forkOf(ctx context.Context, tenant string, session uuid.UUID) (uuid.UUID, error) {
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	m, err := s.events.GetMsg(rctx, 1, jetstream.WithGetMsgSubject(bus.EventSubject(tenant, session, event.TypeSessionRequested)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return uuid.Nil, nil
+	}
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("read the first request of %s: %w", session, err)
+	}
+	data, err := bus.Resolve(rctx, s.js, m.Data)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	var r event.SessionRequested
+	if err := json.Unmarshal(data, &r); err != nil {
+		return uuid.Nil, fmt.Errorf("read the first request of %s: %w", session, err)
+	}
+	return r.Fork, nil
+}
+
 // workspaceSize is the bytes the regular files under dir hold; links are
 // not followed.
 func workspaceSize(dir string) int64 {
@@ -231,8 +254,31 @@ func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, fresh bo
 		return "", nil
 	}
 	seq, err := s.snaps.latest(ctx, c.Tenant, c.Session)
-	if err != nil || seq == 0 || s.snaps.current(c.Session, seq) {
+	if err != nil {
 		return "", err
+	}
+	var note string
+	if seq == 0 {
+		// No snapshot yet: a new session, which may be a fork.
+		fork, err := s.forkOf(ctx, c.Tenant, c.Session)
+		if err != nil {
+			return "", err
+		}
+		if fork == uuid.Nil {
+			s.snaps.mark(c.Session, 0)
+			return "", nil
+		}
+		if seq, err = s.snaps.fork(ctx, c.Tenant, fork, c.Session); err != nil {
+			return "", err
+		}
+		note = fmt.Sprintf("Note: this session is a fork of session %s: /workspace starts as that session's workspace was at its last snapshot.", fork)
+		if seq == 0 {
+			s.snaps.mark(c.Session, 0)
+			return fmt.Sprintf("Note: this session is a fork of session %s, which had no files in /workspace to start from.", fork), nil
+		}
+	}
+	if s.snaps.current(c.Session, seq) {
+		return "", nil
 	}
 	start := time.Now()
 	// The sandbox here, if any, ran on a workspace that is out of date.
@@ -244,5 +290,8 @@ func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, fresh bo
 	}
 	s.metrics.restores.Observe(time.Since(start).Seconds())
 	s.log.InfoContext(ctx, "workspace restored from its snapshot", "session", c.Session, "seq", seq)
+	if note != "" {
+		return note, nil
+	}
 	return fmt.Sprintf("Note: this session's sandbox moved to another node: /workspace was restored from its last snapshot (after %d calls that changed files); whatever ran after that snapshot, and everything outside /workspace, is gone.", seq), nil
 }
