@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs go vet and the race-enabled tests of every module in go.work,
-# installing what the tests need first (bubblewrap, and Chromium for the
-# reviewers' page's browser test) when it is missing.
+# installing what the tests need first (bubblewrap, Chromium for the
+# reviewers' page's browser test, jq for the publisher example) when it is
+# missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,7 @@ apt_install() {
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v jq >/dev/null 2>&1 || missing+=(jq) # scripts/examples/start-session.sh
 if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
 
 # PostgreSQL: start the local server if it is installed but stopped.
