@@ -70,6 +70,7 @@ func TestMetricsAndSuspendResume(t *testing.T) {
 		`corral_sandbox_start_seconds_count{kind="cold"} 1`,
 		`corral_sandbox_start_seconds_count{kind="resume"} 1`,
 		`corral_sandbox_call_seconds_count{outcome="ok",tool="Bash"} 2`,
+		`corral_sandbox_snapshot_bytes_count 2`,
 		`corral_harness_tool_calls_total{route="sandbox",tool="Bash"} 2`,
 		`corral_harness_sessions_ended_total{outcome="completed"} 1`,
 		`corral_harness_model_seconds_count{outcome="ok",provider="openai"} 3`,

@@ -15,6 +15,8 @@ type serviceMetrics struct {
 	calls  *prometheus.HistogramVec // by tool and outcome
 	// snapshots and restores time the workspace's captures and restores.
 	snapshots, restores prometheus.Histogram
+	// snapshotBytes is the size of each workspace snapshotted.
+	snapshotBytes prometheus.Histogram
 	// forwarded counts calls run by the node their session is placed on.
 	forwarded prometheus.Counter
 	// reaped counts workspaces the reaper removed, by why.
@@ -44,6 +46,11 @@ func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
 		Help:    "Workspaces restored from their snapshot (the session moved here, or this node restarted), and how long it took.",
 		Buckets: metrics.Seconds,
 	})
+	m.snapshotBytes = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "corral_sandbox_snapshot_bytes",
+		Help:    "Size of the workspaces snapshotted after calls (the bytes their files hold; only changed files are uploaded).",
+		Buckets: prometheus.ExponentialBuckets(1<<10, 4, 12), // 1 KiB to 4 GiB
+	})
 	m.forwarded = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "corral_sandbox_forwarded_calls_total",
 		Help: "Calls received here and run by the node their session is placed on.",
@@ -72,7 +79,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
 			return float64(max(len(dirs)-live, 0))
 		})
 	}
-	reg.MustRegister(m.forwarded, m.reaped, m.starts, m.calls, m.snapshots, m.restores, sandboxes("running"), sandboxes("suspended"), sandboxes("stopped"))
+	reg.MustRegister(m.forwarded, m.reaped, m.snapshotBytes, m.starts, m.calls, m.snapshots, m.restores, sandboxes("running"), sandboxes("suspended"), sandboxes("stopped"))
 	return m
 }
 

@@ -174,6 +174,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, f
 				size = workspaceSize(dir)
 			} else {
 				s.metrics.snapshots.Observe(time.Since(start).Seconds())
+				s.metrics.snapshotBytes.Observe(float64(size))
 			}
 		} else {
 			size = workspaceSize(dir)
