@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -62,11 +63,7 @@ func TestMetricsAndSuspendResume(t *testing.T) {
 	mu.Unlock()
 	wantIn(t, "metrics while idle", idle, `corral_sandbox_sandboxes{state="running"} 0`, `corral_sandbox_sandboxes{state="suspended"} 1`)
 
-	code, body := getPage(t, metricsURL)
-	if code != http.StatusOK {
-		t.Fatalf("GET /metrics: %d", code)
-	}
-	wantIn(t, "metrics", body,
+	wants := []string{
 		`corral_sandbox_start_seconds_count{kind="cold"} 1`,
 		`corral_sandbox_start_seconds_count{kind="resume"} 1`,
 		`corral_sandbox_call_seconds_count{outcome="ok",tool="Bash"} 2`,
@@ -75,7 +72,23 @@ func TestMetricsAndSuspendResume(t *testing.T) {
 		`corral_harness_sessions_ended_total{outcome="completed"} 1`,
 		`corral_harness_model_seconds_count{outcome="ok",provider="openai"} 3`,
 		`corral_approval_pending 0`,
-		"go_goroutines", "process_resident_memory_bytes")
+		"go_goroutines", "process_resident_memory_bytes",
+	}
+	// The harness counts an ended session just after recording its end,
+	// which corral run may see first.
+	var body string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var code int
+		if code, body = getPage(t, metricsURL); code != http.StatusOK {
+			t.Fatalf("GET /metrics: %d", code)
+		}
+		if !slices.ContainsFunc(wants, func(w string) bool { return !strings.Contains(body, w) }) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	wantIn(t, "metrics", body, wants...)
 	if code, body := getPage(t, base+"/healthz"); code != http.StatusOK || strings.TrimSpace(body) != "ok" {
 		t.Errorf("GET /healthz: %d %q", code, body)
 	}
