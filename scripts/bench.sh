@@ -4,8 +4,10 @@
 # fork-exec, a bare bwrap start and a bare JetStream round trip; sandbox cold
 # start and warm call; throughput with 64 sessions; resume after SIGKILL;
 # corral stop killing a running call, next to killing a bare process;
-# workspace snapshots and restores.
+# workspace snapshots and restores; resume from suspension, what a suspended
+# sandbox holds, and how many idle sessions one node holds.
 #   scripts/bench.sh [N]    # N iterations per latency benchmark (default 500)
+#   IDLE_SESSIONS=10000     # sessions of the idle-sessions benchmark
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-500}"
@@ -14,7 +16,9 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
-(cd services/sandbox-manager && go test -run '^$' -bench 'ForkExecTrue|BwrapTrue|WarmCall|ColdStart' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
+(cd services/sandbox-manager && go test -run '^$' -bench 'ForkExecTrue|BwrapTrue|WarmCall|ColdStart|Resume' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
+(cd services/sandbox-manager && go test -run '^$' -bench 'SuspendedMemory' -benchtime 100x ./internal/sandbox) | tee -a "$out"
+(cd services/sandbox-manager && go test -run '^$' -bench 'IdleSessions' -benchtime "${IDLE_SESSIONS:-10000}x" -timeout 30m ./internal/sandbox) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ToolCallRoundTrip' -benchtime "${n}x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Throughput' -benchtime "$((n * 20))x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Resume' -benchtime 3x .) | tee -a "$out"
@@ -30,7 +34,7 @@ awk '/^Benchmark/ {
 	for (i = 3; i < NF; i++) {
 		if ($(i+1) ~ /p50-ms$/) p50=$i " ms"
 		else if ($(i+1) ~ /p99-ms$/) p99=$i " ms"
-		else if ($(i+1) ~ /\/s$|-ms$/) other=other $i " " $(i+1) " "
+		else if ($(i+1) !~ /^(ns|B|allocs)\/op$/) other=other $i " " $(i+1) " "
 	}
 	if (p50 == "" && other == "") for (i = 3; i < NF; i++) if ($(i+1) == "ns/op") p50=sprintf("%.2f ms (mean)", $i / 1e6)
 	printf "| %s | %s | %s | %s|\n", name, p50, p99, other
