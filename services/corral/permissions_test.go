@@ -31,6 +31,7 @@ var natsUsers = map[string]string{
 	"memory":          "CORRAL_NATS_PASSWORD_MEMORY",
 	"approval":        "CORRAL_NATS_PASSWORD_APPROVAL",
 	"client":          "CORRAL_NATS_PASSWORD_CLIENT",
+	"slack-bridge":    "CORRAL_NATS_PASSWORD_SLACK",
 	"admin":           "CORRAL_NATS_PASSWORD_ADMIN",
 }
 

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"corral.dev/pkg/bus"
+	slackbridge "corral.dev/services/slack-bridge"
 )
 
 func (e *env) setupCmd() *cobra.Command {
@@ -41,6 +42,11 @@ CORRAL_NATS_REPLICAS), new ones get one copy and existing ones keep theirs.`,
 			}
 			defer nc.Close()
 			if err := bus.Setup(cmd.Context(), js, opts...); err != nil {
+				return err
+			}
+			// The Slack bridge's own bucket: under deploy/nats.conf its
+			// user may not create it.
+			if _, err := slackbridge.Setup(cmd.Context(), js); err != nil {
 				return err
 			}
 			fmt.Fprintln(e.stdout, "streams and buckets are set up")
