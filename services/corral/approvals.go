@@ -60,6 +60,7 @@ or on the reviewers' web page.`,
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's (default: every tenant's)")
 	cmd.Flags().BoolVar(&all, "all", false, "list decided approvals too")
+	cmd.AddCommand(e.keygenCmd())
 	return cmd
 }
 
