@@ -55,26 +55,43 @@ func (s *Service) reapOnce(ctx context.Context) int {
 		if err != nil || s.driver.Workspace(tenant, session) != dir || s.driver.Active(tenant, session) {
 			continue
 		}
-		why, dropSnapshot := s.unneeded(ctx, tenant, session, dir)
-		if why == "" {
-			continue
+		if s.reapOne(ctx, tenant, session, dir) {
+			n++
 		}
-		if err := s.driver.Destroy(tenant, session); err != nil {
-			s.log.WarnContext(ctx, "reap workspace", "session", session, "err", err)
-			continue
-		}
-		if s.snaps != nil {
-			s.snaps.forget(session)
-			if dropSnapshot {
-				s.snaps.drop(ctx, tenant, session)
-			}
-		}
-		s.place.release(ctx, tenant, session)
-		s.metrics.reaped.WithLabelValues(why).Inc()
-		s.log.DebugContext(ctx, "workspace reaped", "session", session, "why", why)
-		n++
 	}
 	return n
+}
+
+// reapOne removes a session's workspace if no session needs it, and
+// reports whether it did. It holds the session's lock, so no call runs
+// (or snapshots the workspace) meanwhile.
+func (s *Service) reapOne(ctx context.Context, tenant string, session uuid.UUID, dir string) bool {
+	unlock, err := s.sessions.Lock(ctx, session.String())
+	if err != nil {
+		return false
+	}
+	defer unlock()
+	if s.driver.Active(tenant, session) {
+		return false
+	}
+	why, dropSnapshot := s.unneeded(ctx, tenant, session, dir)
+	if why == "" {
+		return false
+	}
+	if err := s.driver.Destroy(tenant, session); err != nil {
+		s.log.WarnContext(ctx, "reap workspace", "session", session, "err", err)
+		return false
+	}
+	if s.snaps != nil {
+		s.snaps.forget(session)
+		if dropSnapshot {
+			s.snaps.drop(ctx, tenant, session)
+		}
+	}
+	s.place.release(ctx, tenant, session)
+	s.metrics.reaped.WithLabelValues(why).Inc()
+	s.log.DebugContext(ctx, "workspace reaped", "session", session, "why", why)
+	return true
 }
 
 // unneeded says why a session's workspace here may go ("" if it may not),
