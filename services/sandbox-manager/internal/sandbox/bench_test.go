@@ -138,8 +138,8 @@ func BenchmarkColdStart(b *testing.B) {
 // before each iteration is not timed.
 func BenchmarkResume(b *testing.B) {
 	d := newDriver(b, Config{IdleTimeout: time.Hour})
-	if d.pids == nil || !d.pids.canFreeze() {
-		b.Skip("no freezer cgroup here: idle sandboxes are stopped, and resuming one is a cold start")
+	if d.pids == nil {
+		b.Skip("no pids cgroup here: idle sandboxes are stopped, and resuming one is a cold start")
 	}
 	session := uuid.New()
 	args := &tool.BashArgs{Command: "true"}
@@ -169,8 +169,8 @@ func BenchmarkResume(b *testing.B) {
 // (Config.MaxSuspended).
 func BenchmarkSuspendedMemory(b *testing.B) {
 	d := newDriver(b, Config{IdleTimeout: time.Hour})
-	if d.pids == nil || !d.pids.canFreeze() {
-		b.Skip("no freezer cgroup here")
+	if d.pids == nil {
+		b.Skip("no pids cgroup here")
 	}
 	args := &tool.BashArgs{Command: "true"}
 	var kib int64
@@ -184,7 +184,7 @@ func BenchmarkSuspendedMemory(b *testing.B) {
 		if err := box.freeze(); err != nil {
 			b.Fatal(err)
 		}
-		procs, err := os.ReadFile(filepath.Join(box.cg.pids, "cgroup.procs"))
+		procs, err := os.ReadFile(filepath.Join(box.cgroup, "cgroup.procs"))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -51,13 +51,13 @@ type box struct {
 	nextID  uint64
 	maxResp int
 
-	// cgroups holds the sandbox's cgroups, cg, when it has any.
+	// cgroups holds the sandbox's pids cgroup, cgroup, when it has one.
 	cgroups *pidsCgroups
-	cg      boxCgroup
+	cgroup  string
 
 	mu     sync.Mutex
 	exited bool          // bwrap has exited and may be reaped: its pid may be reused
-	frozen bool          // its processes are stopped in the freezer
+	frozen bool          // its processes are stopped (SIGSTOP)
 	done   chan struct{} // closed once bwrap is reaped and the pipes are closed
 }
 
@@ -100,11 +100,11 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 	var cgroupFD = -1
 	if d.pids != nil {
 		// Room for the executor's own threads beside the commands'.
-		if b.cg, err = d.pids.create(d.cfg.Processes + executorThreads); err == nil && d.pids.v2 {
-			if cgroupFD, err = unix.Open(b.cg.pids, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+		if b.cgroup, err = d.pids.create(d.cfg.Processes + executorThreads); err == nil && d.pids.v2 {
+			if cgroupFD, err = unix.Open(b.cgroup, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
 				b.cmd.SysProcAttr.UseCgroupFD, b.cmd.SysProcAttr.CgroupFD = true, cgroupFD
 			} else {
-				d.pids.remove(b.cg)
+				d.pids.remove(b.cgroup)
 			}
 		}
 		if err != nil {
@@ -119,7 +119,7 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 	var startErr error
 	err = d.starter.do(func() {
 		if b.cgroups != nil && !b.cgroups.v2 {
-			leave, err := b.cgroups.enter(b.cg)
+			leave, err := b.cgroups.enter(b.cgroup)
 			if err != nil {
 				startErr = err
 				return
@@ -140,7 +140,7 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 		inW.Close()
 		outR.Close()
 		if b.cgroups != nil {
-			b.cgroups.remove(b.cg)
+			b.cgroups.remove(b.cgroup)
 		}
 		return nil, fmt.Errorf("start bwrap: %w", err)
 	}
@@ -166,7 +166,7 @@ func (b *box) wait() {
 	b.out.Close()
 	close(b.done)
 	if b.cgroups != nil {
-		b.cgroups.remove(b.cg)
+		b.cgroups.remove(b.cgroup)
 	}
 }
 
@@ -191,27 +191,48 @@ func (b *box) kill() {
 	if !b.exited {
 		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
 	}
-	b.thawLocked() // a frozen process takes its SIGKILL once thawed
 }
 
-// canFreeze reports whether the box can be suspended in a freezer.
+// canFreeze reports whether the box can be suspended: its processes are
+// known by its pids cgroup.
 func (b *box) canFreeze() bool {
-	return b.cgroups != nil && b.cgroups.canFreeze()
+	return b.cgroups != nil
 }
 
-// freeze suspends every process of the sandbox: they stay, using no CPU,
-// until thaw. The executor must be idle, between calls.
+// freeze suspends every process of the sandbox with SIGSTOP: they stay,
+// running nothing, until thaw. The executor must be idle, between calls,
+// when nothing else of the sandbox runs (a call's processes end with it).
+// Stopped processes still die at once of SIGKILL, so killing a suspended
+// sandbox, or its manager dying, needs no thaw. (The cgroup v1 freezer
+// would do as well, but each change of its state waits for an RCU grace
+// period: 1.5 ms, against microseconds for the signals.)
 func (b *box) freeze() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.exited {
 		return errors.New("freeze: the sandbox has ended")
 	}
-	if err := b.cgroups.freeze(b.cg, true); err != nil {
-		_ = b.cgroups.freeze(b.cg, false)
-		return err
-	}
 	b.frozen = true
+	// A second look catches a process forked while the first was stopped.
+	stopped := map[int]bool{}
+	for range 5 {
+		pids, err := b.cgroups.procs(b.cgroup)
+		if err != nil {
+			b.signalLocked(syscall.SIGCONT)
+			b.frozen = false
+			return fmt.Errorf("freeze: %w", err)
+		}
+		more := false
+		for _, pid := range pids {
+			if !stopped[pid] {
+				_ = unix.Kill(pid, unix.SIGSTOP)
+				stopped[pid], more = true, true
+			}
+		}
+		if !more {
+			return nil
+		}
+	}
 	return nil
 }
 
@@ -219,18 +240,24 @@ func (b *box) freeze() error {
 func (b *box) thaw() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.thawLocked()
-}
-
-func (b *box) thawLocked() error {
 	if !b.frozen {
 		return nil
 	}
-	if err := b.cgroups.freeze(b.cg, false); err != nil {
-		return err
+	if err := b.signalLocked(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("thaw: %w", err)
 	}
 	b.frozen = false
 	return nil
+}
+
+// signalLocked sends sig to every process of the sandbox. Only processes
+// of its cgroup are signalled, so a pid reused elsewhere is not.
+func (b *box) signalLocked(sig syscall.Signal) error {
+	pids, err := b.cgroups.procs(b.cgroup)
+	for _, pid := range pids {
+		_ = unix.Kill(pid, sig)
+	}
+	return err
 }
 
 // suspended reports whether the sandbox is frozen.
@@ -244,7 +271,7 @@ func (b *box) suspended() bool {
 // which an idle executor takes as the sign to exit, so that the sandbox
 // winds down in order; one that does not exit promptly is killed.
 func (b *box) stop() {
-	_ = b.thaw()
+	_ = b.thaw() // to exit on its own
 	b.in.Close()
 	select {
 	case <-b.done:

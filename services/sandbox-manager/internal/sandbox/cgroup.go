@@ -16,35 +16,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pidsCgroups gives each sandbox cgroups of its own. A pids cgroup caps
-// its processes: RLIMIT_NPROC counts per host user across the machine and
-// is never enforced for host root, so it cannot keep a fork bomb in one
-// sandbox from starving the host. A freezer, where there is one, suspends
-// an idle sandbox: its processes stay, stopped, and thaw in microseconds.
-// It needs the manager to be allowed to make cgroups (root, or a delegated
-// subtree); without that there is none.
+// pidsCgroups caps the processes of each sandbox with a pids cgroup of its
+// own: RLIMIT_NPROC counts per host user across the machine and is never
+// enforced for host root, so it cannot keep a fork bomb in one sandbox
+// from starving the host. It needs the manager to be allowed to make
+// cgroups (root, or a delegated subtree); without that there is none.
 //
-// With cgroup v2 one cgroup does both, and each bwrap is forked straight
-// into it (CLONE_INTO_CGROUP). With cgroup v1 the pids and freezer
-// hierarchies are separate; the starter's thread joins the sandbox's
-// cgroup in each for the fork, so bwrap is born in them, and goes back
-// after.
+// With cgroup v2 each bwrap is forked straight into its cgroup
+// (CLONE_INTO_CGROUP). With cgroup v1 the starter's thread joins the
+// cgroup for the fork, so bwrap is born in it, and goes back after.
 type pidsCgroups struct {
-	v2      bool
-	pids    hierarchy  // the unified one on v2
-	freezer *hierarchy // v1 only; nil when v1 has no freezer
-	seq     atomic.Uint64
-}
-
-// hierarchy is where a cgroup hierarchy's sandbox cgroups are made.
-type hierarchy struct {
-	parent string // the parent of the sandboxes' cgroups
+	v2     bool
+	parent string // where the sandboxes' cgroups are made
 	home   string // v1: the cgroup the starter's thread goes back to
-}
-
-// boxCgroup is one sandbox's cgroups: pids, and on v1 freezer if any.
-type boxCgroup struct {
-	pids, freezer string
+	seq    atomic.Uint64
 }
 
 // cgroupRoot is where cgroup file systems are mounted.
@@ -71,45 +56,26 @@ func newPidsCgroups() (*pidsCgroups, error) {
 			os.Remove(parent)
 			return nil, fmt.Errorf("enable the pids controller: %w", err)
 		}
-		return &pidsCgroups{v2: true, pids: hierarchy{parent: parent}}, nil
+		return &pidsCgroups{v2: true, parent: parent}, nil
 	}
-	pids, err := newV1Hierarchy("pids", name)
+	v1 := filepath.Join(cgroupRoot, "pids")
+	if _, err := os.Stat(filepath.Join(v1, "cgroup.procs")); err != nil {
+		return nil, errors.New("no pids cgroup controller mounted")
+	}
+	own, err := ownV1Cgroup("pids")
 	if err != nil {
 		return nil, err
 	}
-	p := &pidsCgroups{pids: *pids}
-	if freezer, err := newV1Hierarchy("freezer", name); err == nil {
-		p.freezer = freezer
-	}
-	return p, nil
-}
-
-// newV1Hierarchy makes the parent of the sandboxes' cgroups, name, in the
-// v1 hierarchy of controller.
-func newV1Hierarchy(controller, name string) (*hierarchy, error) {
-	root := filepath.Join(cgroupRoot, controller)
-	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
-		return nil, fmt.Errorf("no %s cgroup controller mounted", controller)
-	}
-	own, err := ownV1Cgroup(controller)
-	if err != nil {
-		return nil, err
-	}
-	removeStale(root)
-	parent := filepath.Join(root, name)
+	removeStale(v1)
+	parent := filepath.Join(v1, name)
 	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
 	}
-	return &hierarchy{parent: parent, home: filepath.Join(root, own)}, nil
-}
-
-// canFreeze reports whether sandboxes can be suspended in a freezer.
-func (p *pidsCgroups) canFreeze() bool {
-	return p.v2 || p.freezer != nil
+	return &pidsCgroups{parent: parent, home: filepath.Join(v1, own)}, nil
 }
 
 // removeStale removes the sandboxes' cgroups left under dir by managers
-// that died (their processes die with them): a manager killed outright
+// that died (their processes died with them): a manager killed outright
 // leaves them behind.
 func removeStale(dir string) {
 	parents, _ := filepath.Glob(filepath.Join(dir, "corral-sandboxes-*"))
@@ -122,11 +88,7 @@ func removeStale(dir string) {
 		children, _ := filepath.Glob(filepath.Join(parent, "*"))
 		for _, c := range children {
 			if fi, err := os.Stat(c); err == nil && fi.IsDir() {
-				// A sandbox suspended when its manager died was sent
-				// SIGKILL, which a frozen process takes only once thawed.
-				_ = os.WriteFile(filepath.Join(c, "freezer.state"), []byte("THAWED"), 0)
-				_ = os.WriteFile(filepath.Join(c, "cgroup.freeze"), []byte("0"), 0)
-				removeDir(c)
+				os.Remove(c)
 			}
 		}
 		os.Remove(parent)
@@ -151,96 +113,32 @@ func ownV1Cgroup(controller string) (string, error) {
 	return "", fmt.Errorf("not in a %s cgroup", controller)
 }
 
-// create makes a sandbox's cgroups, allowing max processes.
-func (p *pidsCgroups) create(max int) (boxCgroup, error) {
-	name := strconv.FormatUint(p.seq.Add(1), 10)
-	cg := boxCgroup{pids: filepath.Join(p.pids.parent, name)}
-	if err := os.Mkdir(cg.pids, 0o755); err != nil {
-		return boxCgroup{}, fmt.Errorf("make a pids cgroup: %w", err)
+// create makes a cgroup allowing max processes and returns its directory.
+func (p *pidsCgroups) create(max int) (string, error) {
+	dir := filepath.Join(p.parent, strconv.FormatUint(p.seq.Add(1), 10))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", fmt.Errorf("make a pids cgroup: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(cg.pids, "pids.max"), []byte(strconv.Itoa(max)), 0); err != nil {
-		os.Remove(cg.pids)
-		return boxCgroup{}, fmt.Errorf("set pids.max: %w", err)
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(max)), 0); err != nil {
+		os.Remove(dir)
+		return "", fmt.Errorf("set pids.max: %w", err)
 	}
-	if p.freezer != nil {
-		cg.freezer = filepath.Join(p.freezer.parent, name)
-		if err := os.Mkdir(cg.freezer, 0o755); err != nil {
-			os.Remove(cg.pids)
-			return boxCgroup{}, fmt.Errorf("make a freezer cgroup: %w", err)
-		}
-	}
-	return cg, nil
+	return dir, nil
 }
 
-// enter moves the calling thread into the v1 cgroups of cg, returning the
-// func that moves it back.
-func (p *pidsCgroups) enter(cg boxCgroup) (leave func(), err error) {
+// enter moves the calling thread into dir (v1), returning the func that
+// moves it back.
+func (p *pidsCgroups) enter(dir string) (leave func(), err error) {
 	tid := []byte(strconv.Itoa(unix.Gettid()))
-	if err := os.WriteFile(filepath.Join(cg.pids, "tasks"), tid, 0); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "tasks"), tid, 0); err != nil {
 		return nil, fmt.Errorf("join the sandbox's pids cgroup: %w", err)
 	}
-	leave = func() { _ = os.WriteFile(filepath.Join(p.pids.home, "tasks"), tid, 0) }
-	if cg.freezer != "" {
-		if err := os.WriteFile(filepath.Join(cg.freezer, "tasks"), tid, 0); err != nil {
-			leave()
-			return nil, fmt.Errorf("join the sandbox's freezer cgroup: %w", err)
-		}
-		leavePids := leave
-		leave = func() {
-			leavePids()
-			_ = os.WriteFile(filepath.Join(p.freezer.home, "tasks"), tid, 0)
-		}
-	}
-	return leave, nil
+	return func() { _ = os.WriteFile(filepath.Join(p.home, "tasks"), tid, 0) }, nil
 }
 
-// freeze stops every process of cg's sandbox (frozen true) or lets them
-// run again, and waits until the kernel has done it.
-func (p *pidsCgroups) freeze(cg boxCgroup, frozen bool) error {
-	file, want, done := filepath.Join(cg.freezer, "freezer.state"), "THAWED", "THAWED"
-	if frozen {
-		want, done = "FROZEN", "FROZEN"
-	}
-	if p.v2 {
-		file, want, done = filepath.Join(cg.pids, "cgroup.freeze"), "0", "frozen 0"
-		if frozen {
-			want, done = "1", "frozen 1"
-		}
-	} else if cg.freezer == "" {
-		return errors.New("no freezer cgroup")
-	}
-	if err := os.WriteFile(file, []byte(want), 0); err != nil {
-		return fmt.Errorf("freeze: %w", err)
-	}
-	state := file
-	if p.v2 {
-		state = filepath.Join(cg.pids, "cgroup.events")
-	}
-	// Freezing waits for each task to reach a point where it can stop;
-	// an idle sandbox's take microseconds.
-	for range 1000 {
-		b, err := os.ReadFile(state)
-		if err != nil {
-			return fmt.Errorf("freeze: %w", err)
-		}
-		if strings.Contains(string(b), done) {
-			return nil
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-	return fmt.Errorf("freeze: %s did not become %q", state, done)
-}
-
-// remove removes a sandbox's cgroups once its processes are gone, which
-// the kernel finishes shortly after the sandbox's PID 1 dies.
-func (p *pidsCgroups) remove(cg boxCgroup) {
-	removeDir(cg.pids)
-	if cg.freezer != "" {
-		removeDir(cg.freezer)
-	}
-}
-
-func removeDir(dir string) {
+// remove removes a sandbox's cgroup once its processes are gone, which the
+// kernel finishes shortly after the sandbox's PID 1 dies.
+func (p *pidsCgroups) remove(dir string) {
 	for range 50 {
 		if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
 			return
@@ -249,10 +147,22 @@ func removeDir(dir string) {
 	}
 }
 
-// close removes the parents of the sandboxes' cgroups, once they are gone.
-func (p *pidsCgroups) close() {
-	removeDir(p.pids.parent)
-	if p.freezer != nil {
-		removeDir(p.freezer.parent)
+// procs lists the processes of the cgroup dir.
+func (p *pidsCgroups) procs(dir string) ([]int, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil, err
 	}
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// close removes the parent of the sandboxes' cgroups, once they are gone.
+func (p *pidsCgroups) close() {
+	p.remove(p.parent)
 }
