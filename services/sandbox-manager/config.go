@@ -30,7 +30,7 @@ type Config struct {
 	DefaultTimeout time.Duration
 	// IdleTimeout suspends a session's sandbox after this long without
 	// calls (CORRAL_SANDBOX_IDLE_TIMEOUT, a Go duration): its processes
-	// are frozen until the next call.
+	// are stopped until the next call.
 	IdleTimeout time.Duration
 	// StopTimeout stops a suspended sandbox after this long
 	// (CORRAL_SANDBOX_STOP_TIMEOUT); its workspace stays.

@@ -47,10 +47,10 @@ type Config struct {
 	// /dev/shm (default 256 MiB).
 	TmpSize int64
 	// IdleTimeout is how long a session's sandbox stays up after its last
-	// call (default 5m). It is then suspended: its processes are frozen,
-	// using no CPU, and the next call thaws them in well under a
-	// millisecond. Without a freezer (the manager may not make cgroups)
-	// it is stopped instead.
+	// call (default 5m). It is then suspended: its processes are stopped,
+	// using no CPU, and the next call resumes them in well under a
+	// millisecond. Without a pids cgroup to find them by (the manager may
+	// not make cgroups) it is stopped instead.
 	IdleTimeout time.Duration
 	// StopTimeout is how long a sandbox stays suspended before it is
 	// stopped (default 30m), freeing its memory. The next call after that

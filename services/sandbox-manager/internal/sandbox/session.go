@@ -25,7 +25,7 @@ type session struct {
 	box   *box        // the live sandbox, or nil
 	timer *time.Timer // suspends box once the session is idle, then stops it
 	calls uint64      // counts calls, so a late idle timer knows it is stale
-	// suspendedAt is when box was frozen; zero while it runs, or once it
+	// suspendedAt is when box was suspended; zero while it runs, or once it
 	// is picked to be stopped.
 	suspendedAt time.Time
 }
