@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
 	sandboxes := func(state string) prometheus.GaugeFunc {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "corral_sandbox_sandboxes",
-			Help:        "Sandboxes by state: running (processes up, between calls or in one), suspended (processes frozen, none running) or stopped (the workspace kept, no process).",
+			Help:        "Sandboxes by state: running (processes up, between calls or in one), suspended (processes stopped, none running) or stopped (the workspace kept, no process).",
 			ConstLabels: prometheus.Labels{"state": state},
 		}, func() float64 {
 			if s.driver == nil {
