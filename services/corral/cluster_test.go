@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"corral.dev/pkg/natstest"
 	"corral.dev/services/harness"
 	sandboxmanager "corral.dev/services/sandbox-manager"
+	slackbridge "corral.dev/services/slack-bridge"
 )
 
 const clusterTenant = "cluster"
@@ -62,6 +64,7 @@ func TestClusterLosesAServer(t *testing.T) {
 	if code := run(context.Background(), []string{"setup", "--nats", urls, "--replicas", "3"}, as("admin", nil), &out, &errs); code != 0 {
 		t.Fatalf("corral setup exited %d: %s", code, errs.String())
 	}
+	checkReplicas(t, urls, 3)
 
 	// Each session runs one call, waits on the model until the server is
 	// gone, runs a second, and answers with what the second printed.
@@ -208,6 +211,43 @@ func TestClusterLosesAServer(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(data, "workspaces", clusterTenant, id.String(), "log"))
 		if err != nil || string(b) != "one\ntwo\n" {
 			t.Errorf("session %d: workspace log %q (%v), want each call run once", i, b, err)
+		}
+	}
+}
+
+// checkReplicas checks that every stream, KV bucket and object store on the
+// cluster has n replicas.
+func checkReplicas(t *testing.T, urls string, n int) {
+	t.Helper()
+	nc, err := nats.Connect(urls, nats.UserInfo("admin", password("admin")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	names := js.StreamNames(ctx)
+	var all []string
+	for name := range names.Name() {
+		all = append(all, name)
+	}
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(all, "KV_"+slackbridge.Bucket) || !slices.Contains(all, bus.StreamEvents) {
+		t.Errorf("streams %v lack the session logs or the Slack bridge's bucket", all)
+	}
+	for _, name := range all {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.CachedInfo().Config.Replicas; got != n {
+			t.Errorf("%s: %d replicas, want %d", name, got, n)
 		}
 	}
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"strconv"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"corral.dev/pkg/bus"
@@ -30,23 +33,29 @@ CORRAL_NATS_REPLICAS), new ones get one copy and existing ones keep theirs.`,
 			if err != nil {
 				return err
 			}
+			n, _ := strconv.Atoi(e.getenv("CORRAL_NATS_REPLICAS")) // checked just above
 			if cmd.Flags().Changed("replicas") {
 				if replicas < 1 || replicas > bus.MaxReplicas {
 					return fmt.Errorf("--replicas %d: want 1 to %d", replicas, bus.MaxReplicas)
 				}
-				opts = []bus.SetupOption{bus.Replicas(replicas)}
+				n, opts = replicas, []bus.SetupOption{bus.Replicas(replicas)}
 			}
 			nc, js, err := e.connect(url)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			if err := bus.Setup(cmd.Context(), js, opts...); err != nil {
+			ctx := cmd.Context()
+			if err := bus.Setup(ctx, js, opts...); err != nil {
 				return err
 			}
 			// The Slack bridge's own bucket: under deploy/nats.conf its
 			// user may not create it.
-			if _, err := slackbridge.Setup(cmd.Context(), js); err != nil {
+			kv, err := slackbridge.Setup(ctx, js)
+			if err == nil && n != 0 {
+				err = replicate(ctx, js, kv, n)
+			}
+			if err != nil {
 				return err
 			}
 			fmt.Fprintln(e.stdout, "streams and buckets are set up")
@@ -56,4 +65,22 @@ CORRAL_NATS_REPLICAS), new ones get one copy and existing ones keep theirs.`,
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform, or a cluster's URLs separated by commas (CORRAL_NATS_URL)")
 	cmd.Flags().IntVar(&replicas, "replicas", 0, "copies of each stream and bucket, on as many servers of a NATS cluster (default: CORRAL_NATS_REPLICAS, else 1 for new ones and existing ones unchanged)")
 	return cmd
+}
+
+// replicate gives the KV bucket kv n replicas.
+func replicate(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, n int) error {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("kv %s: %w", kv.Bucket(), err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo().Config.Replicas == n {
+		return nil
+	}
+	cfg := bs.Config()
+	cfg.Replicas = n
+	if _, err := js.UpdateKeyValue(ctx, cfg); err != nil {
+		return fmt.Errorf("kv %s: %d replicas: %w", kv.Bucket(), n, err)
+	}
+	return nil
 }
