@@ -204,7 +204,7 @@ var buckets = []jetstream.KeyValueConfig{
 		History:     1,
 	},
 	{
-		// Each live sandbox-manager node, renewed every NodeLeaseTTL/3.
+		// Each live sandbox-manager node, renewed every NodeLeaseTTL/4.
 		Bucket:      BucketNodes,
 		Description: "sandbox-manager nodes alive: node -> instance",
 		TTL:         NodeLeaseTTL,

@@ -77,7 +77,7 @@ func TestBudgetsStopSessions(t *testing.T) {
 		{"steps", "true", "session.steps", 3},
 		{"tokens", "true", "session.tokens", 2},
 		{"cost", "true", "session.cost_usd", 2},
-		{"sandbox", "sleep 0.3", "session.sandbox_seconds", 3},
+		{"sandbox", "sleep 0.2", "session.sandbox_seconds", 3},
 		{"wall", "sleep 0.7", "session.wall_time", 2},
 		// Over its wall time while a call runs: stopped there, the call
 		// killed.

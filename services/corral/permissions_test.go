@@ -284,6 +284,27 @@ func TestDeployedPermissions(t *testing.T) {
 			return nil
 		})
 	}
+	// Sandbox-managers answer the calls other nodes forward to them; no one
+	// else may send them one.
+	s2, _ := connectAs(t, url, "sandbox-manager")
+	sub, err := s2.Conn().Subscribe(bus.NodeSubject("perm-test"), func(m *nats.Msg) { _ = m.Respond([]byte("{}")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = s2.Conn().Flush()
+	if _, err := snc.Request(bus.NodeSubject("perm-test"), []byte("{}"), 5*time.Second); err != nil {
+		t.Errorf("a forwarded call got no answer from the node it went to: %v", err)
+	}
+	if _, err := hjs.Conn().Request(bus.NodeSubject("perm-test"), []byte("{}"), 500*time.Millisecond); err == nil {
+		t.Error("the harness sent a call straight to a sandbox-manager node")
+	}
+	waitFor(t, 5*time.Second, func() error {
+		if !hv.seen(bus.NodeSubject("perm-test")) {
+			return fmt.Errorf("no violation reported for the harness's call to a node")
+		}
+		return nil
+	})
 	// No service deletes the session logs; no client deletes a service's
 	// consumer.
 	if err := hjs.DeleteStream(ctx, bus.StreamEvents); err == nil {

@@ -37,15 +37,22 @@ type placement struct {
 	places   jetstream.KeyValue
 	log      *slog.Logger
 
+	// forget is called for each session placed here afresh: whatever
+	// this node knew of its workspace may be out of date.
+	forget func(uuid.UUID)
+
 	mu sync.Mutex
 	// owned are the sessions placed here, known without asking the
-	// bucket; cleared when the node's lease may have lapsed.
+	// bucket while the lease is surely held; cleared when it may have
+	// lapsed.
 	owned map[uuid.UUID]bool
-	// renewed is when the lease was last renewed.
-	renewed time.Time
+	// held is when the last renewal that succeeded was sent: the lease
+	// runs at least NodeLeaseTTL from then.
+	held time.Time
+	rev  uint64 // the lease's revision, 0 when it is to be made anew
 }
 
-func newPlacement(ctx context.Context, js jetstream.JetStream, node, instance string, log *slog.Logger) (*placement, error) {
+func newPlacement(ctx context.Context, js jetstream.JetStream, node, instance string, forget func(uuid.UUID), log *slog.Logger) (*placement, error) {
 	nodes, err := js.KeyValue(ctx, bus.BucketNodes)
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", bus.BucketNodes, err)
@@ -54,30 +61,56 @@ func newPlacement(ctx context.Context, js jetstream.JetStream, node, instance st
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", bus.BucketPlacements, err)
 	}
-	p := &placement{node: node, instance: instance, nodes: nodes, places: places, log: log, owned: make(map[uuid.UUID]bool)}
+	p := &placement{node: node, instance: instance, nodes: nodes, places: places, forget: forget, log: log, owned: make(map[uuid.UUID]bool)}
 	if err := p.renew(ctx); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// renew renews the node's lease.
+// renew renews the node's lease. The renewal names the lease's revision,
+// so a lease that ran out (and that another node may have acted on) is
+// noticed: everything owned is then looked up again, and made anew.
 func (p *placement) renew(ctx context.Context) error {
+	sent := time.Now()
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
-	if _, err := p.nodes.Put(rctx, p.node, []byte(p.instance)); err != nil {
-		return fmt.Errorf("renew the lease of node %s: %w", p.node, err)
+	p.mu.Lock()
+	rev := p.rev
+	p.mu.Unlock()
+	var err error
+	if rev == 0 {
+		rev, err = p.nodes.Put(rctx, p.node, []byte(p.instance))
+	} else {
+		rev, err = p.nodes.Update(rctx, p.node, []byte(p.instance), rev)
 	}
 	p.mu.Lock()
-	p.renewed = time.Now()
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	switch {
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound):
+		p.lapsed()
+		return fmt.Errorf("the lease of node %s ran out", p.node)
+	case err != nil:
+		return fmt.Errorf("renew the lease of node %s: %w", p.node, err)
+	}
+	p.rev, p.held = rev, sent
 	return nil
+}
+
+// lapsed forgets the sessions owned: another node may have taken any of
+// them over. The caller holds p.mu.
+func (p *placement) lapsed() {
+	for session := range p.owned {
+		p.forget(session)
+	}
+	clear(p.owned)
+	p.rev = 0
 }
 
 // keepAlive renews the node's lease until ctx is done, then gives it up,
 // so that the node's sessions move at once.
 func (p *placement) keepAlive(ctx context.Context) {
-	tick := time.NewTicker(bus.NodeLeaseTTL / 3)
+	tick := time.NewTicker(bus.NodeLeaseTTL / 4)
 	defer tick.Stop()
 	for {
 		select {
@@ -91,14 +124,21 @@ func (p *placement) keepAlive(ctx context.Context) {
 		if err := p.renew(ctx); err != nil && ctx.Err() == nil {
 			p.log.WarnContext(ctx, "node lease", "err", err)
 		}
-		p.mu.Lock()
-		if time.Since(p.renewed) > bus.NodeLeaseTTL/2 {
-			// The lease may have run out: another node may take over
-			// any session, so each is looked up again.
-			clear(p.owned)
-		}
-		p.mu.Unlock()
 	}
+}
+
+// sure reports whether the lease is surely held for a while yet. The
+// caller holds p.mu.
+func (p *placement) sure() bool {
+	return time.Since(p.held) < bus.NodeLeaseTTL/2
+}
+
+// owns reports whether a session is placed here, as far as this node
+// surely knows.
+func (p *placement) owns(session uuid.UUID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.owned[session] && p.sure()
 }
 
 // route returns where a session's call runs: "" here, or the live node it
@@ -106,10 +146,7 @@ func (p *placement) keepAlive(ctx context.Context) {
 // before this call (placed here now, or after a restart), so its workspace
 // must be checked against its snapshot.
 func (p *placement) route(ctx context.Context, tenant string, session uuid.UUID) (owner string, fresh bool, err error) {
-	p.mu.Lock()
-	here := p.owned[session]
-	p.mu.Unlock()
-	if here {
+	if p.owns(session) {
 		return "", false, nil
 	}
 	key := bus.PlacementKey(tenant, session)
@@ -137,15 +174,21 @@ func (p *placement) route(ctx context.Context, tenant string, session uuid.UUID)
 				p.log.InfoContext(ctx, "session taken over from a node that is gone", "session", session, "from", owner)
 			}
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue // placed elsewhere meanwhile: look again
 		}
 		if err != nil {
 			return "", false, fmt.Errorf("place session %s: %w", session, err)
 		}
 		p.mu.Lock()
-		p.owned[session] = true
-		p.mu.Unlock()
+		defer p.mu.Unlock()
+		if !p.sure() {
+			return "", false, bus.NotYet(time.Second, fmt.Errorf("place session %s: node %s is renewing its lease", session, p.node))
+		}
+		if !p.owned[session] {
+			p.forget(session)
+			p.owned[session] = true
+		}
 		return "", true, nil
 	}
 	return "", false, bus.NotYet(0, fmt.Errorf("place session %s: its placement keeps changing", session))
@@ -179,6 +222,8 @@ type forwardReply struct {
 	// without counting it as a failure: the session moved, or the owner
 	// is busy or shutting down.
 	Retry bool `json:"retry,omitempty"`
+	// Permanent says no delivery can succeed: the call is given up.
+	Permanent bool `json:"permanent,omitempty"`
 }
 
 // deliveredHeader carries the call's delivery count to the owner.
@@ -208,11 +253,11 @@ func (s *Service) forward(ctx context.Context, owner string, m bus.Msg) error {
 	for {
 		select {
 		case a := <-done:
-			switch {
-			case errors.Is(a.err, nats.ErrNoResponders):
-				return bus.NotYet(bus.NodeLeaseTTL/3, fmt.Errorf("node %s does not answer", owner))
-			case a.err != nil:
-				return fmt.Errorf("forward to node %s: %w", owner, a.err)
+			if a.err != nil {
+				// No answer: the owner is starting, stopping or cut
+				// off. Delivered again, the call goes to whichever node
+				// holds the session by then.
+				return bus.NotYet(bus.NodeLeaseTTL/3, fmt.Errorf("forward to node %s: %w", owner, a.err))
 			}
 			var r forwardReply
 			if err := json.Unmarshal(a.msg.Data, &r); err != nil {
@@ -223,7 +268,9 @@ func (s *Service) forward(ctx context.Context, owner string, m bus.Msg) error {
 				s.metrics.forwarded.Inc()
 				return nil
 			case r.Retry:
-				return bus.NotYet(100*time.Millisecond, fmt.Errorf("node %s: %s", owner, r.Error))
+				return bus.NotYet(time.Second, fmt.Errorf("node %s: %s", owner, r.Error))
+			case r.Permanent:
+				return bus.Permanent(fmt.Errorf("node %s: %s", owner, r.Error))
 			}
 			return fmt.Errorf("node %s: %s", owner, r.Error)
 		case <-tick.C:
@@ -265,6 +312,8 @@ func (s *Service) serveForwarded(ctx context.Context) error {
 				reply(forwardReply{})
 			case errors.Is(err, bus.ErrNotYet):
 				reply(forwardReply{Error: err.Error(), Retry: true})
+			case errors.Is(err, bus.ErrPermanent):
+				reply(forwardReply{Error: err.Error(), Permanent: true})
 			default:
 				reply(forwardReply{Error: err.Error()})
 			}

@@ -118,7 +118,7 @@ func (s *Service) unneeded(ctx context.Context, tenant string, session uuid.UUID
 	if e, err := s.place.places.Get(rctx, bus.PlacementKey(tenant, session)); err == nil && string(e.Value()) != s.place.node {
 		return "moved", false
 	}
-	if fi, err := os.Stat(dir); err == nil && s.snaps != nil && time.Since(fi.ModTime()) > s.cfg.WorkspaceTTL {
+	if fi, err := os.Stat(dir); err == nil && s.snaps != nil && !s.snaps.isDirty(session) && time.Since(fi.ModTime()) > s.cfg.WorkspaceTTL {
 		return "idle", false
 	}
 	return "", false

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -86,7 +87,11 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		}
 		s.snaps = newSnapshots(store)
 	}
-	if s.place, err = newPlacement(ctx, js, cfg.Node, cfg.Instance, s.log); err != nil {
+	forget := func(uuid.UUID) {}
+	if s.snaps != nil {
+		forget = s.snaps.forget
+	}
+	if s.place, err = newPlacement(ctx, js, cfg.Node, cfg.Instance, forget, s.log); err != nil {
 		d.Close()
 		return nil, err
 	}

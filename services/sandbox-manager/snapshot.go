@@ -59,6 +59,9 @@ type snapshots struct {
 	// snapshot this node took last: a call that changed nothing takes
 	// none.
 	taken map[uuid.UUID][32]byte
+	// dirty are the sessions whose last snapshot failed: their workspace
+	// here is the only up-to-date copy.
+	dirty map[uuid.UUID]bool
 }
 
 type cachedHash struct {
@@ -68,7 +71,7 @@ type cachedHash struct {
 }
 
 func newSnapshots(store jetstream.ObjectStore) *snapshots {
-	return &snapshots{store: store, seq: make(map[uuid.UUID]uint64), hashes: make(map[string]cachedHash), stored: make(map[string]bool), taken: make(map[uuid.UUID][32]byte)}
+	return &snapshots{store: store, seq: make(map[uuid.UUID]uint64), hashes: make(map[string]cachedHash), stored: make(map[string]bool), taken: make(map[uuid.UUID][32]byte), dirty: make(map[uuid.UUID]bool)}
 }
 
 func manifestName(tenant string, session uuid.UUID) string {
@@ -144,6 +147,7 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	}
 	s.seq[session] = m.Seq
 	s.taken[session] = sum
+	delete(s.dirty, session)
 	s.mu.Unlock()
 	return m.Seq, size, nil
 }
@@ -215,6 +219,22 @@ func (s *snapshots) current(session uuid.UUID, seq uint64) bool {
 	return s.seq[session] == seq
 }
 
+// failed records that a snapshot of session failed: until one succeeds,
+// the workspace here is the only up-to-date copy.
+func (s *snapshots) failed(session uuid.UUID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dirty[session] = true
+	delete(s.taken, session) // the next call snapshots again, changed or not
+}
+
+// isDirty reports whether the last snapshot of session failed.
+func (s *snapshots) isDirty(session uuid.UUID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dirty[session]
+}
+
 // known reports whether the node knows which snapshot the local
 // workspace matches.
 func (s *snapshots) known(session uuid.UUID) bool {
@@ -234,6 +254,8 @@ func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUI
 	if err := json.Unmarshal(data, &m); err != nil {
 		return 0, fmt.Errorf("restore %s: %w", session, err)
 	}
+	// Until it is whole, the workspace here matches no snapshot.
+	s.forget(session)
 	if err := os.RemoveAll(dir); err != nil {
 		return 0, err
 	}
@@ -266,6 +288,7 @@ func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUI
 	s.mu.Lock()
 	s.seq[session] = m.Seq
 	s.taken[session] = sha256.Sum256(files)
+	delete(s.dirty, session)
 	s.mu.Unlock()
 	return m.Seq, nil
 }

@@ -87,6 +87,17 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, f
 		return err
 	}
 	defer unlock()
+	if !s.place.owns(c.Session) {
+		// Released while this call waited (the reaper, a stop, a lapse
+		// of the node's lease): deliver it again, to be placed afresh.
+		return bus.NotYet(0, fmt.Errorf("session %s is no longer placed here", c.Session))
+	}
+	// Brought up to date before the call is marked as started, so that a
+	// failure here leaves a call that certainly did not run.
+	moved, err := s.syncWorkspace(ctx, c, fresh)
+	if err != nil {
+		return err
+	}
 	if repeatable(c.Name) {
 		// Safe to run twice, so not marked: a copy delivered again runs
 		// again, unless its result is recorded already.
@@ -109,22 +120,18 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, f
 				return err
 			}
 			res.Output, res.IsError = interrupted, true
-			return s.record(ctx, &res)
+			return s.record(ctx, &res, moved)
 		}
 	}
 	args, err := tool.Parse(c.Name, c.Input)
 	if err != nil {
 		res.Output, res.IsError = "Error: "+err.Error(), true
-		return s.record(ctx, &res)
-	}
-	moved, err := s.syncWorkspace(ctx, c, fresh)
-	if err != nil {
-		return err
+		return s.record(ctx, &res, moved)
 	}
 	callCtx, done, stopped := s.stops.start(ctx, c.Session)
 	if stopped != "" {
 		res.Output, res.IsError = "Not run: "+stopped+".", true
-		return s.record(ctx, &res)
+		return s.record(ctx, &res, moved)
 	}
 	defer done()
 	start := time.Now()
@@ -132,7 +139,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, f
 	if errors.Is(context.Cause(callCtx), errStopped) && ctx.Err() == nil {
 		s.metrics.calls.WithLabelValues(c.Name, "killed").Observe(time.Since(start).Seconds())
 		res.Output, res.IsError = "Killed: the session was stopped while this call ran.", true
-		return s.record(ctx, &res)
+		return s.record(ctx, &res, moved)
 	}
 	if err == nil {
 		outcome := "ok"
@@ -153,9 +160,6 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, f
 	if c.Name == tool.Bash {
 		res.Output = noteSkillsWrite(res.Output)
 	}
-	if moved != "" {
-		res.Output = moved + "\n" + res.Output
-	}
 	// The reaper keeps a workspace while its session uses it.
 	now := time.Now()
 	_ = os.Chtimes(s.driver.Workspace(c.Tenant, c.Session), now, now)
@@ -171,6 +175,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, f
 				// The workspace here is still right; another node taking
 				// the session over would start from the snapshot before.
 				s.log.WarnContext(ctx, "snapshot", "session", c.Session, "err", err)
+				s.snaps.failed(c.Session)
 				size = workspaceSize(dir)
 			} else {
 				s.metrics.snapshots.Observe(time.Since(start).Seconds())
@@ -186,7 +191,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, f
 	}
 	res.Truncated, res.TimedOut, res.DurationMS = r.Truncated, r.TimedOut, r.Duration.Milliseconds()
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", r.IsError, "duration", r.Duration)
-	return s.record(ctx, &res)
+	return s.record(ctx, &res, moved)
 }
 
 // recorded reports whether the call's result is in its session's log.
@@ -204,7 +209,12 @@ func (s *Service) recorded(ctx context.Context, c *event.ToolCall) (bool, error)
 	return false, nil
 }
 
-func (s *Service) record(ctx context.Context, r *event.ToolCompleted) error {
+// record records a call's result, after the note for the model, if any,
+// that its session's workspace was restored or seeded before it.
+func (s *Service) record(ctx context.Context, r *event.ToolCompleted, note string) error {
+	if note != "" {
+		r.Output = note + "\n" + r.Output
+	}
 	return bus.RecordResult(ctx, s.js, r)
 }
 

@@ -233,7 +233,10 @@ func (b *box) freeze() error {
 			return nil
 		}
 	}
-	return nil
+	// Still forking after five looks: not idle, so not suspended.
+	b.signalLocked(syscall.SIGCONT)
+	b.frozen = false
+	return errors.New("freeze: the sandbox's processes keep forking")
 }
 
 // thaw lets a frozen sandbox's processes run again.
@@ -250,8 +253,10 @@ func (b *box) thaw() error {
 	return nil
 }
 
-// signalLocked sends sig to every process of the sandbox. Only processes
-// of its cgroup are signalled, so a pid reused elsewhere is not.
+// signalLocked sends sig to every process of the sandbox, as its cgroup
+// lists them. A pid read there could be reused before the signal only if
+// its process died in between; the processes of an idle sandbox end only
+// when it is killed, after which nothing signals them.
 func (b *box) signalLocked(sig syscall.Signal) error {
 	pids, err := b.cgroups.procs(b.cgroup)
 	for _, pid := range pids {
