@@ -42,8 +42,13 @@ var (
 )
 
 // The interrupted result of a Bash call the sandbox-manager will not run
-// twice (services/sandbox-manager/toolcall.go).
+// twice (services/sandbox-manager/toolcall.go). It starts the result, or
+// a line of it after a note that the workspace was restored.
 const interruptedPrefix = "The call was interrupted"
+
+func isInterrupted(output string) bool {
+	return strings.HasPrefix(output, interruptedPrefix) || strings.Contains(output, "\n"+interruptedPrefix)
+}
 
 // TestChaos runs many sessions against nats-server, a harness and a
 // sandbox-manager as separate processes while it SIGKILLs them at random,
@@ -672,7 +677,7 @@ func checkSession(idx int, s uuid.UUID, msgs []bus.Msg, ws string, plan [][]stri
 				}
 			}
 			res := rs[0]
-			interrupted := strings.HasPrefix(res.Output, interruptedPrefix)
+			interrupted := isInterrupted(res.Output)
 			if interrupted {
 				c.interrupted++
 				c.interruptions = append(c.interruptions, [2]time.Time{dispatchedAt[call.ID], res.Time})

@@ -304,5 +304,5 @@ func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, fresh bo
 	if note != "" {
 		return note, nil
 	}
-	return fmt.Sprintf("Note: this session's sandbox moved to another node: /workspace was restored from its last snapshot (after %d calls that changed files); whatever ran after that snapshot, and everything outside /workspace, is gone.", seq), nil
+	return fmt.Sprintf("Note: this session's sandbox moved to another node, or its node restarted: /workspace was restored from its last snapshot (after %d calls that changed files); whatever ran after that snapshot, and everything outside /workspace, is gone.", seq), nil
 }
