@@ -16,7 +16,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
-(cd services/sandbox-manager && go test -run '^$' -bench 'ForkExecTrue|BwrapTrue|WarmCall|ColdStart|Resume' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
+(cd services/sandbox-manager && go test -run '^$' -bench 'ForkExecTrue|BwrapTrue|WarmCall|ColdStart|ResumeSuspended' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'SuspendedMemory' -benchtime 100x ./internal/sandbox) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'IdleSessions' -benchtime "${IDLE_SESSIONS:-10000}x" -timeout 30m ./internal/sandbox) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ToolCallRoundTrip' -benchtime "${n}x" .) | tee -a "$out"
@@ -30,12 +30,14 @@ echo "| benchmark | p50 | p99 | other |"
 echo "|---|---|---|---|"
 awk '/^Benchmark/ {
 	name=$1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
-	p50=""; p99=""; other=""
-	for (i = 3; i < NF; i++) {
-		if ($(i+1) ~ /p50-ms$/) p50=$i " ms"
-		else if ($(i+1) ~ /p99-ms$/) p99=$i " ms"
-		else if ($(i+1) !~ /^(ns|B|allocs)\/op$/) other=other $i " " $(i+1) " "
+	p50=""; p99=""; mean=""; other=""
+	for (i = 3; i < NF; i += 2) {
+		unit=$(i+1)
+		if (unit ~ /p50-ms$/) p50=$i " ms"
+		else if (unit ~ /p99-ms$/) p99=$i " ms"
+		else if (unit == "ns/op") mean=$i
+		else if (unit !~ /^(B|allocs)\/op$/) other=other $i " " unit " "
 	}
-	if (p50 == "" && other == "") for (i = 3; i < NF; i++) if ($(i+1) == "ns/op") p50=sprintf("%.2f ms (mean)", $i / 1e6)
+	if (p50 == "" && mean != "" && (other == "" || other ~ /MB\/s/)) p50=sprintf("%.2f ms (mean)", mean / 1e6)
 	printf "| %s | %s | %s | %s|\n", name, p50, p99, other
 }' "$out"
