@@ -38,6 +38,11 @@ type Config struct {
 	// MaxSuspended caps the suspended sandboxes; past it the one
 	// suspended longest is stopped (CORRAL_SANDBOX_MAX_SUSPENDED).
 	MaxSuspended int
+	// PoolSize is how many sandboxes are kept started ahead for each of
+	// the tenants that started one lately (CORRAL_SANDBOX_POOL, default
+	// 2; 0 keeps none), so that a session's first call takes one instead
+	// of waiting for a sandbox to start.
+	PoolSize int
 	// Instance names this sandbox-manager process in call marks.
 	Instance string
 	// Node names this sandbox-manager in placements: the sessions whose
@@ -88,6 +93,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		DefaultTimeout: 2 * time.Minute,
 		ShutdownGrace:  10 * time.Second,
 		ReapInterval:   10 * time.Minute,
+		PoolSize:       2,
 		WorkspaceTTL:   7 * 24 * time.Hour,
 	}
 	host, _ := os.Hostname()
@@ -159,6 +165,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			}
 			*v.to = n
 		}
+	}
+	if s := getenv("CORRAL_SANDBOX_POOL"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return Config{}, fmt.Errorf("CORRAL_SANDBOX_POOL=%q: want a whole number, 0 for none", s)
+		}
+		cfg.PoolSize = n
 	}
 	for _, v := range []struct {
 		name string

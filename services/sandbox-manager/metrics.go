@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
 	sandboxes := func(state string) prometheus.GaugeFunc {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "corral_sandbox_sandboxes",
-			Help:        "Sandboxes by state: running (processes up, between calls or in one), suspended (processes stopped, none running) or stopped (the workspace kept, no process).",
+			Help:        "Sandboxes by state: running (processes up, between calls or in one), suspended (processes stopped, none running) stopped (the workspace kept, no process) or pooled (started ahead, for a session's first call to take).",
 			ConstLabels: prometheus.Labels{"state": state},
 		}, func() float64 {
 			if s.driver == nil {
@@ -74,12 +74,14 @@ func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
 				return float64(live - suspended)
 			case "suspended":
 				return float64(suspended)
+			case "pooled":
+				return float64(s.driver.Pooled())
 			}
 			dirs, _ := filepath.Glob(filepath.Join(s.cfg.DataDir, "workspaces", "*", "*"))
 			return float64(max(len(dirs)-live, 0))
 		})
 	}
-	reg.MustRegister(m.forwarded, m.reaped, m.snapshotBytes, m.starts, m.calls, m.snapshots, m.restores, sandboxes("running"), sandboxes("suspended"), sandboxes("stopped"))
+	reg.MustRegister(m.forwarded, m.reaped, m.snapshotBytes, m.starts, m.calls, m.snapshots, m.restores, sandboxes("running"), sandboxes("suspended"), sandboxes("stopped"), sandboxes("pooled"))
 	return m
 }
 

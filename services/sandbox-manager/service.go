@@ -68,6 +68,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		IdleTimeout:    cfg.IdleTimeout,
 		StopTimeout:    cfg.StopTimeout,
 		MaxSuspended:   cfg.MaxSuspended,
+		PoolSize:       cfg.PoolSize,
 		Skills:         s.skillsDir,
 		OnStart:        s.metrics.started,
 		MemoryBytes:    cfg.MemoryBytes,

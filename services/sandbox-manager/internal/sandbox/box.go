@@ -286,6 +286,23 @@ func (b *box) stop() {
 	}
 }
 
+// greet reads the executor's hello, once: the sandbox is then set up
+// (its mounts made) and the executor waits for calls.
+func (b *box) greet() error {
+	if b.greeted {
+		return nil
+	}
+	var h hello
+	if err := readMsg(b.br, maxHello, &h); err != nil {
+		return fmt.Errorf("executor did not start: %w", err)
+	}
+	if h.Version != protocolVersion {
+		return fmt.Errorf("executor speaks protocol version %d, not %d: was the binary replaced? restart the sandbox-manager", h.Version, protocolVersion)
+	}
+	b.greeted = true
+	return nil
+}
+
 // errNotSent marks a call whose request never reached the executor, so the
 // command certainly did not run.
 var errNotSent = errors.New("request not sent")
@@ -298,15 +315,8 @@ func (b *box) call(req request) (response, error) {
 	if err := writeMsg(b.in, req); err != nil {
 		return response{}, fmt.Errorf("%w: %w", errNotSent, err)
 	}
-	if !b.greeted {
-		var h hello
-		if err := readMsg(b.br, maxHello, &h); err != nil {
-			return response{}, fmt.Errorf("executor did not start: %w", err)
-		}
-		if h.Version != protocolVersion {
-			return response{}, fmt.Errorf("executor speaks protocol version %d, not %d: was the binary replaced? restart the sandbox-manager", h.Version, protocolVersion)
-		}
-		b.greeted = true
+	if err := b.greet(); err != nil {
+		return response{}, err
 	}
 	var resp response
 	if err := readMsg(b.br, b.maxResp, &resp); err != nil {

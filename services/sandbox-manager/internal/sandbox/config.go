@@ -60,6 +60,10 @@ type Config struct {
 	// MaxSuspended caps the suspended sandboxes (default 1000): past it,
 	// the one suspended longest is stopped.
 	MaxSuspended int
+	// PoolSize is how many sandboxes are kept started ahead for each
+	// tenant that started one lately (see pool.go); 0, the default, keeps
+	// none.
+	PoolSize int
 	// Skills, if set, returns a host directory holding the tenant's
 	// skills, bound read-only at /skills in each sandbox it starts ("" for
 	// none: /skills is then empty).
@@ -149,7 +153,7 @@ func (c Config) validate() error {
 	switch {
 	case c.Dir == "":
 		return errors.New("dir is required")
-	case c.DefaultTimeout < 0 || c.MaxTimeout < 0 || c.IdleTimeout < 0 || c.StopTimeout < 0 || c.MaxSuspended < 0:
+	case c.DefaultTimeout < 0 || c.MaxTimeout < 0 || c.IdleTimeout < 0 || c.StopTimeout < 0 || c.MaxSuspended < 0 || c.PoolSize < 0:
 		return errors.New("timeouts must not be negative")
 	case c.DefaultTimeout > c.MaxTimeout:
 		return fmt.Errorf("default timeout %s exceeds max timeout %s", c.DefaultTimeout, c.MaxTimeout)

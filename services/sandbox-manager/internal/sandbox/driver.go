@@ -42,8 +42,10 @@ type Driver struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session // by workspace path
+	pool     map[string][]pooled // by tenant: see pool.go
+	filling  map[string]int      // pooled sandboxes starting, by tenant
 	closed   bool
-	idle     sync.WaitGroup // idle timers that are running
+	idle     sync.WaitGroup // idle timers and pool fills that are running
 }
 
 // Result is what the model gets back from one call.
@@ -107,7 +109,10 @@ func New(cfg Config) (*Driver, error) {
 		system:        system,
 		starter:       newStarter(),
 		sessions:      make(map[string]*session),
+		pool:          make(map[string][]pooled),
+		filling:       make(map[string]int),
 	}
+	_ = os.RemoveAll(filepath.Join(cfg.Dir, ".pool")) // a predecessor's
 	d.pids, d.pidsWhy = newPidsCgroups()
 	if err := d.probe(); err != nil {
 		d.starter.stop()
@@ -222,6 +227,10 @@ func (d *Driver) Run(ctx context.Context, tenant string, sessionID uuid.UUID, ar
 	start := time.Now()
 	res, err := call(ctx, s)
 	res.Duration = time.Since(start)
+	if s.refill {
+		s.refill = false
+		d.refill(tenant, s.skills)
+	}
 	return res, err
 }
 

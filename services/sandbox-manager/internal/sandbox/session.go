@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -17,7 +18,11 @@ type session struct {
 	// resumable, whether its workspace was there before the call.
 	tenant    string
 	resumable bool
-	token     chan struct{} // holds a value while a call (or Destroy, or an idle stop) runs
+	// refill asks the holder of token to fill the pool for tenant and
+	// skills once its call is done.
+	refill bool
+	skills string
+	token  chan struct{} // holds a value while a call (or Destroy, or an idle stop) runs
 
 	// The rest is guarded by Driver.mu. box is set and cleared only by the
 	// holder of token; Close kills it without clearing it.
@@ -182,10 +187,15 @@ func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *
 		}
 	}
 	start := time.Now()
-	b, err = d.startBox(workspace, skills)
+	b, err = d.take(s.tenant, skills, workspace)
+	if b == nil && err == nil {
+		b, err = d.startBox(workspace, skills)
+	}
 	if err != nil {
 		return nil, false, err
 	}
+	// Filled again once the call is done, so as not to slow it down.
+	s.refill, s.skills = true, skills
 	if d.cfg.OnStart != nil {
 		kind := StartCold
 		if s.resumable {
@@ -256,13 +266,22 @@ func (d *Driver) Close() {
 			boxes = append(boxes, s.box)
 		}
 	}
+	var pool []pooled
+	for _, list := range d.pool {
+		pool = append(pool, list...)
+	}
+	clear(d.pool)
 	d.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, b := range boxes {
 		wg.Go(b.stop)
 	}
+	for _, p := range pool {
+		wg.Go(func() { d.discardPooled(p) })
+	}
 	wg.Wait()
 	d.idle.Wait()
+	_ = os.RemoveAll(d.poolDir())
 	d.starter.stop()
 	if d.pids != nil {
 		d.pids.close()
