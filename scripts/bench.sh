@@ -16,7 +16,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
-(cd services/sandbox-manager && go test -run '^$' -bench 'ForkExecTrue|BwrapTrue|WarmCall|ColdStart|ResumeSuspended' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
+(cd services/sandbox-manager && go test -run '^$' -bench 'ForkExecTrue|BwrapTrue|WarmCall|ColdStart|ResumeSuspended|Thaw' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'SuspendedMemory' -benchtime 100x ./internal/sandbox) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'IdleSessions' -benchtime "${IDLE_SESSIONS:-10000}x" -timeout 30m ./internal/sandbox) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ToolCallRoundTrip' -benchtime "${n}x" .) | tee -a "$out"

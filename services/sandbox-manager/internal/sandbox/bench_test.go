@@ -163,6 +163,35 @@ func BenchmarkResumeSuspended(b *testing.B) {
 	percentiles(b, ds)
 }
 
+// BenchmarkThaw is resuming a suspended sandbox, its processes let go on,
+// without a call: what a resume adds to the call that needs it.
+// Suspending it before each iteration is not timed.
+func BenchmarkThaw(b *testing.B) {
+	d := newDriver(b, Config{IdleTimeout: time.Hour})
+	if d.pids == nil {
+		b.Skip("no pids cgroup here")
+	}
+	session := uuid.New()
+	if _, err := d.Run(b.Context(), tenant, session, &tool.BashArgs{Command: "true"}); err != nil {
+		b.Fatal(err)
+	}
+	box := liveSandbox(d, session)
+	var ds []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		if err := box.freeze(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		if err := box.thaw(); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	percentiles(b, ds)
+}
+
 // BenchmarkSuspendedMemory is what a suspended sandbox holds: the
 // proportional set size of its frozen processes (bwrap and the executor),
 // which bounds how many one node keeps suspended before it stops them
