@@ -153,49 +153,61 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 }
 
 // put stores the content of file p, unless the store has it, and returns
-// its hash.
+// its hash. A hash is only ever cached beside the file's size and mtime;
+// whether the store holds it is known apart, so that a file whose upload
+// failed is uploaded at the next snapshot.
 func (s *snapshots) put(ctx context.Context, p string, info fs.FileInfo) (string, error) {
 	s.mu.Lock()
 	c, ok := s.hashes[p]
 	s.mu.Unlock()
-	if ok && c.size == info.Size() && c.mtime.Equal(info.ModTime()) {
-		return c.hash, nil
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	hash := hex.EncodeToString(h.Sum(nil))
-	s.mu.Lock()
-	if len(s.hashes) >= 1<<17 {
-		clear(s.hashes)
-	}
-	s.hashes[p] = cachedHash{size: info.Size(), mtime: info.ModTime(), hash: hash}
-	known := s.stored[hash]
-	s.mu.Unlock()
-	if !known {
-		rctx, cancel := bus.Bound(ctx)
-		defer cancel()
-		_, err := s.store.GetInfo(rctx, "b."+hash)
-		if errors.Is(err, jetstream.ErrObjectNotFound) {
-			if _, err := f.Seek(0, io.SeekStart); err != nil {
-				return "", err
-			}
-			_, err = s.store.Put(rctx, jetstream.ObjectMeta{Name: "b." + hash}, f)
+	var f *os.File
+	if !ok || c.size != info.Size() || !c.mtime.Equal(info.ModTime()) {
+		var err error
+		if f, err = os.Open(p); err != nil {
+			return "", err
 		}
-		if err != nil {
-			return "", fmt.Errorf("store %s: %w", p, err)
+		defer f.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return "", err
 		}
+		c = cachedHash{size: info.Size(), mtime: info.ModTime(), hash: hex.EncodeToString(h.Sum(nil))}
 		s.mu.Lock()
-		s.stored[hash] = true
+		if len(s.hashes) >= 1<<17 {
+			clear(s.hashes)
+		}
+		s.hashes[p] = c
 		s.mu.Unlock()
 	}
-	return hash, nil
+	s.mu.Lock()
+	known := s.stored[c.hash]
+	s.mu.Unlock()
+	if known {
+		return c.hash, nil
+	}
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	_, err := s.store.GetInfo(rctx, "b."+c.hash)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		if f == nil {
+			if f, err = os.Open(p); err != nil {
+				return "", err
+			}
+			defer f.Close()
+		} else if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return "", err
+		}
+		// A cached hash stands for the file while its size and mtime
+		// are the same, as everywhere here.
+		_, err = s.store.Put(rctx, jetstream.ObjectMeta{Name: "b." + c.hash}, f)
+	}
+	if err != nil {
+		return "", fmt.Errorf("store %s: %w", p, err)
+	}
+	s.mu.Lock()
+	s.stored[c.hash] = true
+	s.mu.Unlock()
+	return c.hash, nil
 }
 
 // latest returns the sequence of the session's last snapshot; 0 if none.
