@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -55,19 +57,23 @@ func BenchmarkSnapshotCallChanges(b *testing.B) {
 		b.Fatal(err)
 	}
 	buf := make([]byte, 10<<10)
-	b.ResetTimer()
-	for i := range b.N {
+	var ds []time.Duration
+	for b.Loop() {
 		b.StopTimer()
 		for j := range 3 {
 			rand.Read(buf)
 			os.WriteFile(filepath.Join(dir, fmt.Sprintf("d%d", j), fmt.Sprintf("f%d", j)), buf, 0o644)
 		}
-		_ = i
 		b.StartTimer()
+		start := time.Now()
 		if _, _, err := s.take(ctx, "bench", session, dir); err != nil {
 			b.Fatal(err)
 		}
+		ds = append(ds, time.Since(start))
 	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2])/float64(time.Millisecond), "p50-ms")
+	b.ReportMetric(float64(ds[min(len(ds)-1, len(ds)*99/100)])/float64(time.Millisecond), "p99-ms")
 }
 
 func benchFull(b *testing.B, total int, restore bool) {
