@@ -72,6 +72,10 @@ func TestMetricsAndSuspendResume(t *testing.T) {
 		`corral_harness_sessions_ended_total{outcome="completed"} 1`,
 		`corral_harness_model_seconds_count{outcome="ok",provider="openai"} 3`,
 		`corral_approval_pending 0`,
+		// The session completed: its sandbox ended, its workspace kept.
+		`corral_sandbox_sandboxes{state="running"} 0`,
+		`corral_sandbox_sandboxes{state="suspended"} 0`,
+		`corral_sandbox_sandboxes{state="stopped"} 1`,
 		"go_goroutines", "process_resident_memory_bytes",
 	}
 	// The harness counts an ended session just after recording its end,

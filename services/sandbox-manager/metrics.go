@@ -77,7 +77,8 @@ func newMetrics(reg prometheus.Registerer, s *Service) *serviceMetrics {
 			case "pooled":
 				return float64(s.driver.Pooled())
 			}
-			dirs, _ := filepath.Glob(filepath.Join(s.cfg.DataDir, "workspaces", "*", "*"))
+			// Workspaces, not the pool's directories under .pool.
+			dirs, _ := filepath.Glob(filepath.Join(s.cfg.DataDir, "workspaces", "[^.]*", "*"))
 			return float64(max(len(dirs)-live, 0))
 		})
 	}

@@ -84,7 +84,8 @@ func (t *stops) resume(session uuid.UUID) {
 }
 
 // watchStops kills the running call and destroys the sandbox of each
-// session that is stopped or fails. Every instance reads every stop, from
+// session that is stopped or fails, and ends the sandbox of each session
+// that completes. Every instance reads every stop, from
 // the session logs: an ordered consumer rides through reconnects, and a
 // restarted instance reads the last [stoppedFor] again, so a stop made
 // while it was down still keeps the session's queued calls from running.
@@ -97,6 +98,7 @@ func (s *Service) watchStops(ctx context.Context) error {
 				"events.*.*." + event.Kind(event.TypeSessionStopped),
 				"events.*.*." + event.Kind(event.TypeSessionFailed),
 				"events.*.*." + event.Kind(event.TypeSessionRequested),
+				"events.*.*." + event.Kind(event.TypeSessionCompleted),
 			},
 			DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
 			OptStartTime:      ptr(time.Now().Add(-stoppedFor)),
@@ -172,10 +174,15 @@ func (s *Service) sessionEvent(ctx context.Context, data []byte) any {
 	return ev
 }
 
-// apply acts on a session's stop, failure or new request.
+// apply acts on a session's stop, failure, completion or new request.
 func (s *Service) apply(ev any) {
 	var why string
 	switch e := ev.(type) {
+	case *event.SessionCompleted:
+		if s.driver.Active(e.Tenant, e.Session) {
+			go s.endCompleted(e.Tenant, e.Session)
+		}
+		return
 	case *event.SessionStopped:
 		why = fmt.Sprintf("the session was stopped by %s", e.By)
 		if e.Reason != "" {
@@ -203,4 +210,30 @@ func (s *Service) apply(ev any) {
 		s.place.release(context.Background(), h.Tenant, h.Session)
 		s.log.Info("sandbox destroyed", "session", h.Session, "why", why)
 	}()
+}
+
+// endCompleted ends the sandbox of a session that completed, keeping its
+// workspace for a follow-up, which starts a new sandbox on it; unless a
+// follow-up came first. Under the session's lock, so no call runs
+// meanwhile.
+func (s *Service) endCompleted(tenant string, session uuid.UUID) {
+	ctx := context.Background()
+	unlock, err := s.sessions.Lock(ctx, session.String())
+	if err != nil {
+		return
+	}
+	defer unlock()
+	rctx, rcancel := bus.Bound(ctx)
+	last, err := s.events.GetLastMsgForSubject(rctx, bus.SessionLifecycle(tenant, session))
+	rcancel()
+	if err != nil {
+		s.log.Warn("end the sandbox of a completed session", "session", session, "err", err)
+		return
+	}
+	if ev, ok := s.sessionEvent(ctx, last.Data).(*event.SessionCompleted); !ok || ev.Session != session {
+		return // continued since
+	}
+	if s.driver.Stop(tenant, session) {
+		s.log.Info("sandbox stopped", "session", session, "why", "the session completed")
+	}
 }

@@ -234,6 +234,27 @@ func (d *Driver) Run(ctx context.Context, tenant string, sessionID uuid.UUID, ar
 	return res, err
 }
 
+// Stop ends a session's sandbox, if it has one, and keeps its workspace:
+// the next call starts a new sandbox on it. It waits for a running call of
+// the session to end first, which its timeout bounds, and reports whether
+// there was a sandbox to end.
+func (d *Driver) Stop(tenant string, session uuid.UUID) bool {
+	if !d.Active(tenant, session) {
+		return false
+	}
+	s, unlock, _ := d.lock(nil, d.Workspace(tenant, session))
+	defer unlock()
+	d.mu.Lock()
+	b := s.box
+	s.box, s.suspendedAt = nil, time.Time{}
+	d.mu.Unlock()
+	if b == nil {
+		return false
+	}
+	b.stop()
+	return true
+}
+
 // Destroy stops a session's sandbox and removes its workspace. It waits
 // for a running call of the session to end first, which its timeout
 // bounds. Destroying a session that has no workspace is not an error.

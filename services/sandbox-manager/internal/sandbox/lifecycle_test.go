@@ -378,6 +378,28 @@ func TestDestroyAndCloseStopSandboxes(t *testing.T) {
 	d.Close()
 }
 
+func TestStopEndsSandboxKeepsWorkspace(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{IdleTimeout: time.Hour})
+	session := uuid.New()
+	if d.Stop(tenant, session) {
+		t.Error("Stop of a session without a sandbox reported one")
+	}
+	bash(t, d, session, "echo x > kept; echo y > /tmp/gone")
+	bwrap, executor := sandboxPids(t, d, session)
+	if !d.Stop(tenant, session) {
+		t.Error("Stop of a live sandbox reported none")
+	}
+	waitFor(t, 5*time.Second, gone(bwrap, executor))
+	if live, _ := d.Live(); live != 0 {
+		t.Errorf("%d sandboxes live after Stop, want 0", live)
+	}
+	res := bash(t, d, session, "cat kept; ls -A /tmp")
+	if res.IsError || res.Output != "x\n" {
+		t.Errorf("call after Stop = %+v, want output %q", res, "x\n")
+	}
+}
+
 // Started by hand outside a sandbox, the executor refuses to run: as
 // anything but PID 1 its kill(-1) would reach the caller's processes.
 func TestExecutorRefusesOutsideSandbox(t *testing.T) {
