@@ -40,8 +40,19 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 
+# The sandbox escape suite writes what it tried and how each attempt ended
+# here; it is printed at the end.
+if [ -z "${CORRAL_ESCAPE_REPORT:-}" ]; then
+	CORRAL_ESCAPE_REPORT=$(mktemp)
+	trap 'rm -f "$CORRAL_ESCAPE_REPORT"' EXIT
+	export CORRAL_ESCAPE_REPORT
+fi
 modules=$(go work edit -json | sed -n 's/.*"DiskPath": "\.\/\(.*\)".*/\1/p')
 for m in $modules; do
 	echo "== $m"
 	(cd "$m" && go vet ./... && go test -race -count=1 -timeout 15m "$@" ./...)
 done
+if [ -s "$CORRAL_ESCAPE_REPORT" ]; then
+	echo "== sandbox escape suite (services/corral TestEscapeSuite)"
+	cat "$CORRAL_ESCAPE_REPORT"
+fi

@@ -128,13 +128,13 @@ func TestEscapeSuite(t *testing.T) {
 			return udpReached.Load() == 0, "nothing arrived on the host"
 		}},
 		{"reach an abstract unix socket", bashCall(`python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect("\0` + abstract + `"); print("CONNECTED")' 2>&1`), func(r *event.ToolCompleted) (bool, string) {
-			return !strings.Contains(r.Output, "CONNECTED"), "refused"
+			return strings.Contains(r.Output, "ConnectionRefusedError") && !strings.Contains(r.Output, "CONNECTED"), "refused"
 		}},
 		{"signal a process outside", bashCall(fmt.Sprintf("kill -0 %d 2>&1; echo rc=$?; ls /proc/%d 2>&1 | head -1", os.Getpid(), os.Getpid())), func(r *event.ToolCompleted) (bool, string) {
 			return strings.Contains(r.Output, "rc=1"), "no such process"
 		}},
 		{"ptrace a process outside", bashCall(fmt.Sprintf(`python3 -c 'import ctypes; print("ATTACHED" if ctypes.CDLL(None, use_errno=True).ptrace(16, %d, 0, 0) == 0 else "refused")' 2>&1`, os.Getpid())), func(r *event.ToolCompleted) (bool, string) {
-			return !strings.Contains(r.Output, "ATTACHED"), "refused"
+			return strings.Contains(r.Output, "refused") && !strings.Contains(r.Output, "ATTACHED"), "refused"
 		}},
 		{"write to the root filesystem", bashCall("for f in /x /usr/x /etc/x /bin/x /skills/x; do (echo x > $f) 2>/dev/null && echo WROTE $f; done; echo done"), func(r *event.ToolCompleted) (bool, string) {
 			return !strings.Contains(r.Output, "WROTE"), "read-only"
@@ -150,13 +150,13 @@ func TestEscapeSuite(t *testing.T) {
 			return r.IsError, "refused"
 		}},
 		{"inject into the terminal (TIOCSTI)", bashCall(`python3 -c 'import fcntl, termios; fcntl.ioctl(0, termios.TIOCSTI, b"x"); print("INJECTED")' 2>&1`), func(r *event.ToolCompleted) (bool, string) {
-			return !strings.Contains(r.Output, "INJECTED"), "no terminal"
+			return strings.Contains(r.Output, "OSError") && !strings.Contains(r.Output, "INJECTED"), "no terminal"
 		}},
 		{"fork bomb", bashCall(":(){ :|:& };:; sleep 1; echo bombed"), func(r *event.ToolCompleted) (bool, string) {
-			return r.IsError || strings.Contains(r.Output, "retry") || strings.Contains(r.Output, "Resource temporarily unavailable"), "bounded by the process limit and the timeout"
+			return strings.Contains(r.Output, "Resource temporarily unavailable"), "bounded by the process limit"
 		}},
 		{"allocate until out of memory", bashCall("tail /dev/zero"), func(r *event.ToolCompleted) (bool, string) {
-			return r.IsError, "stopped by the memory limit"
+			return r.IsError && !r.TimedOut && strings.Contains(r.Output, "memory exhausted"), "stopped by the memory limit"
 		}},
 		{"fill the disk", bashCall("head -c 100M /dev/zero > big; for i in 1 2 3 4; do head -c 6M /dev/zero > f$i; done; ls -s"), func(r *event.ToolCompleted) (bool, string) {
 			return r.IsError && strings.Contains(r.Output, "over its limit"), "stopped by the file size and workspace limits"
@@ -172,6 +172,9 @@ func TestEscapeSuite(t *testing.T) {
 	for i, a := range attempts {
 		calls[i] = a.call
 	}
+	// In the process's real environment too: the harness and the
+	// sandbox-manager run in this process.
+	t.Setenv("OPENAI_API_KEY", "sk-escape-canary")
 	p, _ := startDevAt(t, freeAddr(t), data, steps(echoResults, calls...), map[string]string{
 		"OPENAI_API_KEY":                 "sk-escape-canary",
 		"CORRAL_SANDBOX_TIMEOUT":         "3s",
@@ -202,6 +205,12 @@ func TestEscapeSuite(t *testing.T) {
 		fmt.Fprintf(&table, "%-46s %-5s %s: %s\n", a.name, mark, why, oneLine(rs[i].Output, 90))
 	}
 	t.Log(table.String())
+	// scripts/test.sh prints it, so that every run shows what was tried.
+	if f := os.Getenv("CORRAL_ESCAPE_REPORT"); f != "" {
+		if err := os.WriteFile(f, []byte(table.String()[1:]), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
 	if n := reached.Load() + udpReached.Load(); n != 0 {
 		t.Errorf("the host's listeners were reached %d times", n)
 	}
