@@ -378,6 +378,34 @@ func TestDestroyAndCloseStopSandboxes(t *testing.T) {
 	d.Close()
 }
 
+// A session that only reads and writes files never gets a sandbox, nor
+// does its tenant get a pool.
+func TestFileToolsStartNoSandbox(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{IdleTimeout: time.Hour, PoolSize: 2})
+	session := uuid.New()
+	for _, args := range []any{
+		&tool.WriteArgs{FilePath: "/workspace/a.txt", Content: "one\n"},
+		&tool.EditArgs{FilePath: "/workspace/a.txt", OldString: "one", NewString: "two"},
+		&tool.ReadArgs{FilePath: "/workspace/a.txt"},
+		&tool.GlobArgs{Pattern: "*.txt"},
+		&tool.GrepArgs{Pattern: "two"},
+	} {
+		if res := run(t, d, session, args); res.IsError {
+			t.Fatalf("%T: %s", args, res.Output)
+		}
+	}
+	if live, _ := d.Live(); live != 0 || d.Pooled() != 0 {
+		t.Errorf("after file tools only: %d sandboxes live, %d pooled; want none", live, d.Pooled())
+	}
+	if !strings.Contains(bash(t, d, session, "cat a.txt").Output, "two") {
+		t.Error("the first Bash call does not see what the file tools wrote")
+	}
+	if live, _ := d.Live(); live != 1 {
+		t.Errorf("after a Bash call: %d sandboxes live, want 1", live)
+	}
+}
+
 func TestStopEndsSandboxKeepsWorkspace(t *testing.T) {
 	t.Parallel()
 	d := newDriver(t, Config{IdleTimeout: time.Hour})
