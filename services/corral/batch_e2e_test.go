@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -178,6 +180,49 @@ func TestBatchSubmitStatusAndResults(t *testing.T) {
 		if got.ID == "d" && !strings.Contains(got.Error, "openai:<model> or anthropic:<model>") {
 			t.Errorf("job d: error %q does not say why", got.Error)
 		}
+	}
+}
+
+// On a terminal, submit shows a progress bar, with a failed job's line
+// kept above it, instead of a line per finished job.
+func TestBatchProgressBarOnATerminal(t *testing.T) {
+	p := startDev(t, echoPrompt, nil)
+	file := writeJobs(t,
+		`{"id": "one", "prompt": "alpha"}`,
+		`{"id": "two", "prompt": "beta"}`,
+		`{"id": "bad", "prompt": "gamma", "model": "mystery:x"}`,
+	)
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 24, Cols: 100}); err != nil {
+		t.Fatal(err)
+	}
+	var screen syncBuffer
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(&screen, ptmx) // ends with EIO once tty is closed
+	}()
+	var stdout syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code := run(ctx, []string{"batch", "submit", "--nats", p.url, file}, p.getenv, &stdout, tty)
+	tty.Close()
+	<-copied
+	out := screen.String()
+	if code != 1 {
+		t.Fatalf("submit on a terminal: exit %d, want 1 (job bad fails):\n%q", code, out)
+	}
+	for _, want := range []string{"jobs (1 failed)", "3/3", "bad: failed (unknown_model)", "3 jobs: 2 completed, 1 failed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the terminal lacks %q:\n%q", want, out)
+		}
+	}
+	if strings.Contains(out, "finished") || !strings.Contains(out, "\r") {
+		t.Errorf("no bar redrawn in place, or a line per finished job:\n%q", out)
 	}
 }
 

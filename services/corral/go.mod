@@ -12,6 +12,7 @@ require (
 	corral.dev/services/slack-bridge v0.0.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/compose-spec/compose-go/v2 v2.16.2
+	github.com/creack/pty v1.1.24
 	github.com/google/uuid v1.6.0
 	github.com/moby/buildkit v0.34.2
 	github.com/moby/patternmatcher v0.6.1
