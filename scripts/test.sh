@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs go vet and the race-enabled tests of every module in go.work,
 # installing what the tests need first (bubblewrap, Chromium for the
-# reviewers' page's browser test, jq for the publisher example) when it is
-# missing.
+# reviewers' page's browser test, jq and the nats CLI for the publisher
+# example) when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +22,12 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v jq >/dev/null 2>&1 || missing+=(jq) # scripts/examples/start-session.sh
 if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
+# The nats CLI, which the publisher example runs (built from source, about
+# 40 s the first time).
+export PATH="$(go env GOPATH)/bin:$PATH"
+if ! command -v nats >/dev/null 2>&1; then
+	go install github.com/nats-io/natscli/nats@v0.5.0
+fi
 
 # PostgreSQL: start the local server if it is installed but stopped.
 if command -v pg_lsclusters >/dev/null 2>&1; then
