@@ -1,6 +1,10 @@
 package sandbox
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,5 +36,38 @@ func TestProcessesCappedPerSandbox(t *testing.T) {
 	// Another session's sandbox is untouched by the first's cap.
 	if other := bash(t, d, uuid.New(), "for i in $(seq 20); do sleep 1 & done; echo started"); other.IsError {
 		t.Errorf("another sandbox: %+v", other)
+	}
+}
+
+// A starting manager removes the sandboxes' cgroups of managers that died,
+// and leaves those of managers still running alone.
+func TestStaleCgroupsRemoved(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	alive := exec.Command("sleep", "60")
+	if err := alive.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = alive.Process.Kill(); _ = alive.Wait() })
+	mk := func(pid int) string {
+		parent := filepath.Join(root, fmt.Sprintf("corral-sandboxes-%d-ABCDEFGH", pid))
+		if err := os.MkdirAll(filepath.Join(parent, "7"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return parent
+	}
+	gone, kept, own := mk(dead.Process.Pid), mk(alive.Process.Pid), mk(os.Getpid())
+	removeStale(root)
+	if _, err := os.Stat(gone); !os.IsNotExist(err) {
+		t.Errorf("the cgroups of a manager that died are still there (%v)", err)
+	}
+	for _, dir := range []string{kept, own} {
+		if _, err := os.Stat(filepath.Join(dir, "7")); err != nil {
+			t.Errorf("a running manager's cgroup was removed: %v", err)
+		}
 	}
 }
