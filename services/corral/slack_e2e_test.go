@@ -76,8 +76,10 @@ func TestSlackThreadIsASession(t *testing.T) {
 			return modeltest.Turn{Calls: []modeltest.Call{bash("git push origin main 2>/dev/null; echo pushed the branch")}}, nil
 		case len(asked) == 1:
 			return modeltest.Turn{Text: "Done: " + strings.TrimSpace(modeltest.Results(c)[0].Content)}, nil
+		case len(modeltest.Results(c)) == 0:
+			return modeltest.Turn{Calls: []modeltest.Call{bash("git push --force origin main 2>/dev/null; echo forced the branch")}}, nil
 		default:
-			return modeltest.Turn{Text: fmt.Sprintf("You first asked me to %q.", asked[0])}, nil
+			return modeltest.Turn{Text: fmt.Sprintf("You first asked me to %q. The forced push: %s", asked[0], strings.TrimSpace(modeltest.Results(c)[0].Content))}, nil
 		}
 	}
 	listen := freeAddr(t)
@@ -156,6 +158,18 @@ func TestSlackThreadIsASession(t *testing.T) {
 	if decided.HasButtons() || !strings.Contains(string(decided.Blocks), "Approved") || !strings.Contains(string(decided.Blocks), "grace") {
 		t.Errorf("the approval does not show who decided: %s", decided.Blocks)
 	}
+	// The progress message said what was going on as it went, and ended
+	// saying how many calls ran.
+	var progress []string
+	for _, c := range fake.Calls("") {
+		text, _ := c.Args["text"].(string)
+		if (c.Method == "chat.postMessage" || c.Method == "chat.update") && c.Args["channel"] == "C1" && strings.ContainsAny(text, "⏳⏸✅") {
+			progress = append(progress, text)
+		}
+	}
+	if !inOrder(progress, "⏳ Working on it…", "⏸ Waiting for a reviewer (0 tool calls so far)", "⏳ Working on it…", "✅ Done after 1 tool call.") {
+		t.Errorf("progress in the thread: %q", progress)
+	}
 	var requested int
 	var decision *event.ApprovalDecided
 	for _, ev := range p.events(t, session) {
@@ -176,28 +190,59 @@ func TestSlackThreadIsASession(t *testing.T) {
 		t.Errorf("decision %+v: want approved by the bridge's reviewer, naming grace", decision)
 	}
 
-	// A follow-up in the thread continues the same session.
-	reply := fake.Post("C1", root, "U1", "<@U0BOT> what did I ask first?")
-	send(app.Event("Ev2", app.AppMention("C1", "U1", "what did I ask first?", reply, root)))
-	want := `You first asked me to "push the branch".`
+	// A follow-up in the thread continues the same session; its call is
+	// held, and Grace denies it: it does not run, and the model is told.
+	reply := fake.Post("C1", root, "U1", "<@U0BOT> what did I ask first? and force it")
+	send(app.Event("Ev2", app.AppMention("C1", "U1", "what did I ask first? and force it", reply, root)))
+	var ask2 slacktest.Message
+	waitFor(t, 30*time.Second, func() error {
+		for _, m := range appMessages(fake, "C1", root) {
+			if m.HasButtons() {
+				ask2 = m
+				return nil
+			}
+		}
+		return fmt.Errorf("no second approval in the thread: %q", slacktest.Texts(appMessages(fake, "C1", root)))
+	})
+	send(app.Click("C1", "U0GRACE", ask2.TS, root, slackbridge.ActionDeny, buttonValue(t, ask2)))
+	want := `You first asked me to "push the branch". The forced push: `
+	var last string
 	waitFor(t, 60*time.Second, func() error {
 		texts := slacktest.Texts(appMessages(fake, "C1", root))
-		if texts[len(texts)-1] != want {
+		if last = texts[len(texts)-1]; !strings.HasPrefix(last, want) {
 			return fmt.Errorf("no second answer in the thread: %q", texts)
 		}
 		return nil
 	})
+	if !strings.Contains(last, "denied") || strings.Contains(last, "forced the branch") {
+		t.Errorf("the second answer = %q, want the call's refusal", last)
+	}
+	denied, _ := fake.Message("C1", ask2.TS)
+	if denied.HasButtons() || !strings.Contains(string(denied.Blocks), "Denied") || !strings.Contains(string(denied.Blocks), "grace") {
+		t.Errorf("the denial does not show who decided: %s", denied.Blocks)
+	}
 	requested = 0
+	var decisions []*event.ApprovalDecided
 	for _, ev := range p.events(t, session) {
-		if _, ok := ev.(*event.SessionRequested); ok {
+		switch e := ev.(type) {
+		case *event.SessionRequested:
 			requested++
+		case *event.ApprovalDecided:
+			decisions = append(decisions, e)
+		case *event.ToolCompleted:
+			if strings.Contains(e.Output, "forced the branch") {
+				t.Errorf("the denied call ran: %q", e.Output)
+			}
 		}
 	}
 	if requested != 2 {
 		t.Errorf("%d requests in the session's log, want 2", requested)
 	}
-	if n := len(p.model.Requests()); n != 3 {
-		t.Errorf("the model was asked %d times, want 3", n)
+	if len(decisions) != 2 || decisions[1].Approved || decisions[1].Reviewer != "slack" || !strings.Contains(decisions[1].Reason, "grace") {
+		t.Errorf("decisions %+v: want the second denied by the bridge's reviewer, naming grace", decisions)
+	}
+	if n := len(p.model.Requests()); n != 4 {
+		t.Errorf("the model was asked %d times, want 4", n)
 	}
 	var answers int
 	for _, m := range appMessages(fake, "C1", root) {
@@ -208,4 +253,15 @@ func TestSlackThreadIsASession(t *testing.T) {
 	if answers != 1 {
 		t.Errorf("the first answer is in the thread %d times", answers)
 	}
+}
+
+// inOrder reports whether want appear in got in this order, not
+// necessarily next to each other.
+func inOrder(got []string, want ...string) bool {
+	for _, g := range got {
+		if len(want) > 0 && g == want[0] {
+			want = want[1:]
+		}
+	}
+	return len(want) == 0
 }

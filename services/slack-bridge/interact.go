@@ -113,7 +113,10 @@ func (s *Service) decide(ctx context.Context, c click) {
 }
 
 // requestDecision sends req to the approval service's API and returns the
-// approval decided, or the API's error and its code.
+// approval decided, or the API's error and its code. A service that is
+// starting answers soon, and one that has not yet read the approval's
+// request from the session's log (the button went up as soon as the
+// bridge read it) knows it soon: both are asked again until decideWait.
 func (s *Service) requestDecision(ctx context.Context, req approval.DecideRequest) (*approval.Approval, string, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -122,27 +125,30 @@ func (s *Service) requestDecision(ctx context.Context, req approval.DecideReques
 	ctx, cancel := context.WithTimeout(ctx, decideWait)
 	defer cancel()
 	nc := s.js.Conn()
-	msg, err := nc.RequestWithContext(ctx, approval.SubjectDecide, data)
-	// A service that is starting (or restarting) answers soon.
-	for wait := 100 * time.Millisecond; errors.Is(err, nats.ErrNoResponders) && ctx.Err() == nil; wait = min(2*wait, 2*time.Second) {
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		msg, err := nc.RequestWithContext(ctx, approval.SubjectDecide, data)
+		var code string
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			err = errors.New("the approval service is not running")
+		case err != nil:
+			return nil, "", fmt.Errorf("approval service: %w", err)
+		case msg.Header.Get("Nats-Service-Error") != "":
+			code, err = msg.Header.Get("Nats-Service-Error-Code"), errors.New(msg.Header.Get("Nats-Service-Error"))
+		default:
+			var resp approval.Response
+			if err := json.Unmarshal(msg.Data, &resp); err != nil || len(resp.Approvals) == 0 {
+				return nil, "", fmt.Errorf("approval service: unreadable answer")
+			}
+			return resp.Approvals[0], "", nil
+		}
+		if code != "" && code != approval.CodeNotFound {
+			return nil, code, err
+		}
 		select {
 		case <-ctx.Done():
+			return nil, code, err
 		case <-time.After(wait):
 		}
-		msg, err = nc.RequestWithContext(ctx, approval.SubjectDecide, data)
 	}
-	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, "", errors.New("the approval service is not running")
-	}
-	if err != nil {
-		return nil, "", fmt.Errorf("approval service: %w", err)
-	}
-	if desc := msg.Header.Get("Nats-Service-Error"); desc != "" {
-		return nil, msg.Header.Get("Nats-Service-Error-Code"), errors.New(desc)
-	}
-	var resp approval.Response
-	if err := json.Unmarshal(msg.Data, &resp); err != nil || len(resp.Approvals) == 0 {
-		return nil, "", fmt.Errorf("approval service: unreadable answer")
-	}
-	return resp.Approvals[0], "", nil
 }

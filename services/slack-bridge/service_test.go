@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
 	"corral.dev/pkg/event"
 	"corral.dev/services/approval"
@@ -317,6 +318,75 @@ func TestApprovalShownAndClickByUnmappedUserRefused(t *testing.T) {
 	}
 	if m, _ := f.slack.Message("C1", ask.TS); !m.HasButtons() {
 		t.Errorf("the approval lost its buttons: %s", m.Blocks)
+	}
+}
+
+// A click can come before the approval service has read the approval's
+// request from the log (the button goes up as soon as the bridge reads
+// it): the bridge asks again until the service knows it, and the message
+// then shows the denial.
+func TestClickBeforeTheApprovalServiceKnowsIt(t *testing.T) {
+	f := newFixture(t, map[string]string{"CORRAL_SLACK_REVIEWERS": "U0GRACE:grace", "CORRAL_SLACK_REVIEWER_TOKEN": "slack-token-0123456789"})
+	root := f.slack.Post("C1", "", "U1", "<@U0BOT> push it")
+	ok(t)(f.app.Event("Ev1", f.app.AppMention("C1", "U1", "push it", root, "")))
+	req := f.requests(t)[0]
+	f.record(t, &event.SessionRequested{Header: header(event.TypeSessionRequested, req.Tenant, req.Session), Request: req.ID, User: req.User, Prompt: req.Prompt})
+	call := uuid.Must(uuid.NewV7())
+	input := json.RawMessage(`{"command":"git push origin main"}`)
+	f.record(t, &event.ApprovalRequested{Header: header(event.TypeApprovalRequested, req.Tenant, req.Session), Call: call, User: req.User,
+		Tool: "Bash", Input: input, ArgsHash: event.ArgsHash("Bash", input), Rule: "risky-shell", Reason: "the command pushes code"})
+
+	// An approval service that learns of the approval at its third ask.
+	asked := make(chan approval.DecideRequest, 10)
+	sub, err := f.js.Conn().Subscribe(approval.SubjectDecide, func(m *nats.Msg) {
+		var dr approval.DecideRequest
+		_ = json.Unmarshal(m.Data, &dr)
+		asked <- dr
+		reply := nats.NewMsg(m.Reply)
+		if len(asked) < 3 {
+			reply.Header.Set("Nats-Service-Error", fmt.Sprintf("no approval %s", dr.ID))
+			reply.Header.Set("Nats-Service-Error-Code", approval.CodeNotFound)
+		} else {
+			status := approval.Approved
+			if !dr.Approve {
+				status = approval.Denied
+			}
+			reply.Data, _ = json.Marshal(approval.Response{Approvals: []*approval.Approval{{ID: dr.ID, Session: dr.Session, Tool: "Bash", Input: input,
+				Rule: "risky-shell", Status: status, Reviewer: "slack", Reason: dr.Reason}}})
+		}
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	var ask slacktest.Message
+	waitFor(t, 20*time.Second, func() error {
+		for _, m := range f.replies("C1", root) {
+			if m.HasButtons() {
+				ask = m
+				return nil
+			}
+		}
+		return fmt.Errorf("no approval message in %q", slacktest.Texts(f.replies("C1", root)))
+	})
+	ok(t)(f.app.Click("C1", "U0GRACE", ask.TS, root, slackbridge.ActionDeny, fmt.Sprintf("%s/%s", req.Session, call)))
+	waitFor(t, 10*time.Second, func() error {
+		if m, _ := f.slack.Message("C1", ask.TS); m.HasButtons() || !strings.Contains(string(m.Blocks), "Denied") || !strings.Contains(string(m.Blocks), "grace") {
+			return fmt.Errorf("the approval does not show the denial: %s", m.Blocks)
+		}
+		return nil
+	})
+	if len(asked) != 3 {
+		t.Errorf("the approval service was asked %d times, want 3", len(asked))
+	}
+	dr := <-asked
+	if dr.ID != call || dr.Session != req.Session || dr.Approve || dr.Token != "slack-token-0123456789" || !strings.Contains(dr.Reason, "grace") {
+		t.Errorf("decide request %+v: want a denial of call %s with the bridge's token, naming grace", dr, call)
+	}
+	if e := f.slack.Ephemerals("U0GRACE"); len(e) != 0 {
+		t.Errorf("the reviewer was told %q", slacktest.Texts(e))
 	}
 }
 
