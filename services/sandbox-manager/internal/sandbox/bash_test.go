@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,6 +47,8 @@ func TestBashExitStatus(t *testing.T) {
 		{"no newline", "printf x; exit 1", 1, "x\nExit code 1"},
 		{"stdout and stderr in order", "echo a; echo b >&2; echo c", 0, "a\nb\nc\n"},
 		{"command not found", "no-such-command-here", 127, "/bin/bash: line 1: no-such-command-here: command not found\nExit code 127"},
+		{"lines numbered from 1", "true\nno-such-command-here", 127, "/bin/bash: line 2: no-such-command-here: command not found\nExit code 127"},
+		{"errexit", "set -e; false; echo not reached", 1, "Exit code 1"},
 		{"killed by signal", "kill -9 $$", 137, "Exit code 137 (killed)"},
 		{"runs bash", "echo $BASH_VERSION | grep -q . && echo bash", 0, "bash\n"},
 	}
@@ -150,6 +153,37 @@ func TestBashInvalidUTF8(t *testing.T) {
 	res := bash(t, d, uuid.New(), `printf 'a\377b\n'`)
 	if res.Output != "a\uFFFDb\n" {
 		t.Errorf("Output = %q, want %q", res.Output, "a\uFFFDb\n")
+	}
+}
+
+// Every call starts in a shell of its own, as bash -c would start it:
+// nothing of the call before it, and no descriptor but stdin, stdout and
+// stderr, even one the manager's process left open for its children.
+func TestBashCallsStartAfresh(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{})
+	session := uuid.New()
+	bash(t, d, session, "true") // the sandbox is up
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// Open without close-on-exec, as a parent of the manager might.
+	leaked, err := syscall.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(leaked)
+	if res := bash(t, d, session, "x=set; shopt -s extglob; cd /tmp; trap 'echo trapped' EXIT"); res.Output != "trapped\n" {
+		t.Fatalf("first call = %q", res.Output)
+	}
+	// A new sandbox too, started after the descriptor leaked.
+	for _, s := range []uuid.UUID{session, uuid.New()} {
+		res := bash(t, d, s, `echo "$0 $# [${x-}${c-}${t-}${REPLY-}] $PWD"; shopt -q extglob && echo extglob; ls /proc/$$/fd`)
+		if want := "/bin/bash 0 [] /workspace\n0\n1\n2\n"; res.Output != want {
+			t.Errorf("call = %q, want %q", res.Output, want)
+		}
 	}
 }
 

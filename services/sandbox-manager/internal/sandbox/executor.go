@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -78,6 +80,11 @@ func serve(in io.Reader, out io.Writer) error {
 		for range sigs {
 		}
 	}()
+	// Descriptors the manager's own parent left open without
+	// close-on-exec come this far through bwrap: no command gets them.
+	if err := closeOnExec(); err != nil {
+		return err
+	}
 	// Commands run as the same user. Not being dumpable keeps them from
 	// ptracing the executor or opening its pipes through /proc/1/fd.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
@@ -88,6 +95,7 @@ func serve(in io.Reader, out io.Writer) error {
 		return err
 	}
 	warmThreads(executorThreads)
+	x.prepare()
 	if err := writeMsg(out, hello{Version: protocolVersion}); err != nil {
 		return fmt.Errorf("write hello: %w", err)
 	}
@@ -104,7 +112,31 @@ func serve(in io.Reader, out io.Writer) error {
 		if err := writeMsg(out, x.run(req)); err != nil {
 			return fmt.Errorf("write response: %w", err)
 		}
+		// The next call's shell starts while the sandbox waits for it.
+		x.prepare()
 	}
+}
+
+// closeOnExec marks every descriptor above stderr close-on-exec.
+func closeOnExec() error {
+	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if err != unix.ENOSYS && err != unix.EINVAL {
+		if err != nil {
+			return fmt.Errorf("close_range: %w", err)
+		}
+		return nil
+	}
+	// Before Linux 5.11: one at a time.
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("list descriptors: %w", err)
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+		}
+	}
+	return nil
 }
 
 // executorThreads is how many threads the executor starts before its first

@@ -1,11 +1,9 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -15,18 +13,33 @@ import (
 
 // executor runs commands inside a sandbox, as PID 1 of its PID namespace.
 // It is not safe for concurrent use.
+//
+// Where the sandbox has bash, each call's shell is started ahead, while
+// the sandbox waits for the call: it waits in turn for the call's limits
+// and command, applies the limits with ulimit and evaluates the command
+// (see [bootstrap]), so that a call costs no process start. Elsewhere
+// each call starts /bin/sh, which applies the limits and execs the shell.
 type executor struct {
 	shell string // /bin/bash, or /bin/sh where the sandbox has no bash
 	env   []string
-	// ptrace is whether commands are started traced, so their rlimits can
-	// be set before they run. It turns false for good if the kernel refuses
-	// (Yama ptrace_scope 2 or 3, a seccomp filter, an LSM), and commands then
-	// start under /bin/sh, which sets the limits with ulimit.
-	ptrace bool
 	// hard holds the executor's own hard limits, which its children inherit
 	// and cannot raise: a configured limit above one is lowered to it.
 	hard map[int]uint64
 	null *os.File // stdin of every command
+	// next is the shell started for the next call, nil if none is.
+	next *waiting
+}
+
+// waiting is a shell started ahead, waiting for its call.
+type waiting struct {
+	pid int
+	// out is the read end of the pipe the shell's stdout and stderr go to;
+	// call holds the limits and the command (the shell's fd 3), written
+	// once the call comes, and start is the write end of the pipe the
+	// shell waits on (its fd 4).
+	out   int
+	call  int
+	start int
 }
 
 // rlimitResources are the limits set on every command, in the order of
@@ -38,7 +51,7 @@ func newExecutor() (*executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &executor{shell: "/bin/sh", env: os.Environ(), ptrace: true, hard: make(map[int]uint64), null: null}
+	x := &executor{shell: "/bin/sh", env: os.Environ(), hard: make(map[int]uint64), null: null}
 	if unix.Access("/bin/bash", unix.X_OK) == nil {
 		x.shell = "/bin/bash"
 	}
@@ -61,23 +74,16 @@ func newExecutor() (*executor, error) {
 // closed.
 func (x *executor) run(req request) response {
 	resp := response{ID: req.ID}
-	var p [2]int
-	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
-		resp.Error = fmt.Sprintf("output pipe: %v", err)
-		return resp
-	}
-	pid, err := x.start(req, p[1])
-	syscall.Close(p[1])
+	pid, out, err := x.start(req)
 	if err != nil {
-		syscall.Close(p[0])
 		resp.Error = err.Error()
 		return resp
 	}
-	out := newCappedBuffer(req.OutputLimit)
+	buf := newCappedBuffer(req.OutputLimit)
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
-		drain(p[0], out)
+		drain(out, buf)
 	}()
 
 	var timedOut atomic.Bool
@@ -89,85 +95,146 @@ func (x *executor) run(req request) response {
 	status := reapAll(pid)
 	timer.Stop()
 	<-copied
-	syscall.Close(p[0])
+	syscall.Close(out)
 
 	resp.ExitCode = exitCode(status)
 	resp.TimedOut = timedOut.Load()
-	resp.Output, resp.Omitted = out.buf, out.omitted
+	resp.Output, resp.Omitted = buf.buf, buf.omitted
 	return resp
 }
 
-// errPtraceRefused reports that the kernel would not let a command be
-// traced.
-var errPtraceRefused = errors.New("ptrace refused")
-
-// start starts the command with its rlimits in place and its stdout and
-// stderr on out.
-func (x *executor) start(req request, out int) (int, error) {
-	if x.ptrace {
-		pid, err := x.startTraced(req, out)
-		if !errors.Is(err, errPtraceRefused) {
-			return pid, err
-		}
-		x.ptrace = false
+// start starts req's command with its limits in place, and returns its
+// pid and the read end of its output.
+func (x *executor) start(req request) (pid, out int, err error) {
+	if x.shell != "/bin/bash" {
+		return x.startShell(req)
 	}
-	return x.forkExec("/bin/sh", shellArgs(req.Limits, x.shell, req.Command), out, false)
+	for attempt := 0; ; attempt++ {
+		w := x.next
+		x.next = nil
+		if w == nil {
+			if w, err = x.startAhead(); err != nil {
+				return 0, 0, err
+			}
+		}
+		err := w.give(x.effective(req.Limits), req.Command)
+		if err == nil {
+			return w.pid, w.out, nil
+		}
+		// The shell is gone (killed while it waited, say): reap it, and
+		// start another once.
+		w.discard()
+		if attempt > 0 {
+			return 0, 0, fmt.Errorf("start %s: %w", x.shell, err)
+		}
+	}
 }
 
-// startTraced starts the command traced, sets its rlimits and lets it go.
-// Go cannot run code in a child between fork and exec, so this is how the
-// limits are in place before the command can fork: a tracee that has
-// exec'd stops before its first instruction, with SIGTRAP. The limits are
-// set while it is on its way to that stop, so that usually the stop has
-// happened when wait looks and no one sleeps. ptrace requests must come
-// from the thread that started the tracee, hence the locked thread.
-func (x *executor) startTraced(req request, out int) (int, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	pid, err := x.forkExec(x.shell, []string{x.shell, "-c", req.Command}, out, true)
-	if errors.Is(err, syscall.EPERM) {
-		// PTRACE_TRACEME failed (or exec did, which the fallback reports).
-		return 0, fmt.Errorf("%w: %w", errPtraceRefused, err)
+// prepare starts the next call's shell, unless one waits already. A
+// failure is left for the call to meet.
+func (x *executor) prepare() {
+	if x.shell == "/bin/bash" && x.next == nil {
+		x.next, _ = x.startAhead()
 	}
+}
+
+// bootstrap is the script of a shell started ahead. It waits for a line
+// on fd 4, then reads the limits (a line) and the command (the rest) from
+// fd 3, applies the limits (bash's -v in KiB, -f in 1024-byte blocks),
+// closes both, and evaluates the command as bash -c would, its variables
+// unset. mapfile reads fd 3, a memory file, a buffer at a time, where read
+// would take a byte at a time. It is one line, so that the command's lines
+// are numbered from 1 in bash's messages, as under bash -c.
+const bootstrap = `read -r <&4 && read -r t th v f n u <&3 || exit 126; ` +
+	`ulimit -S -t $t && ulimit -H -t $th && ulimit -v $v && ulimit -f $f && ulimit -n $n && ulimit -u $u || exit 126; ` +
+	`mapfile -d '' c <&3; exec 3<&- 4<&-; unset REPLY t th v f n u; eval "unset c; ${c[0]}"`
+
+// startAhead starts a shell that waits for its call, in a process group
+// of its own, with stdin on /dev/null and stdout and stderr on a new pipe.
+func (x *executor) startAhead() (*waiting, error) {
+	call, err := unix.MemfdCreate("corral-call", unix.MFD_CLOEXEC)
 	if err != nil {
-		return 0, err
+		return nil, fmt.Errorf("call file: %w", err)
 	}
-	limErr := x.setLimits(pid, req.Limits)
+	var out, start [2]int
+	if err := syscall.Pipe2(out[:], syscall.O_CLOEXEC); err != nil {
+		syscall.Close(call)
+		return nil, fmt.Errorf("output pipe: %w", err)
+	}
+	if err := syscall.Pipe2(start[:], syscall.O_CLOEXEC); err != nil {
+		closeAll(call, out[0], out[1])
+		return nil, fmt.Errorf("start pipe: %w", err)
+	}
+	pid, err := x.forkExec(x.shell, []string{x.shell, "-c", bootstrap}, []int{out[1], call, start[0]})
+	closeAll(out[1], start[0])
+	if err != nil {
+		closeAll(call, out[0], start[1])
+		return nil, err
+	}
+	return &waiting{pid: pid, out: out[0], call: call, start: start[1]}, nil
+}
+
+// give hands the shell its limits and command, and lets it go.
+func (w *waiting) give(l limits, command string) error {
+	defer closeAll(w.call, w.start)
+	data := fmt.Sprintf("%d %d %d %d %d %d\n%s", l.CPU, l.CPUHard, l.AS/1024, l.FSize/1024, l.NoFile, l.NProc, command)
+	for off := 0; off < len(data); {
+		n, err := unix.Pwrite(w.call, []byte(data[off:]), int64(off))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("write the call: %w", err)
+		}
+		off += n
+	}
+	if _, err := syscall.Write(w.start, []byte("\n")); err != nil {
+		return fmt.Errorf("start the call: %w", err)
+	}
+	return nil
+}
+
+// discard kills the shell and reaps it.
+func (w *waiting) discard() {
+	_ = syscall.Kill(w.pid, syscall.SIGKILL)
 	var ws syscall.WaitStatus
 	for {
-		_, err = syscall.Wait4(pid, &ws, syscall.WALL, nil)
-		if err != syscall.EINTR {
+		if _, err := syscall.Wait4(w.pid, &ws, 0, nil); err != syscall.EINTR {
 			break
 		}
 	}
-	switch {
-	case err != nil:
-		err = fmt.Errorf("wait for %s to start: %w", x.shell, err)
-	case !ws.Stopped():
-		// Killed from outside before its first instruction; reaped.
-		return 0, fmt.Errorf("%s ended before it started (status %#x)", x.shell, ws)
-	case limErr != nil:
-		err = limErr
-	default:
-		err = syscall.PtraceDetach(pid)
+	syscall.Close(w.out)
+}
+
+// startShell starts the command under /bin/sh, which applies the limits
+// and execs the shell: a process start more than a shell started ahead.
+func (x *executor) startShell(req request) (pid, out int, err error) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+		return 0, 0, fmt.Errorf("output pipe: %w", err)
 	}
+	pid, err = x.forkExec("/bin/sh", shellArgs(x.effective(req.Limits), x.shell, req.Command), []int{p[1]})
+	syscall.Close(p[1])
 	if err != nil {
-		// It has not run a user instruction: kill it and reap it.
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		_, _ = syscall.Wait4(pid, &ws, syscall.WALL, nil)
-		return 0, err
+		syscall.Close(p[0])
+		return 0, 0, err
 	}
-	return pid, nil
+	return pid, p[0], nil
 }
 
 // forkExec starts argv in a process group of its own, with stdin on
-// /dev/null and stdout and stderr on out. No other descriptor is passed:
-// everything the executor opens is close-on-exec.
-func (x *executor) forkExec(path string, argv []string, out int, traced bool) (int, error) {
+// /dev/null, stdout and stderr on files[0], and files[1:] as fds 3 and
+// on. No other descriptor is passed: everything the executor opens is
+// close-on-exec.
+func (x *executor) forkExec(path string, argv []string, files []int) (int, error) {
+	fds := []uintptr{x.null.Fd(), uintptr(files[0]), uintptr(files[0])}
+	for _, f := range files[1:] {
+		fds = append(fds, uintptr(f))
+	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   x.env,
-		Files: []uintptr{x.null.Fd(), uintptr(out), uintptr(out)},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Ptrace: traced},
+		Files: fds,
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
 	if err != nil {
 		return 0, fmt.Errorf("start %s: %w", path, err)
@@ -175,18 +242,23 @@ func (x *executor) forkExec(path string, argv []string, out int, traced bool) (i
 	return pid, nil
 }
 
-// setLimits sets the rlimits of process pid, each lowered to the
-// executor's own hard limit if that is lower.
-func (x *executor) setLimits(pid int, l limits) error {
-	want := [][2]uint64{{l.CPU, l.CPUHard}, {l.AS, l.AS}, {l.FSize, l.FSize}, {l.NoFile, l.NoFile}, {l.NProc, l.NProc}}
-	for i, res := range rlimitResources {
-		hard := min(want[i][1], x.hard[res])
-		lim := unix.Rlimit{Cur: min(want[i][0], hard), Max: hard}
-		if err := unix.Prlimit(pid, res, &lim, nil); err != nil {
-			return fmt.Errorf("prlimit %d: %w", res, err)
-		}
+// effective returns the limits l, each lowered to the executor's own hard
+// limit where that is lower.
+func (x *executor) effective(l limits) limits {
+	lower := func(v uint64, res int) uint64 { return min(v, x.hard[res]) }
+	l.CPUHard = lower(l.CPUHard, unix.RLIMIT_CPU)
+	l.CPU = min(l.CPU, l.CPUHard)
+	l.AS = lower(l.AS, unix.RLIMIT_AS)
+	l.FSize = lower(l.FSize, unix.RLIMIT_FSIZE)
+	l.NoFile = lower(l.NoFile, unix.RLIMIT_NOFILE)
+	l.NProc = lower(l.NProc, unix.RLIMIT_NPROC)
+	return l
+}
+
+func closeAll(fds ...int) {
+	for _, fd := range fds {
+		syscall.Close(fd)
 	}
-	return nil
 }
 
 // reapAll reaps children until none is left and returns the status of
@@ -247,8 +319,7 @@ func exitCode(ws syscall.WaitStatus) int {
 }
 
 // shellArgs returns the command line that runs command with shell once
-// /bin/sh has applied the limits. It is the fallback where ptrace is not
-// allowed: one exec more per call.
+// /bin/sh has applied the limits: how a sandbox without bash runs a call.
 //
 // /bin/sh is dash on Debian and bash in POSIX mode elsewhere. Both take -v
 // in KiB and -f in 512-byte blocks (bash outside POSIX mode would use
