@@ -98,7 +98,7 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find the executor binary: %w", err)
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, emptyDir), 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox dir: %w", err)
 	}
 	d := &Driver{
@@ -220,8 +220,13 @@ func (d *Driver) Run(ctx context.Context, tenant string, sessionID uuid.UUID, ar
 		_, err := os.Stat(dir)
 		s.resumable = err == nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return Result{}, fmt.Errorf("create workspace: %w", err)
+	// A workspace is made by the first call that may write to it; until
+	// then, a call that only reads finds it empty (see [Driver.fileTool]).
+	switch args.(type) {
+	case *tool.BashArgs, *tool.WriteArgs, *tool.EditArgs:
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return Result{}, fmt.Errorf("create workspace: %w", err)
+		}
 	}
 	s.tenant = tenant
 	start := time.Now()

@@ -204,3 +204,42 @@ func TestReadStopsAtSizeLimit(t *testing.T) {
 		t.Errorf("after %d lines the note ends %q, want %q", len(lines), note, want)
 	}
 }
+
+// A session whose calls only read gets no workspace directory: it reads
+// an empty one, as a new workspace is. The first call that writes makes it.
+func TestReadsMakeNoWorkspace(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{})
+	session := uuid.New()
+	ws := d.Workspace(tenant, session)
+	for _, args := range []any{
+		&tool.GlobArgs{Pattern: "*"},
+		&tool.GrepArgs{Pattern: "x"},
+		&tool.ReadArgs{FilePath: "/workspace/a"},
+	} {
+		res, err := d.Run(t.Context(), tenant, session, args)
+		if err != nil {
+			t.Fatalf("%T: %v", args, err)
+		}
+		if _, err := os.Stat(ws); !os.IsNotExist(err) {
+			t.Fatalf("%T made the workspace (%v): %+v", args, err, res)
+		}
+	}
+	if res, err := d.Run(t.Context(), tenant, session, &tool.ReadArgs{FilePath: "/workspace/a"}); err != nil || !res.IsError || !strings.Contains(res.Output, "does not exist") {
+		t.Errorf("Read of a file in a workspace not made yet = %+v, %v", res, err)
+	}
+	if res, err := d.Run(t.Context(), tenant, session, &tool.WriteArgs{FilePath: "/workspace/a", Content: "x"}); err != nil || res.IsError {
+		t.Fatalf("Write = %+v, %v", res, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "a")); err != nil || string(b) != "x" {
+		t.Errorf("written file: %q, %v", b, err)
+	}
+	entries, err := os.ReadDir(filepath.Join(d.cfg.Dir, emptyDir))
+	if err != nil || len(entries) != 0 {
+		t.Errorf("the empty directory holds %v (%v)", entries, err)
+	}
+	res, err := d.Run(t.Context(), tenant, session, &tool.GlobArgs{Pattern: "*"})
+	if err != nil || !strings.Contains(res.Output, "/workspace/a") {
+		t.Errorf("Glob after the write = %+v, %v", res, err)
+	}
+}

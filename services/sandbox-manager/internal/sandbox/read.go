@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -29,6 +30,13 @@ const (
 // lead outside it.
 func (d *Driver) fileTool(ctx context.Context, workspace string, args any) (Result, error) {
 	root, err := os.OpenRoot(workspace)
+	switch args.(type) {
+	case *tool.ReadArgs, *tool.GlobArgs, *tool.GrepArgs:
+		if errors.Is(err, fs.ErrNotExist) {
+			// Not made yet: nothing has been written to it.
+			root, err = os.OpenRoot(filepath.Join(d.cfg.Dir, emptyDir))
+		}
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("open workspace: %w", err)
 	}
@@ -47,6 +55,11 @@ func (d *Driver) fileTool(ctx context.Context, workspace string, args any) (Resu
 	}
 	return Result{}, fmt.Errorf("file tool: unsupported arguments %T", args)
 }
+
+// emptyDir, under the workspaces' directory, is an empty directory: the
+// workspace that calls which only read see until a call writes one. No
+// tenant's name begins with a dot.
+const emptyDir = ".empty"
 
 // display is how the model sees the workspace-relative path rel.
 func display(rel string) string {
