@@ -30,6 +30,17 @@ const (
 	maxErrorBody = 64 << 10
 )
 
+// defaultClient sends the requests of providers configured without a
+// client. Unlike [http.DefaultClient], whose transport keeps two idle
+// connections per host, it keeps one for every step a busy harness has
+// waiting on the same provider, so that requests do not dial anew.
+var defaultClient = &http.Client{Transport: func() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 512
+	t.MaxIdleConnsPerHost = 256
+	return t
+}()}
+
 // poster sends JSON requests to one provider endpoint, retrying the failures
 // that may pass.
 type poster struct {
@@ -58,7 +69,7 @@ func newPoster(provider, url string, cfg Config, auth func(h http.Header)) *post
 		log:         cfg.Logger,
 	}
 	if p.client == nil {
-		p.client = http.DefaultClient
+		p.client = defaultClient
 	}
 	if p.maxAttempts <= 0 {
 		p.maxAttempts = defaultMaxAttempts

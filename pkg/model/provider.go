@@ -17,7 +17,8 @@ type Config struct {
 	// BaseURL is the provider's address. See [NewAnthropic] and [NewOpenAI]
 	// for how each turns it into an endpoint.
 	BaseURL string
-	// HTTPClient sends the requests; nil means [http.DefaultClient].
+	// HTTPClient sends the requests; nil means a client like
+	// [http.DefaultClient] that keeps more idle connections per provider.
 	HTTPClient *http.Client
 	// MaxAttempts is how many times one Complete call may send its request;
 	// zero means 5.
