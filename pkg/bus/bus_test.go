@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -454,5 +455,49 @@ func TestReadAfter(t *testing.T) {
 		if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Session != b || ev.Reason != fmt.Sprint(i) {
 			t.Fatalf("event %d = %s, %v; want session b's reason %d", i, m.Data, err, i)
 		}
+	}
+}
+
+func TestAppend(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	a, b := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	ev := func(s uuid.UUID, reason string) event.Event {
+		return &event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, "acme", s), Code: "c", Reason: reason}
+	}
+	first, err := bus.Append(ctx, js, ev(a, "a1"), "a1", 0)
+	if err != nil {
+		t.Fatalf("first event of a session, after 0: %v", err)
+	}
+	// Another session's events do not count.
+	if err := bus.Record(ctx, js, ev(b, "b1"), "b1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Append(ctx, js, ev(a, "stale"), "stale", 0); !errors.Is(err, bus.ErrNotLast) {
+		t.Errorf("append after 0 to a session with an event: %v, want ErrNotLast", err)
+	}
+	second, err := bus.Append(ctx, js, ev(a, "a2"), "a2", first)
+	if err != nil || second <= first {
+		t.Fatalf("append after the last event: seq %d, %v (the first was %d)", second, err, first)
+	}
+	// One written without the condition in between, as a sandbox's result
+	// or a stop would be.
+	if err := bus.Record(ctx, js, ev(a, "other"), "other"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Append(ctx, js, ev(a, "behind"), "behind", second); !errors.Is(err, bus.ErrNotLast) {
+		t.Errorf("append behind the log: %v, want ErrNotLast", err)
+	}
+	msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents("acme", a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range msgs {
+		got = append(got, m.MsgID)
+	}
+	if want := []string{"a1", "a2", "other"}; !slices.Equal(got, want) {
+		t.Errorf("session a's log holds %v, want %v", got, want)
 	}
 }

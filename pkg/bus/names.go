@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -40,7 +41,6 @@ const (
 	ConsumerSandboxCalls    = "sandbox-manager-calls"
 	ConsumerMemoryCalls     = "memory-calls"
 	ConsumerApprovals       = "approval-requests"
-	ConsumerHarnessUsage    = "harness-usage"
 )
 
 // Tool services, the second token of a tool call's subject.
@@ -103,6 +103,20 @@ func NodeSubject(node string) string {
 	return "sandbox.node." + node
 }
 
+// LeaseSubject is the core NATS subject on which the harness instance
+// named instance answers requests for the session leases lingering there
+// (the request names the session). Characters a subject token cannot hold
+// are replaced.
+func LeaseSubject(instance string) string {
+	return "harness.lease." + strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			return r
+		}
+		return '_'
+	}, instance)
+}
+
 // PlacementKey is a session's key in [BucketPlacements].
 func PlacementKey(tenant string, session uuid.UUID) string {
 	return tenant + "." + session.String()
@@ -162,6 +176,8 @@ var streams = []jetstream.StreamConfig{
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		MaxAge:      30 * 24 * time.Hour,
+		// Read with direct gets, as the session logs are.
+		AllowDirect: true,
 	},
 }
 

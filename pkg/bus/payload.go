@@ -30,33 +30,61 @@ const OffloadThreshold = 16 << 10
 // wrapping [ErrDuplicate]: the event was recorded before, maybe not with
 // this content. Most callers treat that as success.
 func Record(ctx context.Context, js jetstream.JetStream, ev event.Event, msgID string) error {
+	_, err := record(ctx, js, ev, msgID)
+	return err
+}
+
+// Append is [Record] on the condition that the last event of ev's session
+// is the one at stream sequence after (0: the session has none). It
+// returns the sequence ev was stored at, or an error wrapping [ErrNotLast]
+// when another event came after that one; ev is then not recorded. A
+// writer that folded its session's log up to after and appends this way
+// knows the log up to the new event without reading it back.
+func Append(ctx context.Context, js jetstream.JetStream, ev event.Event, msgID string, after uint64) (uint64, error) {
+	h := ev.Head()
+	ack, err := record(ctx, js, ev, msgID, jetstream.WithExpectLastSequenceForSubject(after, SessionEvents(h.Tenant, h.Session)))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return 0, fmt.Errorf("%w: %w", ErrNotLast, err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// ErrNotLast is returned by [Append] when the session's log has an event
+// after the one it was to follow.
+var ErrNotLast = errors.New("not the last event of the session")
+
+func record(ctx context.Context, js jetstream.JetStream, ev event.Event, msgID string, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	ctx, cancel := Bound(ctx)
 	defer cancel()
 	h := ev.Head()
 	subject := EventSubject(h.Tenant, h.Session, h.Type)
 	data, err := json.Marshal(ev)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", subject, err)
+		return nil, fmt.Errorf("encode %s: %w", subject, err)
 	}
 	if len(data) > OffloadThreshold {
 		name, err := storePayload(ctx, js, data)
 		if err != nil {
-			return fmt.Errorf("offload %s: %w", subject, err)
+			return nil, fmt.Errorf("offload %s: %w", subject, err)
 		}
 		stub := event.Offloaded{Header: *h, Of: h.Type, Object: name, Size: len(data)}
 		stub.Type = event.TypeOffloaded
 		if data, err = json.Marshal(&stub); err != nil {
-			return fmt.Errorf("encode %s: %w", subject, err)
+			return nil, fmt.Errorf("encode %s: %w", subject, err)
 		}
 	}
-	ack, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
+	ack, err := js.Publish(ctx, subject, data, append(opts, jetstream.WithMsgID(msgID))...)
 	if err != nil {
-		return fmt.Errorf("publish %s: %w", subject, err)
+		return nil, fmt.Errorf("publish %s: %w", subject, err)
 	}
 	if ack.Duplicate {
-		return fmt.Errorf("%w: %s %s", ErrDuplicate, subject, msgID)
+		return nil, fmt.Errorf("%w: %s %s", ErrDuplicate, subject, msgID)
 	}
-	return nil
+	return ack, nil
 }
 
 // ErrDuplicate is returned by [Record] when the server already has an

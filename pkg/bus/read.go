@@ -5,61 +5,116 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // ReadAll returns every message of stream matching filter that is stored
-// when it is called, oldest first. Offloaded events come back resolved
-// (see [Resolve]).
+// when it is called, oldest first, read by batched direct gets: a round
+// trip for every [readBatch] messages. Offloaded events come back resolved
+// (see [Resolve]). stream must allow direct gets.
 func ReadAll(ctx context.Context, js jetstream.JetStream, stream, filter string) ([]Msg, error) {
-	rctx, cancel := Bound(ctx)
-	defer cancel()
-	cons, err := js.OrderedConsumer(rctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		// The server forgets the consumer soon after the read.
-		InactiveThreshold: 5 * time.Second,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", filter, err)
-	}
-	info, err := cons.Info(rctx)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", filter, err)
-	}
-	pending := info.NumPending
-	out := make([]Msg, 0, pending)
-	for pending > 0 {
-		batch, err := cons.Fetch(int(min(pending, 512)), jetstream.FetchMaxWait(5*time.Second))
+	return readBatches(ctx, js, stream, filter, 0, nil)
+}
+
+// readBatch is how many messages one batched direct get returns at most.
+const readBatch = 256
+
+// numPendingHeader is the header of a batched direct get's answer that
+// counts the messages matching after it.
+const numPendingHeader = "Nats-Num-Pending"
+
+// readBatches appends to out the messages of stream matching filter stored
+// after sequence seq.
+func readBatches(ctx context.Context, js jetstream.JetStream, stream, filter string, seq uint64, out []Msg) ([]Msg, error) {
+	for {
+		rctx, cancel := Bound(ctx)
+		batch, err := jetstreamext.GetBatch(rctx, js, stream, readBatch,
+			jetstreamext.GetBatchSeq(seq+1), jetstreamext.GetBatchSubject(filter))
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", filter, err)
+			cancel()
+			return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			meta, err := msg.Metadata()
-			if err != nil {
-				return nil, fmt.Errorf("read %s: %w", filter, err)
+		more := false
+		for raw, err := range batch {
+			if errors.Is(err, jetstreamext.ErrNoMessages) {
+				break
 			}
-			data, err := Resolve(ctx, js, msg.Data())
 			if err != nil {
-				return nil, fmt.Errorf("read %s: seq %d: %w", filter, meta.Sequence.Stream, err)
+				cancel()
+				return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
 			}
-			out = append(out, Msg{Subject: msg.Subject(), Data: data, StreamSeq: meta.Sequence.Stream,
-				Delivered: meta.NumDelivered, MsgID: msg.Headers().Get(jetstream.MsgIDHeader)})
-			pending = meta.NumPending
+			m, err := resolved(ctx, js, filter, raw)
+			if err != nil {
+				cancel()
+				return nil, err
+			}
+			out = append(out, m)
+			seq = raw.Sequence
+			// The server counts what matches after each message it sends.
+			more = raw.Header.Get(numPendingHeader) != "0"
 		}
-		if err := batch.Error(); err != nil {
-			return nil, fmt.Errorf("read %s: %w", filter, err)
+		cancel()
+		if !more {
+			return out, nil
 		}
-		if n == 0 {
-			return nil, fmt.Errorf("read %s: no messages while %d pending", filter, pending)
+	}
+}
+
+func resolved(ctx context.Context, js jetstream.JetStream, filter string, raw *jetstream.RawStreamMsg) (Msg, error) {
+	data, err := Resolve(ctx, js, raw.Data)
+	if err != nil {
+		return Msg{}, fmt.Errorf("read %s: seq %d: %w", filter, raw.Sequence, err)
+	}
+	return Msg{Subject: raw.Subject, Data: data, StreamSeq: raw.Sequence, MsgID: raw.Header.Get(jetstream.MsgIDHeader)}, nil
+}
+
+// ReadAfter returns the messages of stream matching filter stored after
+// sequence seq, oldest first: what a reader that has read up to seq has
+// not seen yet, usually a message or two. It asks for the last message
+// matching, then for each message after seq up to that one, a direct get
+// each, and for any more than a few in batches ([ReadAll]'s way, whose
+// first answer costs the server a count of what matches). Asking for the
+// last first spares the server the search, to the end of the stream, for
+// a next message that is not there. stream must
+// allow direct gets and be looked up once by the caller. Offloaded events
+// come back resolved.
+func ReadAfter(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, filter string, seq uint64) ([]Msg, error) {
+	rctx, cancel := Bound(ctx)
+	last, err := stream.GetLastMsgForSubject(rctx, filter)
+	cancel()
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
+	}
+	var out []Msg
+	for i := 0; seq < last.Sequence; i++ {
+		if i == maxSingleGets {
+			return readBatches(ctx, js, stream.CachedInfo().Config.Name, filter, seq, out)
 		}
+		rctx, cancel := Bound(ctx)
+		raw, err := stream.GetMsg(rctx, seq+1, jetstream.WithGetMsgSubject(filter))
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
+		}
+		m, err := resolved(ctx, js, filter, raw)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+		seq = raw.Sequence
 	}
 	return out, nil
 }
+
+// maxSingleGets is how many messages [ReadAfter] gets one by one before it
+// reads the rest in batches.
+const maxSingleGets = 4
 
 // ErrBadSubject is returned by [ParseSubject] for a subject that does not
 // name a tenant and a session.
@@ -82,29 +137,4 @@ func ParseSubject(subject string) (string, uuid.UUID, error) {
 		return "", uuid.Nil, fmt.Errorf("%w: %s", ErrBadSubject, subject)
 	}
 	return tok[i], id, nil
-}
-
-// ReadAfter returns the messages of stream matching filter stored after
-// sequence seq, oldest first, one direct get each: cheaper than [ReadAll]
-// when there are only a few. stream must have AllowDirect set and be
-// looked up once by the caller. Offloaded events come back resolved.
-func ReadAfter(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, filter string, seq uint64) ([]Msg, error) {
-	var out []Msg
-	for {
-		rctx, cancel := Bound(ctx)
-		raw, err := stream.GetMsg(rctx, seq+1, jetstream.WithGetMsgSubject(filter))
-		cancel()
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
-		}
-		data, err := Resolve(ctx, js, raw.Data)
-		if err != nil {
-			return nil, fmt.Errorf("read %s: seq %d: %w", filter, raw.Sequence, err)
-		}
-		out = append(out, Msg{Subject: raw.Subject, Data: data, StreamSeq: raw.Sequence, MsgID: raw.Header.Get(jetstream.MsgIDHeader)})
-		seq = raw.Sequence
-	}
 }

@@ -13,9 +13,25 @@ import (
 
 // RecordResult records a tool call's result in its session's log under
 // the message ID <call>:result. A result recorded already counts as
-// recorded: the first one stands.
-func RecordResult(ctx context.Context, js jetstream.JetStream, r *event.ToolCompleted) error {
-	if err := Record(ctx, js, r, r.Call.String()+":result"); err != nil && !errors.Is(err, ErrDuplicate) {
+// recorded: the first one stands. after is the call's [event.ToolCall]
+// After: when set, the result is recorded on the condition that it
+// directly follows that event, and says so in its own After, so that the
+// harness folds it in without reading the log; when something came in
+// between, it is recorded without the condition.
+func RecordResult(ctx context.Context, js jetstream.JetStream, r *event.ToolCompleted, after uint64) error {
+	id := r.Call.String() + ":result"
+	if after > 0 {
+		r.After = after
+		_, err := Append(ctx, js, r, id, after)
+		if err == nil || errors.Is(err, ErrDuplicate) {
+			return nil
+		}
+		if !errors.Is(err, ErrNotLast) {
+			return err
+		}
+		r.After = 0
+	}
+	if err := Record(ctx, js, r, id); err != nil && !errors.Is(err, ErrDuplicate) {
 		return err
 	}
 	return nil
@@ -38,6 +54,6 @@ func GiveUpCall(js jetstream.JetStream, service string) func(ctx context.Context
 			Name:    c.Name,
 			Output:  "Error: the " + service + " could not run this call: " + reason.Error(),
 			IsError: true,
-		})
+		}, 0)
 	}
 }

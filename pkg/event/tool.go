@@ -60,6 +60,11 @@ type ToolCall struct {
 	// version of it this session last read or wrote; zero when it knows
 	// none, so that only a new file may be created.
 	ExpectVersion int64 `json:"expect_version,omitempty"`
+	// After is the stream sequence of the last event of the session's log
+	// when the call was put on the queue: the service records the result
+	// right after it if nothing came in between, and says so (see
+	// [ToolCompleted].After). Zero when unknown.
+	After uint64 `json:"after,omitempty"`
 }
 
 // ToolDispatched records that a call was put on the work queue.
@@ -98,6 +103,11 @@ type ToolCompleted struct {
 	// session's user. Both are what usage is counted by.
 	Service string `json:"service,omitempty"`
 	User    string `json:"user,omitempty"`
+	// After, when set, is the stream sequence of the event this one
+	// directly follows in the session's log: it was recorded on that
+	// condition. A reader that has folded the log up to After folds this
+	// event in without reading the log.
+	After uint64 `json:"after,omitempty"`
 }
 
 // Offloaded stands in the log for an event too large to carry inline: the

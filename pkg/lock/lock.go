@@ -42,6 +42,23 @@ func (k *Keyed) Lock(ctx context.Context, key string) (unlock func(), err error)
 	}
 }
 
+// TryLock takes key's lock if no one holds it or waits for it, and
+// returns the function that releases it; ok is false when it did not.
+func (k *Keyed) TryLock(key string) (unlock func(), ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.locks[key] != nil {
+		return nil, false
+	}
+	if k.locks == nil {
+		k.locks = make(map[string]*entry)
+	}
+	e := &entry{ch: make(chan struct{}, 1), refs: 1}
+	e.ch <- struct{}{}
+	k.locks[key] = e
+	return func() { <-e.ch; k.release(key, e) }, true
+}
+
 func (k *Keyed) release(key string, e *entry) {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -59,3 +59,33 @@ func TestKeyedOtherKeysAndCancel(t *testing.T) {
 		t.Errorf("locks left behind: %v", k.locks)
 	}
 }
+
+func TestKeyedTryLock(t *testing.T) {
+	var k Keyed
+	unlock, ok := k.TryLock("a")
+	if !ok {
+		t.Fatal("TryLock of a free key failed")
+	}
+	if _, ok := k.TryLock("a"); ok {
+		t.Error("TryLock took a held key")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := k.Lock(ctx, "a"); err == nil {
+		t.Error("Lock took a key TryLock holds")
+	}
+	if other, ok := k.TryLock("b"); !ok {
+		t.Error("TryLock of another key failed")
+	} else {
+		other()
+	}
+	unlock()
+	again, err := k.Lock(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again()
+	if k.Held("a") || len(k.locks) != 0 {
+		t.Errorf("locks left behind: %v", k.locks)
+	}
+}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,9 +43,30 @@ func benchPlatform(b testing.TB, script modeltest.Script) (*server.Server, jetst
 	env := map[string]string{
 		"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": "k", "CORRAL_MODEL": "openai:bench",
 		"CORRAL_DATA_DIR": b.TempDir(), "CORRAL_SHUTDOWN_GRACE": "1s", "CORRAL_MAX_TURNS": "1000000",
-		"CORRAL_NATS_URL": srv.ClientURL(),
+		"CORRAL_NATS_URL": srv.ClientURL(), "CORRAL_POLICY_FILE": benchPolicy(b),
 	}
 	return srv, js, func(k string) string { return env[k] }
+}
+
+// benchPolicy writes the default policy with the fake model priced as the
+// default OpenAI model is, so that budgets are checked as in a deployment
+// without the fake's tokens, at the price of an unknown model, using up a
+// day's budget in a long benchmark.
+func benchPolicy(b testing.TB) string {
+	b.Helper()
+	data, err := os.ReadFile("../../deploy/policy.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	priced := strings.Replace(string(data), "\nprices:\n", "\nprices:\n  \"openai:bench\": {input: 2.00, output: 8.00}\n", 1)
+	if priced == string(data) {
+		b.Fatal("deploy/policy.yaml has no prices")
+	}
+	file := filepath.Join(b.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(priced), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return file
 }
 
 // runServices runs a sandbox-manager, and a harness if withHarness, in this

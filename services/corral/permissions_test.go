@@ -252,11 +252,11 @@ func TestDeployedPermissions(t *testing.T) {
 		t.Error("the sandbox-manager changed the calls bucket's stream")
 	}
 	// Nor can a client take a service's messages from its consumer.
-	if _, err := cjs.CreateOrUpdateConsumer(short(), bus.StreamEvents, jetstream.ConsumerConfig{Durable: bus.ConsumerHarnessUsage}); err == nil {
-		t.Error("a client changed the harness's usage consumer")
+	if _, err := cjs.CreateOrUpdateConsumer(short(), bus.StreamEvents, jetstream.ConsumerConfig{Durable: bus.ConsumerHarnessSteps}); err == nil {
+		t.Error("a client changed the harness's steps consumer")
 	}
-	if _, err := cjs.Consumer(short(), bus.StreamEvents, bus.ConsumerHarnessUsage); err == nil {
-		t.Error("a client looked up the harness's usage consumer")
+	if _, err := cjs.Consumer(short(), bus.StreamEvents, bus.ConsumerHarnessSteps); err == nil {
+		t.Error("a client looked up the harness's steps consumer")
 	}
 	if _, err := sjs.Consumer(short(), bus.StreamEvents, bus.ConsumerApprovals); err == nil {
 		t.Error("the sandbox-manager looked up the approval service's consumer")

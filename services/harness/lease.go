@@ -8,31 +8,55 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 )
 
+// A step works on a session only while this harness holds the session's
+// lease: the session's key in the leases bucket, naming the harness. The
+// lease expires [bus.LeaseTTL] after its last write, so a harness that
+// dies holding it blocks the session only that long.
+//
+// A running session's lease is kept a while after its step (it lingers),
+// for as long as it is surely valid without a renewal, half its TTL from
+// its last write: the session's next step, which most often comes here
+// moments later with its tool's result, then goes on without a round trip
+// to the server. A lingering lease is freed when that time runs out, when
+// this harness stops, or at once when another harness asks for it (on
+// [bus.LeaseSubject] of this harness).
+
 // errLeaseHeld leaves a step to be retried: another harness is working on
 // the session.
 var errLeaseHeld = fmt.Errorf("session lease held by another harness: %w", bus.ErrNotYet)
 
-// acquireLease takes the session's lease in the leases bucket and renews it
-// until release is called. The lease expires [bus.LeaseTTL] after its last
-// renewal, so a harness that dies holding it blocks the session only that
-// long. The returned ctx is cancelled if the lease is lost, so the step
-// stops rather than act for a session another harness now owns.
-func (s *Service) acquireLease(ctx context.Context, id uuid.UUID) (_ context.Context, release func(), err error) {
+// lease is a session's lease as this harness holds it: its revision in
+// the bucket, and when the write that made it was sent (it expires
+// bus.LeaseTTL after that at the earliest).
+type lease struct {
+	rev     uint64
+	written time.Time
+}
+
+// acquireLease takes the session's lease and renews it until release is
+// called. The returned ctx is cancelled if the lease is lost, so the step
+// stops rather than act for a session another harness now owns. release
+// keeps the lease lingering if linger is set, and frees it otherwise.
+// owned reports that no other harness held the lease since this one last
+// did.
+func (s *Service) acquireLease(ctx context.Context, id uuid.UUID) (_ context.Context, release func(linger bool), owned bool, err error) {
 	key := id.String()
 	me := []byte(s.cfg.Instance)
 	rctx, rcancel := bus.Bound(ctx)
-	defer rcancel()
-	rev, err := s.takeLease(rctx, key, me)
+	l, owned, err := s.holdLease(rctx, key, me)
+	rcancel()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
+	var lost bool
 	go func() {
 		defer close(done)
 		t := time.NewTicker(bus.LeaseTTL / 3)
@@ -43,11 +67,12 @@ func (s *Service) acquireLease(ctx context.Context, id uuid.UUID) (_ context.Con
 				return
 			case <-t.C:
 				// A renewal slower than the lease's TTL has failed anyway.
+				sent := time.Now()
 				rctx, rcancel := context.WithTimeout(ctx, bus.LeaseTTL/3)
-				r, err := s.leases.Update(rctx, key, me, rev)
+				r, err := s.leases.Update(rctx, key, me, l.rev)
 				rcancel()
 				if err == nil {
-					rev = r
+					l = lease{r, sent}
 					continue
 				}
 				// The update may have been applied and only its answer lost:
@@ -56,65 +81,206 @@ func (s *Service) acquireLease(ctx context.Context, id uuid.UUID) (_ context.Con
 				e, gerr := s.leases.Get(rctx, key)
 				rcancel()
 				if gerr == nil && string(e.Value()) == s.cfg.Instance {
-					rev = e.Revision()
+					l = lease{e.Revision(), sent}
 					continue
 				}
 				s.log.WarnContext(ctx, "lease lost", "session", key, "err", err)
+				lost = true
 				cancel(fmt.Errorf("lease of session %s lost: %w", key, err))
 				return
 			}
 		}
 	}()
-	return ctx, func() {
+	return ctx, func(linger bool) {
 		cancel(nil)
 		<-done
-		// The step's own ctx may be done; freeing the lease still matters.
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer dcancel()
-		// Freed by writing an empty value rather than deleting the key: the
-		// next step of the session, most often ours, takes it back in one
-		// compare-and-set on the revision remembered here.
-		r, err := s.leases.Update(dctx, key, nil, rev)
-		if err != nil {
-			s.log.WarnContext(dctx, "release lease", "session", key, "err", err)
-			return
+		switch {
+		case lost:
+		case linger:
+			s.held.put(key, l)
+		default:
+			// The step's own ctx may be done; freeing the lease still matters.
+			s.freeLease(context.WithoutCancel(ctx), key, l.rev)
 		}
-		s.freed.put(key, r)
-	}, nil
+	}, owned, nil
+}
+
+// holdLease returns the session's lease: the one lingering here if it is
+// surely valid still, or one written now. owned reports that no other
+// harness held it since this one last did: the lease lingered here, or
+// was written on the revision this harness last wrote.
+func (s *Service) holdLease(ctx context.Context, key string, me []byte) (_ lease, owned bool, _ error) {
+	sent := time.Now()
+	if l, ok := s.held.take(key); ok {
+		if time.Since(l.written) < bus.LeaseTTL/2 {
+			return l, true, nil
+		}
+		if r, err := s.leases.Update(ctx, key, me, l.rev); err == nil {
+			return lease{r, sent}, true, nil
+		}
+	}
+	rev, owned, err := s.takeLease(ctx, key, me)
+	return lease{rev, sent}, owned, err
+}
+
+// freeLease frees a lease this harness holds at revision rev by writing an
+// empty value rather than deleting the key: the next step of the session,
+// most often ours, takes it back in one compare-and-set on the revision
+// remembered here.
+func (s *Service) freeLease(ctx context.Context, key string, rev uint64) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err := s.leases.Update(ctx, key, nil, rev)
+	if err != nil {
+		s.log.WarnContext(ctx, "release lease", "session", key, "err", err)
+		return
+	}
+	s.freed.put(key, r)
 }
 
 // takeLease writes me into the lease key if the lease is free: the key is
 // missing (never taken, or expired), empty (released), or holds me (left by
-// a release that failed). It returns the revision written.
-func (s *Service) takeLease(ctx context.Context, key string, me []byte) (uint64, error) {
+// a release that failed). A lease another harness holds is asked of it,
+// and taken if it was only lingering there. It returns the revision
+// written, and whether it was written on the revision this harness freed
+// it at (no one held it since).
+func (s *Service) takeLease(ctx context.Context, key string, me []byte) (_ uint64, owned bool, _ error) {
 	if rev, ok := s.freed.take(key); ok {
 		if r, err := s.leases.Update(ctx, key, me, rev); err == nil {
-			return r, nil
+			return r, true, nil
 		}
 	}
 	rev, err := s.leases.Create(ctx, key, me)
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		if err != nil {
-			return 0, fmt.Errorf("lease %s: %w", key, err)
+			return 0, false, fmt.Errorf("lease %s: %w", key, err)
 		}
-		return rev, nil
+		return rev, false, nil
 	}
 	e, err := s.leases.Get(ctx, key)
 	if err != nil {
-		return 0, errLeaseHeld
+		return 0, false, errLeaseHeld
+	}
+	if holder := string(e.Value()); holder != "" && holder != s.cfg.Instance && s.askFree(ctx, holder, key) {
+		if e, err = s.leases.Get(ctx, key); err != nil {
+			return 0, false, errLeaseHeld
+		}
 	}
 	switch string(e.Value()) {
 	case "", s.cfg.Instance:
 		r, err := s.leases.Update(ctx, key, me, e.Revision())
 		if err != nil {
-			return 0, errLeaseHeld
+			return 0, false, errLeaseHeld
 		}
-		return r, nil
+		return r, false, nil
 	}
 	// Come back when the holder's lease runs out, should it have died:
 	// the entry was written at its last renewal.
 	left := bus.LeaseTTL - time.Since(e.Created()) + 50*time.Millisecond
-	return 0, bus.NotYet(min(max(left, 50*time.Millisecond), s.cfg.RetryDelay), errLeaseHeld)
+	return 0, false, bus.NotYet(min(max(left, 50*time.Millisecond), s.cfg.RetryDelay), errLeaseHeld)
+}
+
+// Answers to a request for a lingering lease.
+const (
+	leaseFreed = "free"
+	leaseBusy  = "busy"
+)
+
+// askFree asks the harness holding a session's lease to free it if it is
+// only lingering there, and reports whether it did.
+func (s *Service) askFree(ctx context.Context, holder, key string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	m, err := s.js.Conn().RequestWithContext(ctx, bus.LeaseSubject(holder), []byte(key))
+	return err == nil && string(m.Data) == leaseFreed
+}
+
+// serveLeases frees lingering leases when their time runs out, and when
+// another harness asks for one, until ctx is done; then it frees them all.
+func (s *Service) serveLeases(ctx context.Context) error {
+	sub, err := s.js.Conn().Subscribe(bus.LeaseSubject(s.cfg.Instance), func(m *nats.Msg) {
+		answer := leaseBusy
+		if _, err := uuid.Parse(string(m.Data)); err == nil && s.freeLingering(ctx, string(m.Data)) {
+			answer = leaseFreed
+		}
+		_ = m.Respond([]byte(answer))
+	})
+	if err != nil {
+		return fmt.Errorf("serve lease requests: %w", err)
+	}
+	const tick = bus.LeaseTTL / 10
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = sub.Unsubscribe()
+			for _, key := range s.held.keys() {
+				s.freeLingering(ctx, key)
+			}
+			return nil
+		case <-t.C:
+		}
+		// Freed a tick early: by the next tick it might not be valid.
+		for _, key := range s.held.due(time.Now().Add(tick - bus.LeaseTTL/2)) {
+			s.freeLingering(ctx, key)
+		}
+	}
+}
+
+// freeLingering frees the session's lease if it lingers here, and reports
+// whether the session is free of this harness: no step of it runs or
+// waits here.
+func (s *Service) freeLingering(ctx context.Context, key string) bool {
+	unlock, ok := s.sessions.TryLock(key)
+	if !ok {
+		return false
+	}
+	defer unlock()
+	if l, ok := s.held.take(key); ok {
+		s.freeLease(context.WithoutCancel(ctx), key, l.rev)
+	}
+	return true
+}
+
+// heldLeases are the leases lingering here, by session.
+type heldLeases struct {
+	mu sync.Mutex
+	m  map[string]lease
+}
+
+func (h *heldLeases) put(key string, l lease) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = make(map[string]lease)
+	}
+	h.m[key] = l
+}
+
+func (h *heldLeases) take(key string) (lease, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l, ok := h.m[key]
+	delete(h.m, key)
+	return l, ok
+}
+
+// due returns the sessions whose leases were last written before t.
+func (h *heldLeases) due(t time.Time) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for key, l := range h.m {
+		if l.written.Before(t) {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+func (h *heldLeases) keys() []string {
+	return h.due(time.Now().Add(time.Hour))
 }
 
 // freedLeases remembers the revision at which this harness released each

@@ -3,14 +3,44 @@ package harness
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/natstest"
 )
+
+// newLeaseHarnesses returns n harnesses on js, whose leases are what is
+// tested, and a function returning who holds a session's lease, and at
+// which revision.
+func newLeaseHarnesses(t *testing.T, js jetstream.JetStream, n int) ([]*Service, func(uuid.UUID) (string, uint64)) {
+	t.Helper()
+	var hs []*Service
+	for range n {
+		cfg, err := LoadConfig(func(string) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(context.Background(), cfg, js, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, s)
+	}
+	return hs, func(session uuid.UUID) (string, uint64) {
+		t.Helper()
+		e, err := hs[0].leases.Get(context.Background(), session.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(e.Value()), e.Revision()
+	}
+}
 
 // One harness at a time holds a session's lease; a released lease is free
 // for any harness, and the one that released it takes it back.
@@ -18,57 +48,123 @@ func TestLeaseIsExclusiveAndPassesOn(t *testing.T) {
 	t.Parallel()
 	_, _, js := natstest.Run(t)
 	ctx := context.Background()
-	newHarness := func() *Service {
-		cfg, err := LoadConfig(func(string) string { return "" })
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := New(ctx, cfg, js, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	a, b := newHarness(), newHarness()
+	hs, lookup := newLeaseHarnesses(t, js, 2)
+	a, b := hs[0], hs[1]
 	session := uuid.Must(uuid.NewV7())
 	holder := func() string {
-		e, err := a.leases.Get(ctx, session.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(e.Value())
+		h, _ := lookup(session)
+		return h
 	}
 
-	_, releaseA, err := a.acquireLease(ctx, session)
+	_, releaseA, _, err := a.acquireLease(ctx, session)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.acquireLease(ctx, session); !errors.Is(err, bus.ErrNotYet) {
+	if _, _, _, err := b.acquireLease(ctx, session); !errors.Is(err, bus.ErrNotYet) {
 		t.Fatalf("b took a lease a holds: %v", err)
 	}
-	releaseA()
+	releaseA(false)
 	if h := holder(); h != "" {
 		t.Fatalf("released lease holds %q, want it free", h)
 	}
-	_, releaseB, err := b.acquireLease(ctx, session)
+	_, releaseB, _, err := b.acquireLease(ctx, session)
 	if err != nil {
 		t.Fatalf("b cannot take a released lease: %v", err)
 	}
 	if h := holder(); h != b.cfg.Instance {
 		t.Fatalf("lease holds %q, want b", h)
 	}
-	if _, _, err := a.acquireLease(ctx, session); !errors.Is(err, bus.ErrNotYet) {
+	if _, _, _, err := a.acquireLease(ctx, session); !errors.Is(err, bus.ErrNotYet) {
 		t.Fatalf("a took back a lease b holds (its remembered revision is stale): %v", err)
 	}
-	releaseB()
+	releaseB(false)
 	for range 3 { // a takes it back, and again from its own release
-		_, releaseA, err = a.acquireLease(ctx, session)
+		_, releaseA, _, err = a.acquireLease(ctx, session)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if h := holder(); h != a.cfg.Instance {
 			t.Fatalf("lease holds %q, want a", h)
 		}
-		releaseA()
+		releaseA(false)
+	}
+}
+
+// A lease released to linger stays with its harness, and the session's
+// next step there takes it without writing it. Another harness asking for
+// it gets it at once, unless a step holds it; one that is not asked for is
+// freed once it is no longer surely valid.
+func TestLeaseLingers(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	hs, holder := newLeaseHarnesses(t, js, 2)
+	a, b := hs[0], hs[1]
+	served := make(chan error, 1)
+	go func() { served <- a.serveLeases(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	})
+
+	session := uuid.Must(uuid.NewV7())
+	_, release, _, err := a.acquireLease(ctx, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(true)
+	who, rev := holder(session)
+	if who != a.cfg.Instance {
+		t.Fatalf("a lingering lease holds %q, want a", who)
+	}
+	_, release, owned, err := a.acquireLease(ctx, session)
+	if err != nil || !owned {
+		t.Fatalf("taken again from lingering: owned %v, %v", owned, err)
+	}
+	if who, again := holder(session); who != a.cfg.Instance || again != rev {
+		t.Errorf("taken again from lingering: %q at revision %d, want a at %d (not written)", who, again, rev)
+	}
+
+	// Held by a step: b is told to come back.
+	unlock, err := a.sessions.Lock(ctx, session.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := b.acquireLease(ctx, session); !errors.Is(err, bus.ErrNotYet) {
+		t.Fatalf("b took a lease a's step holds: %v", err)
+	}
+	release(true)
+	unlock()
+	// Lingering: b asks for it and gets it.
+	_, releaseB, owned, err := b.acquireLease(ctx, session)
+	if err != nil {
+		t.Fatalf("b cannot take a lease lingering at a: %v", err)
+	}
+	if owned {
+		t.Error("b took a's lease and says it was its own all along")
+	}
+	if who, _ := holder(session); who != b.cfg.Instance {
+		t.Fatalf("lease holds %q, want b", who)
+	}
+	releaseB(false)
+
+	// Not asked for: freed by a's keeper within half the lease's TTL.
+	other := uuid.Must(uuid.NewV7())
+	_, release, _, err = a.acquireLease(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(true)
+	start := time.Now()
+	waitFor(t, bus.LeaseTTL, func() error {
+		if who, _ := holder(other); who != "" {
+			return fmt.Errorf("lease held by %q %v after its step", who, time.Since(start))
+		}
+		return nil
+	})
+	if took := time.Since(start); took < bus.LeaseTTL/2-bus.LeaseTTL/5 {
+		t.Errorf("a lingering lease was freed after %v, before it had to be", took)
 	}
 }

@@ -70,7 +70,7 @@ func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
 			Prompt:  req.Prompt,
 			Fork:    req.Fork,
 		}
-		return s.record(ctx, &ev, "request:"+req.ID.String())
+		return s.append(ctx, st, &ev, "request:"+req.ID.String())
 	})
 }
 

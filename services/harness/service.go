@@ -34,17 +34,15 @@ type Service struct {
 	usageMu    sync.Mutex
 	usageCache map[string]cachedUsage
 	// counted holds the usage keys as the usage counter last wrote them;
-	// only the counter, one event at a time, uses it.
+	// only the counter, one batch at a time, uses it.
 	counted map[string]countedUsage
 	freed   freedLeases
-	skills  jetstream.ObjectStore
-	// skillsCache holds each tenant's skills list by the digest of the
-	// object it came from.
-	skillsMu    sync.Mutex
-	skillsCache map[string]cachedSkills
-	log         *slog.Logger
-	events      jetstream.Stream
-	folded      foldCache
+	// held are the leases lingering here after their sessions' steps.
+	held   heldLeases
+	skills *skillIndex
+	log    *slog.Logger
+	events jetstream.Stream
+	folded foldCache
 	// sessions serialises this process's work on a session, so that only
 	// one piece of it holds (and renews) the session's lease at a time.
 	sessions lock.Keyed
@@ -71,18 +69,17 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		return nil, err
 	}
 	return &Service{
-		skills:      skills,
-		skillsCache: make(map[string]cachedSkills),
-		cfg:         cfg,
-		events:      events,
-		js:          js,
-		providers:   cfg.Providers(),
-		leases:      leases,
-		usage:       usage,
-		usageCache:  make(map[string]cachedUsage),
-		counted:     make(map[string]countedUsage),
-		log:         log.With("service", "harness"),
-		metrics:     newMetrics(cfg.Metrics),
+		skills:     newSkillIndex(skills),
+		cfg:        cfg,
+		events:     events,
+		js:         js,
+		providers:  cfg.Providers(),
+		leases:     leases,
+		usage:      usage,
+		usageCache: make(map[string]cachedUsage),
+		counted:    make(map[string]countedUsage),
+		log:        log.With("service", "harness"),
+		metrics:    newMetrics(cfg.Metrics),
 	}, nil
 }
 
@@ -124,27 +121,10 @@ func (s *Service) Run(ctx context.Context) error {
 			Logger:      s.log,
 		})
 	})
-	g.Go(func() error {
-		return bus.Consume(ctx, s.js, bus.Consumer{
-			Stream: bus.StreamEvents,
-			Config: jetstream.ConsumerConfig{
-				Durable: bus.ConsumerHarnessUsage,
-				FilterSubjects: []string{
-					"events.*.*." + event.Kind(event.TypeModelResponded),
-					"events.*.*." + event.Kind(event.TypeToolCompleted),
-				},
-				// One event at a time, in order, across every harness:
-				// each usage key counts an event once by its sequence.
-				MaxAckPending: 1,
-			},
-			Concurrency: 1,
-			Handler:     s.countUsage,
-			RetryDelay:  s.cfg.RetryDelay,
-			Grace:       s.cfg.ShutdownGrace,
-			Logger:      s.log,
-		})
-	})
+	g.Go(func() error { return s.countUsage(ctx) })
 	g.Go(func() error { return s.watchWallTime(ctx) })
+	g.Go(func() error { return s.skills.watch(ctx, s.log) })
+	g.Go(func() error { return s.serveLeases(ctx) })
 	s.log.InfoContext(ctx, "harness started", "instance", s.cfg.Instance, "default_model", s.cfg.DefaultModel)
 	if s.providers.OpenAI == nil && s.providers.Anthropic == nil {
 		s.log.WarnContext(ctx, "no model provider configured: sessions will fail until ANTHROPIC_API_KEY or OPENAI_API_KEY (or OPENAI_BASE_URL) is set")

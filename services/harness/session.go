@@ -2,9 +2,12 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,28 +68,43 @@ type state struct {
 	raises    []*event.BudgetRaise
 	sandboxMS int64
 	since     time.Time
-	// seq is the stream sequence of the last event folded in.
-	seq uint64
+	// seq is the stream sequence of the last event folded in; stale is
+	// set when an event was folded in that may not follow it in the log.
+	seq   uint64
+	stale bool
+	// cold is set when this process folded the state from the whole log.
+	cold bool
 	// answered is set when the last response made no tool calls: the
 	// session's answer, to be recorded as completed.
 	answered *event.ModelResponded
 }
 
 // load folds a session's log into its state. It starts from the state this
-// process last folded, if it has it, and reads only the events stored
-// since; the log is the truth, whichever harness wrote them. The caller
-// must hold the session's lock.
-func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID) (*state, error) {
-	filter := bus.SessionEvents(tenant, session)
-	st, seq := s.folded.get(session)
-	var msgs []bus.Msg
-	var err error
+// process kept after its last step of the session, if it has it, and reads
+// only the events stored since; the log is the truth, whichever harness
+// wrote them. The caller must hold the session's lock and its lease;
+// owned says the lease stayed this harness's since that step.
+//
+// When no harness can have written to the session's log since the state
+// was kept (it was kept by a step that ended well, and the lease stayed
+// here), and the step's trigger is a tool result recorded directly after
+// it, load folds the trigger in and reads nothing. Events after the
+// trigger, written meanwhile by others (a stop, another call's result),
+// are then not folded: the step's first write, conditional on the log
+// ending at the trigger, finds them.
+func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID, owned bool) (*state, error) {
+	st, seq, last := s.folded.get(session)
 	if st == nil {
 		st = newState(tenant, session)
-		msgs, err = bus.ReadAll(ctx, s.js, bus.StreamEvents, filter)
-	} else {
-		msgs, err = bus.ReadAfter(ctx, s.js, s.events, filter, seq)
+		st.cold = true
+	} else if owned && last {
+		if ev, at := follower(ctx, seq); ev != nil {
+			st.apply(ev)
+			st.seq = at
+			return st, nil
+		}
 	}
+	msgs, err := bus.ReadAfter(ctx, s.js, s.events, bus.SessionEvents(tenant, session), seq)
 	if err != nil {
 		return nil, fmt.Errorf("load session %s: %w", session, err)
 	}
@@ -102,9 +120,67 @@ func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID) (*
 		seq = m.StreamSeq
 	}
 	st.seq = seq
-	// The step changes the state it is given; the cache keeps its own.
-	s.folded.put(session, st.clone(), seq)
 	return st, nil
+}
+
+// follower returns the tool result that triggered the step ctx was made
+// for, and its sequence, if it was recorded directly after the event at
+// seq (its After); nil otherwise.
+func follower(ctx context.Context, seq uint64) (*event.ToolCompleted, uint64) {
+	m, ok := bus.Delivery(ctx)
+	if !ok || m.StreamSeq <= seq || !strings.HasSuffix(m.Subject, "."+event.Kind(event.TypeToolCompleted)) {
+		return nil, 0
+	}
+	var r event.ToolCompleted
+	if json.Unmarshal(m.Data, &r) != nil || r.Type != event.TypeToolCompleted || r.After != seq {
+		return nil, 0 // an offloaded result, say: its stub says nothing of where it follows
+	}
+	return &r, m.StreamSeq
+}
+
+// keep keeps st, which a step is done with, for the session's next step,
+// unless st no longer stands for the log up to st.seq.
+func (s *Service) keep(st *state) {
+	if !st.stale {
+		s.folded.put(st.session, st, st.seq)
+	}
+}
+
+// append records ev, an event of st's session, and folds it into st. The
+// write is conditional on the log ending where st was folded to, so that
+// st then stands for the log up to ev without reading it back. Should
+// another event have come in between, ev is recorded all the same and st
+// is marked stale: the session's next step reads the log again. An event
+// recorded already under msgID counts as recorded (and is not folded in).
+func (s *Service) append(ctx context.Context, st *state, ev event.Event, msgID string) error {
+	if err := s.appendNew(ctx, st, ev, msgID); err != nil && !errors.Is(err, bus.ErrDuplicate) {
+		return err
+	}
+	return nil
+}
+
+// appendNew is [Service.append] for an event that must be new: one
+// recorded already under msgID returns an error wrapping
+// [bus.ErrDuplicate].
+func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgID string) error {
+	if !st.stale {
+		seq, err := bus.Append(ctx, s.js, ev, msgID, st.seq)
+		if err == nil {
+			st.seq = seq
+			st.apply(ev)
+			return nil
+		}
+		// Whatever happened, st no longer surely stands for the log.
+		st.stale = true
+		if !errors.Is(err, bus.ErrNotLast) {
+			return err
+		}
+	}
+	if err := bus.Record(ctx, s.js, ev, msgID); err != nil {
+		return err
+	}
+	st.apply(ev)
+	return nil
 }
 
 func newState(tenant string, session uuid.UUID) *state {
@@ -148,18 +224,23 @@ type foldCache struct {
 type foldedState struct {
 	st  *state
 	seq uint64
+	// last is set while this process knows of no event of the session's
+	// written after seq by a harness: it was kept by a step that ended
+	// well, and no step of the session has failed here since. See
+	// [Service.load].
+	last bool
 }
 
 const foldCacheSize = 4096
 
-func (c *foldCache) get(session uuid.UUID) (*state, uint64) {
+func (c *foldCache) get(session uuid.UUID) (_ *state, seq uint64, last bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f, ok := c.m[session]
 	if !ok {
-		return nil, 0
+		return nil, 0, false
 	}
-	return f.st.clone(), f.seq
+	return f.st.clone(), f.seq, f.last
 }
 
 func (c *foldCache) put(session uuid.UUID, st *state, seq uint64) {
@@ -174,7 +255,18 @@ func (c *foldCache) put(session uuid.UUID, st *state, seq uint64) {
 			break
 		}
 	}
-	c.m[session] = foldedState{st: st, seq: seq}
+	c.m[session] = foldedState{st: st, seq: seq, last: true}
+}
+
+// behind notes that events of the session may have been written after
+// its cached state by a step here that failed or went stale.
+func (c *foldCache) behind(session uuid.UUID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.m[session]; ok {
+		f.last = false
+		c.m[session] = f
+	}
 }
 
 // running returns the states cached of running sessions.

@@ -37,16 +37,26 @@ func (s *Service) withSession(ctx context.Context, lock func(context.Context, st
 		return err
 	}
 	defer unlock()
-	ctx, release, err := s.acquireLease(ctx, session)
+	ctx, release, owned, err := s.acquireLease(ctx, session)
 	if err != nil {
 		return err
 	}
-	defer release()
-	st, err := s.load(ctx, tenant, session)
+	st, err := s.load(ctx, tenant, session, owned)
+	if err == nil {
+		err = fn(ctx, st)
+	}
+	if err != nil || st.stale {
+		// It may have written events after the state kept.
+		s.folded.behind(session)
+	}
 	if err != nil {
+		release(false)
 		return err
 	}
-	return fn(ctx, st)
+	s.keep(st)
+	// A running session's next step most often comes here soon.
+	release(st.status == statusRunning)
+	return nil
 }
 
 func (s *Service) step(ctx context.Context, st *state) error {
@@ -79,15 +89,17 @@ func (s *Service) step(ctx context.Context, st *state) error {
 	if stopped, err := s.budgetCheck(ctx, st, true); err != nil || stopped {
 		return err
 	}
-	ev, err := s.ask(ctx, st)
-	if err != nil || ev == nil {
+	if ev, err := s.ask(ctx, st); err != nil || ev == nil {
 		return err
 	}
-	st.apply(ev)
 	// The model may have taken a while: a stop or a failure (wall time)
-	// recorded meanwhile ends the session here.
-	if ended, err := s.endedSince(ctx, st); err != nil || ended {
-		return err
+	// recorded meanwhile ends the session here. The response was recorded
+	// on the condition that nothing came after what st was folded from;
+	// only if something did is the log looked at.
+	if st.stale {
+		if ended, err := s.endedSince(ctx, st); err != nil || ended {
+			return err
+		}
 	}
 	if st.pending != nil {
 		return s.dispatch(ctx, st, st.pending.Calls)
@@ -122,7 +134,7 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 	if err != nil {
 		return nil, s.recordFailure(ctx, st.tenant, st.session, event.CodeUnknownModel, err.Error(), st.failureID())
 	}
-	skills, err := s.loadSkills(ctx, st.tenant)
+	skills, err := s.skills.load(ctx, st.tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +182,7 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 	// reuses the response instead of asking again. A duplicate means
 	// another response was recorded for this turn first; acting on this one
 	// would run calls the log does not hold, so the step starts over.
-	if err := bus.Record(ctx, s.js, ev, fmt.Sprintf("%s:turn:%d", st.session, ev.Turn)); err != nil {
+	if err := s.appendNew(ctx, st, ev, fmt.Sprintf("%s:turn:%d", st.session, ev.Turn)); err != nil {
 		return nil, err
 	}
 	s.spent(st, ev)
@@ -178,13 +190,29 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 }
 
 // dispatch puts each call not yet dispatched on the work queue, or records
-// an error result for a call that cannot run as written.
+// an error result for a call that cannot run as written, or asks a
+// reviewer for one the policy holds. A call is recorded as dispatched
+// before it goes on the queue, so that its result follows every event
+// this step records: the call names the last of them (After), and its
+// result is recorded right after it when nothing else came in between,
+// which the next step folds in without reading the log.
+//
+// A call recorded as dispatched whose result is missing is put on the
+// queue again when this step may follow a crash between the two (its
+// trigger was delivered before, or this process had not folded the
+// session): the duplicate window drops the copy of a call that made it.
 func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) error {
+	var queue []queued
 	for _, c := range calls {
+		input := st.pending.Input(c)
 		if st.dispatched[c.ID] {
+			if st.cold || redelivered(ctx) {
+				if service, memPath, err := checkCall(c.Name, input); err == nil {
+					queue = append(queue, queued{s.toolCall(st, c, input, memPath), service})
+				}
+			}
 			continue
 		}
-		input := st.pending.Input(c)
 		service, memPath, err := checkCall(c.Name, input)
 		var held bool
 		if err == nil {
@@ -203,34 +231,56 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 				Output:  "Error: " + err.Error(),
 				IsError: true,
 			}
-			if err := s.record(ctx, &res, c.ID.String()+":result"); err != nil {
+			if err := s.append(ctx, st, &res, c.ID.String()+":result"); err != nil {
 				return err
 			}
 			continue
 		}
-		call := event.ToolCall{
-			Header: event.NewHeader(event.TypeToolCall, st.tenant, st.session),
-			Call:   c.ID,
-			Turn:   st.pending.Turn,
-			User:   st.user,
-			Name:   c.Name,
-			Input:  input,
-		}
-		if c.Name == tool.Write || c.Name == tool.Edit {
-			call.ExpectVersion = st.versions[memPath]
-		}
-		// The call goes on the queue before it is recorded as dispatched:
-		// a crash in between re-publishes it, and the duplicate window
-		// drops the copy.
-		if err := bus.Publish(ctx, s.js, bus.ToolSubject(service, st.tenant, st.session), c.ID.String(), &call); err != nil {
-			return err
-		}
 		if err := s.recordDispatched(ctx, st, c, input, service); err != nil {
 			return err
 		}
+		queue = append(queue, queued{s.toolCall(st, c, input, memPath), service})
 		s.metrics.dispatch.WithLabelValues(c.Name, service).Inc()
 	}
+	var after uint64
+	if !st.stale {
+		after = st.seq
+	}
+	for _, q := range queue {
+		q.call.After = after
+		if err := bus.Publish(ctx, s.js, bus.ToolSubject(q.service, st.tenant, st.session), q.call.Call.String(), &q.call); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// queued is a call on its way to the queue of the service that runs it.
+type queued struct {
+	call    event.ToolCall
+	service string
+}
+
+func (s *Service) toolCall(st *state, c event.Call, input json.RawMessage, memPath string) event.ToolCall {
+	call := event.ToolCall{
+		Header: event.NewHeader(event.TypeToolCall, st.tenant, st.session),
+		Call:   c.ID,
+		Turn:   st.pending.Turn,
+		User:   st.user,
+		Name:   c.Name,
+		Input:  input,
+	}
+	if c.Name == tool.Write || c.Name == tool.Edit {
+		call.ExpectVersion = st.versions[memPath]
+	}
+	return call
+}
+
+// redelivered reports whether the message a handler's ctx was made for
+// was delivered before.
+func redelivered(ctx context.Context) bool {
+	m, ok := bus.Delivery(ctx)
+	return ok && m.Delivered > 1
 }
 
 func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call, input json.RawMessage, service string) error {
@@ -242,7 +292,7 @@ func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call,
 		Summary: summary(input),
 		Service: service,
 	}
-	return s.record(ctx, &d, c.ID.String()+":dispatched")
+	return s.append(ctx, st, &d, c.ID.String()+":dispatched")
 }
 
 // backfillDispatched records the dispatch of calls that were put on the
@@ -291,7 +341,7 @@ func (s *Service) gate(ctx context.Context, st *state, c event.Call, input json.
 			Rule:     v.rule,
 			Reason:   v.reason,
 		}
-		if err := s.record(ctx, &ev, c.ID.String()+":approval"); err != nil {
+		if err := s.append(ctx, st, &ev, c.ID.String()+":approval"); err != nil {
 			return false, err
 		}
 		st.asked[c.ID] = true
@@ -394,7 +444,7 @@ func (s *Service) complete(ctx context.Context, st *state) error {
 		Turns:  st.turn,
 		Usage:  st.usage,
 	}
-	if err := s.record(ctx, &ev, fmt.Sprintf("%s:completed:%d", st.session, st.turn)); err != nil {
+	if err := s.append(ctx, st, &ev, fmt.Sprintf("%s:completed:%d", st.session, st.turn)); err != nil {
 		return err
 	}
 	s.metrics.ended.WithLabelValues("completed").Inc()
@@ -418,46 +468,4 @@ Use the tools to do the work. File paths are absolute. When you are done, reply 
 		}
 	}
 	return b.String()
-}
-
-// loadSkills returns the tenant's skills as the memory service last
-// published them; none if it never has. The list is cached per tenant and
-// fetched again only when the object's digest changes.
-func (s *Service) loadSkills(ctx context.Context, tenant string) ([]event.Skill, error) {
-	rctx, cancel := bus.Bound(ctx)
-	defer cancel()
-	name := bus.SkillsIndex(tenant)
-	info, err := s.skills.GetInfo(rctx, name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("load skills of %s: %w", tenant, err)
-	}
-	s.skillsMu.Lock()
-	c, ok := s.skillsCache[tenant]
-	s.skillsMu.Unlock()
-	if ok && c.digest == info.Digest {
-		return c.skills, nil
-	}
-	data, err := s.skills.GetBytes(rctx, name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("load skills of %s: %w", tenant, err)
-	}
-	var set event.SkillSet
-	if err := json.Unmarshal(data, &set); err != nil {
-		return nil, fmt.Errorf("load skills of %s: %w", tenant, err)
-	}
-	s.skillsMu.Lock()
-	s.skillsCache[tenant] = cachedSkills{digest: info.Digest, skills: set.Skills}
-	s.skillsMu.Unlock()
-	return set.Skills, nil
-}
-
-type cachedSkills struct {
-	digest string
-	skills []event.Skill
 }

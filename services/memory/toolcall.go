@@ -55,11 +55,7 @@ func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
 	}
 	s.calls.WithLabelValues(c.Name, outcome).Observe(time.Since(start).Seconds())
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", out.isError)
-	return s.record(ctx, &res)
-}
-
-func (s *Service) record(ctx context.Context, r *event.ToolCompleted) error {
-	return bus.RecordResult(ctx, s.js, r)
+	return bus.RecordResult(ctx, s.js, &res, c.After)
 }
 
 // result is what a call tells the model, and the file version it saw.

@@ -120,18 +120,18 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, f
 				return err
 			}
 			res.Output, res.IsError = interrupted, true
-			return s.record(ctx, &res, moved)
+			return s.record(ctx, c, &res, moved)
 		}
 	}
 	args, err := tool.Parse(c.Name, c.Input)
 	if err != nil {
 		res.Output, res.IsError = "Error: "+err.Error(), true
-		return s.record(ctx, &res, moved)
+		return s.record(ctx, c, &res, moved)
 	}
 	callCtx, done, stopped := s.stops.start(ctx, c.Session)
 	if stopped != "" {
 		res.Output, res.IsError = "Not run: "+stopped+".", true
-		return s.record(ctx, &res, moved)
+		return s.record(ctx, c, &res, moved)
 	}
 	defer done()
 	start := time.Now()
@@ -139,7 +139,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, f
 	if errors.Is(context.Cause(callCtx), errStopped) && ctx.Err() == nil {
 		s.metrics.calls.WithLabelValues(c.Name, "killed").Observe(time.Since(start).Seconds())
 		res.Output, res.IsError = "Killed: the session was stopped while this call ran.", true
-		return s.record(ctx, &res, moved)
+		return s.record(ctx, c, &res, moved)
 	}
 	if err == nil {
 		outcome := "ok"
@@ -191,7 +191,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, f
 	}
 	res.Truncated, res.TimedOut, res.DurationMS = r.Truncated, r.TimedOut, r.Duration.Milliseconds()
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", r.IsError, "duration", r.Duration)
-	return s.record(ctx, &res, moved)
+	return s.record(ctx, c, &res, moved)
 }
 
 // recorded reports whether the call's result is in its session's log.
@@ -209,13 +209,13 @@ func (s *Service) recorded(ctx context.Context, c *event.ToolCall) (bool, error)
 	return false, nil
 }
 
-// record records a call's result, after the note for the model, if any,
+// record records call c's result, after the note for the model, if any,
 // that its session's workspace was restored or seeded before it.
-func (s *Service) record(ctx context.Context, r *event.ToolCompleted, note string) error {
+func (s *Service) record(ctx context.Context, c *event.ToolCall, r *event.ToolCompleted, note string) error {
 	if note != "" {
 		r.Output = note + "\n" + r.Output
 	}
-	return bus.RecordResult(ctx, s.js, r)
+	return bus.RecordResult(ctx, s.js, r, c.After)
 }
 
 // forkOf returns the session a session's first request forked, if any.
