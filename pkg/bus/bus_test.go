@@ -501,3 +501,38 @@ func TestAppend(t *testing.T) {
 		t.Errorf("session a's log holds %v, want %v", got, want)
 	}
 }
+
+// A message whose handler runs past the ack wait, or that waits that long
+// for a free handler, is kept with in-progress acks: it is not delivered
+// again meanwhile.
+func TestConsumeKeepsLongMessages(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	const wait = 600 * time.Millisecond
+	var mu sync.Mutex
+	calls := map[string]int{}
+	release := make(chan struct{})
+	consume(t, js, bus.Consumer{
+		Config:      jetstream.ConsumerConfig{AckWait: wait},
+		Concurrency: 1, // the second message waits for the first
+		Handler: func(ctx context.Context, m bus.Msg) error {
+			mu.Lock()
+			calls[m.MsgID]++
+			mu.Unlock()
+			<-release
+			return nil
+		},
+	})
+	publish(t, js, "a", []byte(`{}`))
+	publish(t, js, "b", []byte(`{}`))
+	time.Sleep(3 * wait) // long enough for redeliveries, were there any
+	close(release)
+	waitFor(t, 5*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls["a"] != 1 || calls["b"] != 1 {
+			return fmt.Errorf("handled %v, want each message once", calls)
+		}
+		return nil
+	})
+}

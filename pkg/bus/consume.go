@@ -106,7 +106,14 @@ type Consumer struct {
 	RetryDelay time.Duration
 	Logger     *slog.Logger
 
-	js jetstream.JetStream
+	js      jetstream.JetStream
+	flights *flights
+}
+
+// flights are the messages a consumer received and has not answered yet.
+type flights struct {
+	mu   sync.Mutex
+	msgs map[*jetstream.Msg]struct{}
 }
 
 // AckWait is how long the server waits for a consumer's ack before it
@@ -128,6 +135,7 @@ const ShutdownGrace = 10 * time.Second
 func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 	c.setDefaults()
 	c.js = js
+	c.flights = &flights{msgs: make(map[*jetstream.Msg]struct{})}
 	cfg := c.Config
 	// The server would drop a message silently after its last delivery;
 	// the limit is enforced in handle instead, so a message that fails
@@ -145,12 +153,16 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 	// Handlers outlive ctx by up to the grace period, so they get their own.
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	keeping, stopKeeping := context.WithCancel(base)
+	kept := make(chan struct{})
+	go func() { defer close(kept); c.keepAll(keeping) }()
+	defer func() { stopKeeping(); <-kept }()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, c.Concurrency)
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		// Keep the message alive from the moment it arrives: it may wait
 		// here for a free handler longer than the ack wait.
-		stop := c.keepAlive(base, msg)
+		stop := c.keepAlive(msg)
 		if ctx.Err() == nil {
 			select {
 			case sem <- struct{}{}:
@@ -282,26 +294,44 @@ func (c *Consumer) call(ctx context.Context, m Msg) (err error) {
 	return c.Handler(ctx, m)
 }
 
-// keepAlive sends in-progress acks until stop is called, so a message that
-// waits for a handler, or whose handler runs long, is not redelivered to
-// someone else meanwhile.
-func (c *Consumer) keepAlive(ctx context.Context, msg jetstream.Msg) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(c.Config.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
+// keepAlive sends in-progress acks for msg until stop is called, so that a
+// message that waits for a handler, or whose handler runs long, is not
+// redelivered to someone else meanwhile. One ticker, [Consumer.keepAll],
+// serves every message in flight.
+func (c *Consumer) keepAlive(msg jetstream.Msg) (stop func()) {
+	f := c.flights
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := &msg
+	f.msgs[key] = struct{}{}
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		delete(f.msgs, key)
+	}
+}
+
+// keepAll sends an in-progress ack for every message in flight, every
+// third of the ack wait, until ctx is done.
+func (c *Consumer) keepAll(ctx context.Context) {
+	t := time.NewTicker(c.Config.AckWait / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-	}()
-	return func() { cancel(); <-done }
+		c.flights.mu.Lock()
+		msgs := make([]jetstream.Msg, 0, len(c.flights.msgs))
+		for m := range c.flights.msgs {
+			msgs = append(msgs, *m)
+		}
+		c.flights.mu.Unlock()
+		for _, m := range msgs {
+			_ = m.InProgress()
+		}
+	}
 }
 
 func (c *Consumer) giveUp(ctx context.Context, m Msg, reason error) error {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"corral.dev/pkg/tool"
 )
 
 const (
@@ -45,7 +47,7 @@ type anthropicRequest struct {
 	MaxTokens int                `json:"max_tokens"`
 	System    string             `json:"system,omitempty"`
 	Messages  []anthropicMessage `json:"messages"`
-	Tools     []anthropicTool    `json:"tools,omitempty"`
+	Tools     json.RawMessage    `json:"tools,omitempty"` // []anthropicTool
 }
 
 type anthropicMessage struct {
@@ -155,11 +157,17 @@ func encodeAnthropic(req Request) ([]byte, error) {
 		}
 		w.Messages = append(w.Messages, wm)
 	}
-	for _, t := range req.Tools {
-		w.Tools = append(w.Tools, anthropicTool{Name: t.Name, Description: t.Description, InputSchema: schemaOrEmpty(t.InputSchema)})
+	tools, err := anthropicTools.encode(req.Tools, func(t tool.Spec) any {
+		return anthropicTool{Name: t.Name, Description: t.Description, InputSchema: schemaOrEmpty(t.InputSchema)}
+	})
+	if err != nil {
+		return nil, err
 	}
+	w.Tools = tools
 	return json.Marshal(w)
 }
+
+var anthropicTools toolsCache
 
 // objectOrEmpty returns input when it is a JSON object and {} otherwise: the
 // API insists that a tool_use input be an object, and a call whose

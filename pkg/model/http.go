@@ -151,7 +151,7 @@ func (p *poster) try(ctx context.Context, body []byte) ([]byte, error) {
 		e.retryAfter, e.hasRetryAfter = retryAfter(resp.Header, time.Now())
 		return nil, e
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	data, err := readBody(resp.Body, resp.ContentLength, maxBody+1)
 	if err != nil {
 		return nil, fmt.Errorf("%s: read response: %w", p.provider, err)
 	}
@@ -159,6 +159,18 @@ func (p *poster) try(ctx context.Context, body []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%s: response is larger than %d MiB", p.provider, maxBody>>20)
 	}
 	return data, nil
+}
+
+// readBody reads at most limit bytes of r, into a buffer of the size the
+// response announced when it did.
+func readBody(r io.Reader, size, limit int64) ([]byte, error) {
+	if size <= 0 || size > limit {
+		return io.ReadAll(io.LimitReader(r, limit))
+	}
+	var b bytes.Buffer
+	b.Grow(int(size) + bytes.MinRead)
+	_, err := b.ReadFrom(io.LimitReader(r, limit))
+	return b.Bytes(), err
 }
 
 // retryAfter reads how long the server asked us to wait: retry-after-ms in

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"corral.dev/pkg/tool"
 )
 
 const defaultOpenAIURL = "https://api.openai.com/v1"
@@ -55,7 +57,7 @@ func openAIEndpoint(base string) string {
 type openAIRequest struct {
 	Model     string          `json:"model"`
 	Messages  []openAIMessage `json:"messages"`
-	Tools     []openAITool    `json:"tools,omitempty"`
+	Tools     json.RawMessage `json:"tools,omitempty"` // []openAITool
 	MaxTokens int             `json:"max_tokens,omitempty"`
 }
 
@@ -226,12 +228,18 @@ func encodeOpenAI(req Request) ([]byte, error) {
 			return nil, fmt.Errorf("message %d: unknown role %q", i, m.Role)
 		}
 	}
-	for _, t := range req.Tools {
+	tools, err := openAITools.encode(req.Tools, func(t tool.Spec) any {
 		wt := openAITool{Type: "function"}
 		wt.Function.Name = t.Name
 		wt.Function.Description = t.Description
 		wt.Function.Parameters = schemaOrEmpty(t.InputSchema)
-		w.Tools = append(w.Tools, wt)
+		return wt
+	})
+	if err != nil {
+		return nil, err
 	}
+	w.Tools = tools
 	return json.Marshal(w)
 }
+
+var openAITools toolsCache

@@ -1,6 +1,7 @@
 package modeltest
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
@@ -89,7 +90,12 @@ func (s *Server) FailNext(status int, retryAfter string, n int) {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, p protocol) {
 	w.Header().Set(p.requestIDHeader, "req_"+rand.Text())
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequest))
+	var buf bytes.Buffer
+	if r.ContentLength > 0 && r.ContentLength <= maxRequest {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(io.LimitReader(r.Body, maxRequest))
+	body := buf.Bytes()
 	if err != nil {
 		s.fail(w, p, http.StatusBadRequest, "read request: "+err.Error())
 		return
