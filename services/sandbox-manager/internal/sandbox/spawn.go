@@ -15,10 +15,10 @@ import (
 // It is not safe for concurrent use.
 //
 // Where the sandbox has bash, each call's shell is started ahead, while
-// the sandbox waits for the call: it waits in turn for the call's limits
-// and command, applies the limits with ulimit and evaluates the command
-// (see [bootstrap]), so that a call costs no process start. Elsewhere
-// each call starts /bin/sh, which applies the limits and execs the shell.
+// the sandbox waits for the call, and waits in turn for its command (see
+// [bootstrap]): the call's limits are set on it, and it evaluates the
+// command, so that a call costs no process start. Elsewhere each call
+// starts /bin/sh, which applies the limits and execs the shell.
 type executor struct {
 	shell string // /bin/bash, or /bin/sh where the sandbox has no bash
 	env   []string
@@ -139,15 +139,13 @@ func (x *executor) prepare() {
 }
 
 // bootstrap is the script of a shell started ahead. It waits for a line
-// on fd 4, then reads the limits (a line) and the command (the rest) from
-// fd 3, applies the limits (bash's -v in KiB, -f in 1024-byte blocks),
-// closes both, and evaluates the command as bash -c would, its variables
-// unset. mapfile reads fd 3, a memory file, a buffer at a time, where read
-// would take a byte at a time. It is one line, so that the command's lines
-// are numbered from 1 in bash's messages, as under bash -c.
-const bootstrap = `read -r <&4 && read -r t th v f n u <&3 || exit 126; ` +
-	`ulimit -S -t $t && ulimit -H -t $th && ulimit -v $v && ulimit -f $f && ulimit -n $n && ulimit -u $u || exit 126; ` +
-	`mapfile -d '' c <&3; exec 3<&- 4<&-; unset REPLY t th v f n u; eval "unset c; ${c[0]}"`
+// on fd 4, then reads the command from fd 3, closes both, and evaluates
+// the command as bash -c would, its variable unset. By then the executor
+// has set its limits. mapfile reads fd 3, a memory file, a buffer at a
+// time, where read would take a byte at a time. It is one line, so that
+// the command's lines are numbered from 1 in bash's messages, as under
+// bash -c.
+const bootstrap = `read -r <&4 || exit 126; mapfile -d '' c <&3; exec 3<&- 4<&-; unset REPLY; eval "unset c; ${c[0]}"`
 
 // startAhead starts a shell that waits for its call, in a process group
 // of its own, with stdin on /dev/null and stdout and stderr on a new pipe.
@@ -174,12 +172,16 @@ func (x *executor) startAhead() (*waiting, error) {
 	return &waiting{pid: pid, out: out[0], call: call, start: start[1]}, nil
 }
 
-// give hands the shell its limits and command, and lets it go.
+// give sets the shell's limits, hands it its command, and lets it go. The
+// shell waits until then, so the limits are in place before the command
+// runs.
 func (w *waiting) give(l limits, command string) error {
 	defer closeAll(w.call, w.start)
-	data := fmt.Sprintf("%d %d %d %d %d %d\n%s", l.CPU, l.CPUHard, l.AS/1024, l.FSize/1024, l.NoFile, l.NProc, command)
-	for off := 0; off < len(data); {
-		n, err := unix.Pwrite(w.call, []byte(data[off:]), int64(off))
+	if err := setLimits(w.pid, l); err != nil {
+		return err
+	}
+	for off := 0; off < len(command); {
+		n, err := unix.Pwrite(w.call, []byte(command[off:]), int64(off))
 		if err == syscall.EINTR {
 			continue
 		}
@@ -190,6 +192,19 @@ func (w *waiting) give(l limits, command string) error {
 	}
 	if _, err := syscall.Write(w.start, []byte("\n")); err != nil {
 		return fmt.Errorf("start the call: %w", err)
+	}
+	return nil
+}
+
+// setLimits sets the rlimits of process pid: each as both soft and hard
+// limit, except CPU, whose hard limit is CPUHard.
+func setLimits(pid int, l limits) error {
+	want := [][2]uint64{{l.CPU, l.CPUHard}, {l.AS, l.AS}, {l.FSize, l.FSize}, {l.NoFile, l.NoFile}, {l.NProc, l.NProc}}
+	for i, res := range rlimitResources {
+		lim := unix.Rlimit{Cur: want[i][0], Max: want[i][1]}
+		if err := unix.Prlimit(pid, res, &lim, nil); err != nil {
+			return fmt.Errorf("prlimit %d: %w", res, err)
+		}
 	}
 	return nil
 }
