@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -45,7 +46,11 @@ CORRAL_NATS_REPLICAS), new ones get one copy and existing ones keep theirs.`,
 				return err
 			}
 			defer nc.Close()
-			ctx := cmd.Context()
+			// Creating replicated streams elects a group of servers for
+			// each, which a busy cluster can take longer for than a
+			// request's usual 5 s.
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+			defer cancel()
 			if err := bus.Setup(ctx, js, opts...); err != nil {
 				return err
 			}
