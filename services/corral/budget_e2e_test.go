@@ -120,11 +120,19 @@ func TestBudgetsStopSessions(t *testing.T) {
 		if failed.Budget != "user_daily.steps" || turns < 3 {
 			t.Errorf("bob's session: %q after %d turns", failed.Budget, turns)
 		}
-		code, stdout, stderr := p.corral(t, "usage", "--tenant", "daily")
-		if code != 0 {
-			t.Fatalf("corral usage exited %d: %s", code, stderr)
-		}
-		wantIn(t, "corral usage", stdout, "daily", "(all)", "ada", "bob")
+		// Usage is counted from the logs a moment after it is spent.
+		waitFor(t, 10*time.Second, func() error {
+			code, stdout, stderr := p.corral(t, "usage", "--tenant", "daily")
+			if code != 0 {
+				return fmt.Errorf("corral usage exited %d: %s", code, stderr)
+			}
+			for _, want := range []string{"daily", "(all)", "ada", "bob"} {
+				if !strings.Contains(stdout, want) {
+					return fmt.Errorf("corral usage lacks %q:\n%s", want, stdout)
+				}
+			}
+			return nil
+		})
 	})
 
 	t.Run("tenant daily", func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
 	"corral.dev/pkg/policy"
 )
 
@@ -30,8 +31,12 @@ const (
 	usageCursor  = "_counted"
 )
 
-// usageBatch bounds one batch of events counted.
-const usageBatch = 1000
+// usageBatch bounds one batch of events counted; usageLinger is how long
+// a batch waits for more events after its first.
+const (
+	usageBatch  = 1000
+	usageLinger = 50 * time.Millisecond
+)
 
 // countUsage takes the counter's lease whenever it is free and counts
 // until ctx is done.
@@ -103,6 +108,14 @@ func (s *Service) count(ctx context.Context, rev uint64) (uint64, error) {
 	defer cc.Stop()
 	renew := time.NewTicker(bus.LeaseTTL / 3)
 	defer renew.Stop()
+	moved, movedTo := time.Now(), from
+	defer func() {
+		if from > movedTo {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_, _ = s.moveCursor(dctx, from, cursorRev)
+		}
+	}()
 	for {
 		var batch []jetstream.Msg
 		select {
@@ -119,15 +132,21 @@ func (s *Service) count(ctx context.Context, rev uint64) (uint64, error) {
 		case msg := <-arrived:
 			batch = append(batch, msg)
 		}
-	drain:
+		// What else comes meanwhile joins the batch: at a trickle of
+		// events, a key is written a few times a second, not per event.
+		linger := time.NewTimer(usageLinger)
+	collect:
 		for len(batch) < usageBatch {
 			select {
 			case msg := <-arrived:
 				batch = append(batch, msg)
-			default:
-				break drain
+			case <-linger.C:
+				break collect
+			case <-ctx.Done():
+				break collect
 			}
 		}
+		linger.Stop()
 		var spent []spending
 		last := from
 		for _, msg := range batch {
@@ -145,10 +164,15 @@ func (s *Service) count(ctx context.Context, rev uint64) (uint64, error) {
 		if err := s.addUsage(ctx, spent); err != nil {
 			return rev, err
 		}
-		if cursorRev, err = s.moveCursor(ctx, last, cursorRev); err != nil {
-			return rev, err
-		}
 		from = last
+		// The cursor only spares a counter that takes over some reading:
+		// the keys know what they counted. It is moved once a second.
+		if time.Since(moved) >= time.Second {
+			if cursorRev, err = s.moveCursor(ctx, from, cursorRev); err != nil {
+				return rev, err
+			}
+			moved, movedTo = time.Now(), from
+		}
 	}
 }
 
@@ -166,28 +190,33 @@ func (s *Service) spending(ctx context.Context, data []byte, seq uint64) ([]spen
 	if err != nil {
 		return nil, fmt.Errorf("count usage of event %d: %w", seq, err)
 	}
-	ev, err := event.Parse(data)
-	if err != nil {
+	// Only what counts is decoded, not the responses' content.
+	var e struct {
+		event.Header
+		User       string      `json:"user"`
+		Model      string      `json:"model"`
+		Usage      model.Usage `json:"usage"`
+		Service    string      `json:"service"`
+		DurationMS int64       `json:"duration_ms"`
+	}
+	if err := json.Unmarshal(data, &e); err != nil {
 		// Counting never stops for an event it cannot read.
 		s.log.ErrorContext(ctx, "usage not counted for an event", "stream_seq", seq, "err", err)
 		return nil, nil
 	}
 	var u policy.Usage
-	var user string
-	var h *event.Header
-	switch e := ev.(type) {
-	case *event.ModelResponded:
-		u = s.responseUsage(e)
-		user, h = e.User, &e.Header
-	case *event.ToolCompleted:
+	switch e.Type {
+	case event.TypeModelResponded:
+		u = s.responseUsage(e.Model, e.Usage)
+	case event.TypeToolCompleted:
 		if e.Service != bus.ServiceSandbox || e.DurationMS == 0 {
 			return nil, nil
 		}
 		u = policy.Usage{SandboxSeconds: float64(e.DurationMS) / 1000}
-		user, h = e.User, &e.Header
 	default:
 		return nil, nil
 	}
+	user, h := e.User, &e.Header
 	day := h.Time.UTC().Format(time.DateOnly)
 	out := []spending{{bus.UsageKey(h.Tenant, day, ""), seq, u}}
 	if user != "" {
