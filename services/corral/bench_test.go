@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -19,8 +20,10 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/tool"
 	"corral.dev/services/harness"
 	sandboxmanager "corral.dev/services/sandbox-manager"
 )
@@ -101,11 +104,65 @@ func runServices(b testing.TB, js jetstream.JetStream, getenv func(string) strin
 	go func() { defer wg.Done(); _ = sm.Run(ctx) }()
 }
 
-// startSession publishes a request and returns a channel closed when the
-// session completes. A session that fails fails the benchmark.
-func startSession(b *testing.B, js jetstream.JetStream, tenant string) (uuid.UUID, <-chan struct{}) {
+// endsOfSessions follows the sessions of a tenant to their ends with one
+// consumer, as a client running many sessions would, rather than one
+// consumer per session.
+type endsOfSessions struct {
+	mu      sync.Mutex
+	waiting map[uuid.UUID]chan struct{}
+}
+
+// followEnds starts following the ends of tenant's sessions until the
+// benchmark ends; a session that fails fails the benchmark.
+func followEnds(b *testing.B, js jetstream.JetStream, tenant string) *endsOfSessions {
 	b.Helper()
-	return startSessionPrompt(b, js, tenant, "go")
+	e := &endsOfSessions{waiting: make(map[uuid.UUID]chan struct{})}
+	cons, err := js.OrderedConsumer(context.Background(), bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{
+			fmt.Sprintf("events.%s.*.%s", tenant, event.Kind(event.TypeSessionCompleted)),
+			fmt.Sprintf("events.%s.*.%s", tenant, event.Kind(event.TypeSessionFailed)),
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		_, session, err := bus.ParseSubject(msg.Subject())
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		if !strings.HasSuffix(msg.Subject(), event.Kind(event.TypeSessionCompleted)) {
+			b.Errorf("session %s: %s", session, msg.Data())
+		}
+		e.mu.Lock()
+		done := e.waiting[session]
+		delete(e.waiting, session)
+		e.mu.Unlock()
+		if done != nil {
+			close(done)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cc.Stop)
+	return e
+}
+
+// start publishes a request and returns a channel closed when the session
+// ends.
+func (e *endsOfSessions) start(b *testing.B, js jetstream.JetStream, tenant string) <-chan struct{} {
+	session := uuid.Must(uuid.NewV7())
+	done := make(chan struct{})
+	e.mu.Lock()
+	e.waiting[session] = done
+	e.mu.Unlock()
+	req := event.Request{Header: event.NewHeader(event.TypeRequest, tenant, session), User: "bench", Prompt: "go"}
+	if err := bus.Publish(context.Background(), js, bus.RequestSubject(tenant, session), req.ID.String(), &req); err != nil {
+		b.Fatal(err)
+	}
+	return done
 }
 
 func startSessionPrompt(b *testing.B, js jetstream.JetStream, tenant, prompt string) (uuid.UUID, <-chan struct{}) {
@@ -193,6 +250,50 @@ func BenchmarkToolCallRoundTrip(b *testing.B) {
 	percentiles(b, ds, "")
 }
 
+// BenchmarkModelRoundTrip is the model's part of a tool call round trip,
+// measured alone to be taken out of it: the harness's model client sends
+// a conversation like the average one of BenchmarkToolCallRoundTrip (the
+// harness's system prompt, the tools, ten Bash calls and their results)
+// to the fake model, which decodes it and answers with one more call, and
+// the client decodes the answer.
+func BenchmarkModelRoundTrip(b *testing.B) {
+	const calls = 10
+	var mu sync.Mutex
+	var system string
+	js := inproc(b, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		mu.Lock()
+		system = c.System
+		mu.Unlock()
+		return modeltest.Turn{Text: "done"}, nil
+	})
+	_, done := startSessionPrompt(b, js, "bench", "session 0")
+	<-done
+	fake := modeltest.New(b, func(modeltest.Conversation) (modeltest.Turn, error) {
+		return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "true"}}}}, nil
+	})
+	client := model.NewOpenAI(model.Config{BaseURL: fake.URL(), APIKey: "k"})
+	mu.Lock()
+	req := model.Request{Model: "bench", System: system, Tools: tool.Specs(), MaxTokens: 8192,
+		Messages: []model.Message{{Role: model.User, Content: []model.Block{{Type: model.TextBlock, Text: "session 1"}}}}}
+	mu.Unlock()
+	for i := range calls {
+		id := fmt.Sprintf("call_%d", i)
+		req.Messages = append(req.Messages,
+			model.Message{Role: model.Assistant, Content: []model.Block{{Type: model.ToolUseBlock, ID: id, Name: "Bash", Input: json.RawMessage(`{"command":"true"}`)}}},
+			model.Message{Role: model.User, Content: []model.Block{{Type: model.ToolResultBlock, ToolUseID: id}}})
+	}
+	var ds []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := client.Complete(b.Context(), req); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	b.StopTimer()
+	percentiles(b, ds, "")
+}
+
 // BenchmarkThroughput keeps 64 sessions in flight whose model asks for a
 // Glob per turn (a call that runs no process) and answers instantly, and
 // reports tool calls per second. Each session makes tpTurns calls, and a
@@ -207,14 +308,14 @@ func BenchmarkThroughput(b *testing.B) {
 		return modeltest.Turn{Text: "done"}, nil
 	})
 	per := max(b.N/(sessions*tpTurns), 1)
+	ends := followEnds(b, js, "bench")
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range sessions {
 		wg.Go(func() {
 			for range per {
-				_, done := startSession(b, js, "bench")
-				<-done
+				<-ends.start(b, js, "bench")
 			}
 		})
 	}
