@@ -17,6 +17,11 @@ type Call struct {
 	ID        uuid.UUID `json:"id"`
 	ToolUseID string    `json:"tool_use_id"`
 	Name      string    `json:"name"`
+	// Service, when set, is the tool service ("sandbox", "memory") the
+	// call was dispatched to with the response: it needs no
+	// [ToolDispatched] event. A call the policy held for a reviewer, or
+	// refused, has none, and one dispatched later gets its event then.
+	Service string `json:"service,omitempty"`
 }
 
 // ModelResponded records one model response, before anything acts on it: a
@@ -34,6 +39,32 @@ type ModelResponded struct {
 	// User is the session's user, whose daily usage the response counts
 	// in.
 	User string `json:"user,omitempty"`
+}
+
+// Dispatches returns the calls e dispatched itself (those with a
+// [Call].Service), each as the [ToolDispatched] event that says so
+// elsewhere, so that readers treat both alike.
+func (e *ModelResponded) Dispatches() []*ToolDispatched {
+	var out []*ToolDispatched
+	for _, c := range e.Calls {
+		if c.Service == "" {
+			continue
+		}
+		d := &ToolDispatched{Header: e.Header, Call: c.ID, Turn: e.Turn, Name: c.Name, Summary: Summary(e.Input(c)), Service: c.Service}
+		d.Type = TypeToolDispatched
+		out = append(out, d)
+	}
+	return out
+}
+
+// Summary is the start of a call's input, for people watching.
+func Summary(input json.RawMessage) string {
+	const n = 200
+	if len(input) <= n {
+		return string(input)
+	}
+	s := []rune(string(input[:n]))
+	return string(s[:len(s)-1]) + "…"
 }
 
 // Input returns the input the model gave call c, from its tool_use block.

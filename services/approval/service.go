@@ -258,6 +258,10 @@ func (s *Service) addContext(ctx context.Context, a *Approval) error {
 			if t := (model.Response{Content: e.Content}).Text(); t != "" {
 				steps = append(steps, Step{Tool: "model", Summary: clip(t, 300)})
 			}
+			for _, d := range e.Dispatches() {
+				at[d.Call] = len(steps)
+				steps = append(steps, Step{Tool: d.Name, Summary: clip(string(inputs[d.Call]), 300)})
+			}
 		case *event.ToolDispatched:
 			at[e.Call] = len(steps)
 			steps = append(steps, Step{Tool: e.Name, Summary: clip(string(inputs[e.Call]), 300)})

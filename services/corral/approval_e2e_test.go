@@ -177,10 +177,8 @@ func TestApprovalsFromTheCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second)
-	for _, ev := range p.events(t, session) {
-		if _, ok := ev.(*event.ToolDispatched); ok {
-			t.Fatal("a call ran on a decision that does not verify")
-		}
+	if ds := dispatches(p.events(t, session)); len(ds) > 0 {
+		t.Fatal("a call ran on a decision that does not verify")
 	}
 	if _, listing := p.pending(t, "acme"); !strings.Contains(listing, id.String()) {
 		t.Fatalf("approval %s no longer pending after forged decisions:\n%s", id, listing)

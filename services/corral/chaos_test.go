@@ -460,8 +460,9 @@ type chaosResult struct {
 	// sandbox-manager died while they ran: their results were lost to a
 	// server restart.
 	interruptedAlive int
-	// undispatched counts calls whose tool.dispatched event is missing from
-	// the log: a gap in the audit trail, not a lost call.
+	// undispatched counts calls whose dispatch (by their response, or a
+	// tool.dispatched event) is missing from the log: a gap in the audit
+	// trail, not a lost call.
 	undispatched int
 }
 
@@ -580,7 +581,7 @@ type sessionCheck struct {
 	errs               []string
 	completed          bool
 	calls, interrupted int
-	undispatched       int            // calls with no tool.dispatched event
+	undispatched       int            // calls recorded as dispatched nowhere
 	effects            map[string]int // marker → lines in effects
 	// interruptions are when each interrupted call was dispatched and
 	// when its result was made.
@@ -615,6 +616,10 @@ func checkSession(idx int, s uuid.UUID, msgs []bus.Msg, ws string, plan [][]stri
 		switch e := ev.(type) {
 		case *event.ModelResponded:
 			responses[e.Turn] = append(responses[e.Turn], e)
+			for _, d := range e.Dispatches() { // dispatched with the response
+				dispatched[d.Call]++
+				dispatchedAt[d.Call] = d.Time
+			}
 		case *event.ToolDispatched:
 			dispatched[e.Call]++
 			dispatchedAt[e.Call] = e.Time
@@ -771,7 +776,7 @@ func dumpEvents(msgs []bus.Msg) string {
 		case *event.ModelResponded:
 			fmt.Fprintf(&b, " turn=%d text=%q calls=%d", e.Turn, textOf(e), len(e.Calls))
 			for _, c := range e.Calls {
-				fmt.Fprintf(&b, " [%s %s %s]", c.ID, c.Name, oneLine(string(e.Input(c)), 80))
+				fmt.Fprintf(&b, " [%s %s %s %s]", c.ID, c.Name, c.Service, oneLine(string(e.Input(c)), 80))
 			}
 		case *event.ToolDispatched:
 			fmt.Fprintf(&b, " call=%s %s", e.Call, e.Name)

@@ -207,6 +207,21 @@ func (p *platform) events(t *testing.T, session uuid.UUID) []any {
 	return out
 }
 
+// dispatches returns the calls dispatched among evs, in order: by their
+// responses, or by tool.dispatched events.
+func dispatches(evs []any) []*event.ToolDispatched {
+	var out []*event.ToolDispatched
+	for _, ev := range evs {
+		switch ev := ev.(type) {
+		case *event.ModelResponded:
+			out = append(out, ev.Dispatches()...)
+		case *event.ToolDispatched:
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
 // results returns the outputs of a session's tool calls, in order.
 func results(evs []any) []*event.ToolCompleted {
 	var out []*event.ToolCompleted
@@ -279,14 +294,18 @@ func TestRunWritesReadsEditsAndAnswers(t *testing.T) {
 			for _, ev := range evs {
 				counts[ev.(event.Event).Head().Type]++
 			}
+			// Each call is dispatched with the response that made it.
 			want := map[string]int{
-				event.TypeSessionRequested: 1, event.TypeModelResponded: 5, event.TypeToolDispatched: 4,
+				event.TypeSessionRequested: 1, event.TypeModelResponded: 5, event.TypeToolDispatched: 0,
 				event.TypeToolCompleted: 4, event.TypeSessionCompleted: 1,
 			}
 			for typ, n := range want {
 				if counts[typ] != n {
 					t.Errorf("%d %s events, want %d (all: %v)", counts[typ], typ, n, counts)
 				}
+			}
+			if ds := dispatches(evs); len(ds) != 4 {
+				t.Errorf("%d calls dispatched, want 4", len(ds))
 			}
 			for _, r := range results(evs) {
 				if r.IsError {

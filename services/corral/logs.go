@@ -118,5 +118,12 @@ func describe(ev any) string {
 		raw, _ := json.Marshal(ev)
 		body = string(raw)
 	}
-	return fmt.Sprintf("%s %-26s %s", h.Time.Format("2006-01-02 15:04:05.000"), event.Kind(h.Type), body)
+	line := fmt.Sprintf("%s %-26s %s", h.Time.Format("2006-01-02 15:04:05.000"), event.Kind(h.Type), body)
+	if r, ok := ev.(*event.ModelResponded); ok {
+		// Then each call it dispatched, as a tool.dispatched would show.
+		for _, d := range r.Dispatches() {
+			line += "\n" + describe(d)
+		}
+	}
+	return line
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 )
 
@@ -85,13 +84,7 @@ rules:
 	if _, err := os.Stat(filepath.Join(p.data, "workspaces", "acme", session.String(), "pushed")); !os.IsNotExist(err) {
 		t.Errorf("the call that needed approval ran: %v", err)
 	}
-	dispatched := 0
-	for _, ev := range p.events(t, session) {
-		if _, ok := ev.(*event.ToolDispatched); ok {
-			dispatched++
-		}
-	}
-	if dispatched != 2 {
+	if dispatched := len(dispatches(p.events(t, session))); dispatched != 2 {
 		t.Errorf("%d calls dispatched, want 2 (the refused ones never leave the harness)", dispatched)
 	}
 }

@@ -166,9 +166,15 @@ func progress(ev any) string {
 	case *event.SessionRequested:
 		return fmt.Sprintf("· request from %s to %s", ev.User, ev.Model)
 	case *event.ModelResponded:
+		// Then each call it dispatched, as a tool.dispatched would show.
+		var lines []string
 		if t := strings.TrimSpace(textOf(ev)); t != "" && len(ev.Calls) > 0 {
-			return fmt.Sprintf("· model: %s", oneLine(t, 120))
+			lines = append(lines, fmt.Sprintf("· model: %s", oneLine(t, 120)))
 		}
+		for _, d := range ev.Dispatches() {
+			lines = append(lines, progress(d))
+		}
+		return strings.Join(lines, "\n")
 	case *event.ToolDispatched:
 		return fmt.Sprintf("→ %s %s", ev.Name, oneLine(ev.Summary, 120))
 	case *event.ToolCompleted:

@@ -33,8 +33,9 @@ func BenchmarkStop(b *testing.B) {
 		if err := bus.Publish(ctx, js, bus.RequestSubject("bench", session), req.ID.String(), &req); err != nil {
 			b.Fatal(err)
 		}
-		// Wait until the call is out, and give it time to start.
-		waitEvent(b, js, session, event.TypeToolDispatched)
+		// Wait until the call is out (with its response), and give it
+		// time to start.
+		waitEvent(b, js, session, event.TypeModelResponded)
 		time.Sleep(200 * time.Millisecond)
 		b.StartTimer()
 		stopped := time.Now()

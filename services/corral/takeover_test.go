@@ -16,7 +16,6 @@ import (
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/bus"
-	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/services/harness"
@@ -86,12 +85,16 @@ func TestSessionMovesWhenItsNodeDies(t *testing.T) {
 	}
 	var session uuid.UUID
 	waitFor(t, 30*time.Second, func() error {
-		evs := p.eventsWhere(t, func(ev any) bool { _, ok := ev.(*event.ToolDispatched); return ok })
+		var all []any
+		for _, ev := range p.eventsWhere(t, func(any) bool { return true }) {
+			all = append(all, ev)
+		}
+		evs := dispatches(all)
 		if len(evs) < 2 {
 			return fmt.Errorf("%d calls out", len(evs))
 		}
-		session = evs[1].Head().Session
-		e, err := calls.Get(ctx, evs[1].(*event.ToolDispatched).Call.String())
+		session = evs[1].Session
+		e, err := calls.Get(ctx, evs[1].Call.String())
 		if err != nil {
 			return err
 		}

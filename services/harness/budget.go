@@ -12,6 +12,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
 	"corral.dev/pkg/policy"
 )
 
@@ -113,15 +114,15 @@ func (s *Service) recentDayUsage(ctx context.Context, key string) (policy.Usage,
 }
 
 // responseUsage is what a model response counts in daily usage.
-func (s *Service) responseUsage(ev *event.ModelResponded) policy.Usage {
-	return policy.Usage{Steps: 1, InputTokens: int64(ev.Usage.InputTokens), OutputTokens: int64(ev.Usage.OutputTokens),
-		CostUSD: s.cfg.Policy.Cost(ev.Model, ev.Usage)}
+func (s *Service) responseUsage(modelName string, u model.Usage) policy.Usage {
+	return policy.Usage{Steps: 1, InputTokens: int64(u.InputTokens), OutputTokens: int64(u.OutputTokens),
+		CostUSD: s.cfg.Policy.Cost(modelName, u)}
 }
 
 // spent notes a model response of the session in the usage read for its
 // daily budgets.
 func (s *Service) spent(st *state, ev *event.ModelResponded) {
-	u := s.responseUsage(ev)
+	u := s.responseUsage(ev.Model, ev.Usage)
 	day := ev.Time.UTC().Format(time.DateOnly)
 	s.usageMu.Lock()
 	defer s.usageMu.Unlock()

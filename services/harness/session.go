@@ -153,7 +153,7 @@ func (s *Service) keep(st *state) {
 // is marked stale: the session's next step reads the log again. An event
 // recorded already under msgID counts as recorded (and is not folded in).
 func (s *Service) append(ctx context.Context, st *state, ev event.Event, msgID string) error {
-	if err := s.appendNew(ctx, st, ev, msgID); err != nil && !errors.Is(err, bus.ErrDuplicate) {
+	if err := s.appendNew(ctx, st, ev, msgID, nil); err != nil && !errors.Is(err, bus.ErrDuplicate) {
 		return err
 	}
 	return nil
@@ -161,8 +161,10 @@ func (s *Service) append(ctx context.Context, st *state, ev event.Event, msgID s
 
 // appendNew is [Service.append] for an event that must be new: one
 // recorded already under msgID returns an error wrapping
-// [bus.ErrDuplicate].
-func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgID string) error {
+// [bus.ErrDuplicate]. unless, if set, changes ev before it is recorded
+// without the condition: ev then says less, having not followed what st
+// was folded from.
+func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgID string, unless func()) error {
 	if !st.stale {
 		seq, err := bus.Append(ctx, s.js, ev, msgID, st.seq)
 		if err == nil {
@@ -175,6 +177,9 @@ func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgI
 		if !errors.Is(err, bus.ErrNotLast) {
 			return err
 		}
+	}
+	if unless != nil {
+		unless()
 	}
 	if err := bus.Record(ctx, s.js, ev, msgID); err != nil {
 		return err
@@ -315,6 +320,11 @@ func (st *state) apply(ev any) {
 		u.OutputTokens += e.Usage.OutputTokens
 		st.byModel[e.Model] = u
 		st.messages = append(st.messages, model.Message{Role: model.Assistant, Content: e.Content})
+		for _, c := range e.Calls {
+			if c.Service != "" {
+				st.dispatched[c.ID] = true
+			}
+		}
 		if len(e.Calls) > 0 {
 			st.pending = e
 		} else {

@@ -73,7 +73,9 @@ func (s *Service) step(ctx context.Context, st *state) error {
 	switch {
 	case st.pending != nil:
 		if missing := st.missing(); len(missing) > 0 {
-			return s.dispatch(ctx, st, missing)
+			// Calls dispatched before are queued again only when this
+			// step may follow a crash between their dispatch and queueing.
+			return s.dispatch(ctx, st, missing, st.cold || redelivered(ctx))
 		}
 		if err := s.backfillDispatched(ctx, st); err != nil {
 			return err
@@ -102,7 +104,7 @@ func (s *Service) step(ctx context.Context, st *state) error {
 		}
 	}
 	if st.pending != nil {
-		return s.dispatch(ctx, st, st.pending.Calls)
+		return s.dispatch(ctx, st, st.pending.Calls, true)
 	}
 	return s.complete(ctx, st)
 }
@@ -178,11 +180,26 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 		ev.Calls = append(ev.Calls, event.Call{ID: uuid.Must(uuid.NewV7()), ToolUseID: b.ID, Name: b.Name})
 	}
 	s.log.DebugContext(ctx, "model responded", "session", st.session, "turn", ev.Turn, "calls", len(ev.Calls))
+	// The calls the policy allows are dispatched with the response, which
+	// records so: on the condition that nothing came in between, which a
+	// stop would have. Should something have, the response is recorded
+	// without them, and they are dispatched once the step has looked.
+	for i, c := range ev.Calls {
+		input := ev.Input(c)
+		if service, _, err := checkCall(c.Name, input); err == nil && s.decide(st, c, input).verdict == policy.Allow {
+			ev.Calls[i].Service = service
+		}
+	}
+	undispatch := func() {
+		for i := range ev.Calls {
+			ev.Calls[i].Service = ""
+		}
+	}
 	// Recorded before anything acts on it: a harness that dies after this
 	// reuses the response instead of asking again. A duplicate means
 	// another response was recorded for this turn first; acting on this one
 	// would run calls the log does not hold, so the step starts over.
-	if err := s.appendNew(ctx, st, ev, fmt.Sprintf("%s:turn:%d", st.session, ev.Turn)); err != nil {
+	if err := s.appendNew(ctx, st, ev, fmt.Sprintf("%s:turn:%d", st.session, ev.Turn), undispatch); err != nil {
 		return nil, err
 	}
 	s.spent(st, ev)
@@ -192,23 +209,25 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 // dispatch puts each call not yet dispatched on the work queue, or records
 // an error result for a call that cannot run as written, or asks a
 // reviewer for one the policy holds. A call is recorded as dispatched
-// before it goes on the queue, so that its result follows every event
-// this step records: the call names the last of them (After), and its
-// result is recorded right after it when nothing else came in between,
-// which the next step folds in without reading the log.
+// (with its response, or by a tool.dispatched event) before it goes on the
+// queue, so that its result follows every event this step records: the
+// call names the last of them (After), and its result is recorded right
+// after it when nothing else came in between, which the next step folds
+// in without reading the log.
 //
-// A call recorded as dispatched whose result is missing is put on the
-// queue again when this step may follow a crash between the two (its
-// trigger was delivered before, or this process had not folded the
-// session): the duplicate window drops the copy of a call that made it.
-func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) error {
-	var queue []queued
+// Calls recorded as dispatched are put on the queue too when queue is
+// set: they were dispatched by this step, or it may follow a crash between
+// their dispatch and queueing. The duplicate window drops the copy of a
+// call that made it.
+func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, queued bool) error {
+	var queue []toQueue
 	for _, c := range calls {
 		input := st.pending.Input(c)
 		if st.dispatched[c.ID] {
-			if st.cold || redelivered(ctx) {
+			if queued {
 				if service, memPath, err := checkCall(c.Name, input); err == nil {
-					queue = append(queue, queued{s.toolCall(st, c, input, memPath), service})
+					queue = append(queue, toQueue{s.toolCall(st, c, input, memPath), service})
+					s.metrics.dispatch.WithLabelValues(c.Name, service).Inc()
 				}
 			}
 			continue
@@ -239,7 +258,7 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 		if err := s.recordDispatched(ctx, st, c, input, service); err != nil {
 			return err
 		}
-		queue = append(queue, queued{s.toolCall(st, c, input, memPath), service})
+		queue = append(queue, toQueue{s.toolCall(st, c, input, memPath), service})
 		s.metrics.dispatch.WithLabelValues(c.Name, service).Inc()
 	}
 	var after uint64
@@ -255,8 +274,8 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call) e
 	return nil
 }
 
-// queued is a call on its way to the queue of the service that runs it.
-type queued struct {
+// toQueue is a call on its way to the queue of the service that runs it.
+type toQueue struct {
 	call    event.ToolCall
 	service string
 }
@@ -289,7 +308,7 @@ func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call,
 		Call:    c.ID,
 		Turn:    st.pending.Turn,
 		Name:    c.Name,
-		Summary: summary(input),
+		Summary: event.Summary(input),
 		Service: service,
 	}
 	return s.append(ctx, st, &d, c.ID.String()+":dispatched")
@@ -425,16 +444,6 @@ func checkCall(name string, input json.RawMessage) (service, memPath string, err
 	}
 	_, err = tool.WorkspacePath(p)
 	return bus.ServiceSandbox, "", err
-}
-
-// summary is the start of a call's input, for people watching.
-func summary(input json.RawMessage) string {
-	const n = 200
-	if len(input) <= n {
-		return string(input)
-	}
-	s := []rune(string(input[:n]))
-	return string(s[:len(s)-1]) + "…"
 }
 
 func (s *Service) complete(ctx context.Context, st *state) error {

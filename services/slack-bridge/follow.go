@@ -57,6 +57,7 @@ func (s *Service) followOnce(ctx context.Context, session uuid.UUID) error {
 		FilterSubjects: []string{
 			prefix + "session.>",
 			prefix + event.Kind(event.TypeToolDispatched),
+			prefix + event.Kind(event.TypeModelResponded), // which dispatches most calls
 			prefix + "approval.>",
 		},
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
@@ -120,6 +121,19 @@ func (s *Service) followOnce(ctx context.Context, session uuid.UUID) error {
 	}
 }
 
+// onDispatched counts calls dispatched in t's thread and shows the last
+// as running, unless more events are pending.
+func (s *Service) onDispatched(ctx context.Context, t *thread, ds []*event.ToolDispatched, pending uint64) (func(t *thread), error) {
+	last := ds[len(ds)-1]
+	t2 := *t
+	t2.Calls, t2.Last = t.Calls+len(ds), oneLine(last.Name+" "+last.Summary, 80)
+	var err error
+	if pending == 0 && t.Status != "" {
+		err = s.status(ctx, &t2, "working")
+	}
+	return func(t *thread) { t.Calls, t.Last = t2.Calls, t2.Last }, err
+}
+
 // handle posts into t's thread what event ev (sequence seq, with pending
 // more of the session's events after it) means there, then records that
 // it did. A Slack error that no retry can fix (the app was removed from
@@ -131,13 +145,14 @@ func (s *Service) handle(ctx context.Context, t *thread, ev any, seq, pending ui
 	switch e := ev.(type) {
 	case *event.SessionRequested:
 		change, err = s.onRequested(ctx, t, e, seq)
-	case *event.ToolDispatched:
-		t2 := *t
-		t2.Calls, t2.Last = t.Calls+1, oneLine(e.Name+" "+e.Summary, 80)
-		if pending == 0 && t.Status != "" {
-			err = s.status(ctx, &t2, "working")
+	case *event.ModelResponded:
+		ds := e.Dispatches()
+		if len(ds) == 0 {
+			break
 		}
-		change = func(t *thread) { t.Calls, t.Last = t2.Calls, t2.Last }
+		change, err = s.onDispatched(ctx, t, ds, pending)
+	case *event.ToolDispatched:
+		change, err = s.onDispatched(ctx, t, []*event.ToolDispatched{e}, pending)
 	case *event.ApprovalRequested:
 		text := callText(e.Tool, e.Input, e.Rule, e.Reason)
 		var ts string
