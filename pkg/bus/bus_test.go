@@ -536,3 +536,81 @@ func TestConsumeKeepsLongMessages(t *testing.T) {
 		return nil
 	})
 }
+
+// With AckDelay, a handled message is acknowledged a moment later, not at
+// once: until then the work queue keeps it (it is not redelivered), and
+// Consume sends the acks still waiting when it stops.
+func TestConsumeDelaysAcks(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	const delay = 300 * time.Millisecond
+	var mu sync.Mutex
+	handled := map[string]int{}
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.Consume(ctx, js, bus.Consumer{
+			Stream: bus.StreamTools,
+			Config: jetstream.ConsumerConfig{Durable: "test-delayed", FilterSubject: "tools.test.>"},
+			Handler: func(ctx context.Context, m bus.Msg) error {
+				mu.Lock()
+				handled[m.MsgID]++
+				mu.Unlock()
+				return nil
+			},
+			AckDelay: delay,
+		})
+	}()
+	stream, err := js.Stream(ctx, bus.StreamTools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := func() uint64 {
+		info, err := stream.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	publish(t, js, "a", []byte(`{}`))
+	waitFor(t, 5*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if handled["a"] != 1 {
+			return fmt.Errorf("handled %v", handled)
+		}
+		return nil
+	})
+	if n := queued(); n != 1 {
+		t.Errorf("%d messages queued just after the handler, want 1 (its ack waits)", n)
+	}
+	waitFor(t, 5*time.Second, func() error {
+		if n := queued(); n != 0 {
+			return fmt.Errorf("%d messages queued after the delay", n)
+		}
+		return nil
+	})
+	// Stopping sends what waits.
+	publish(t, js, "b", []byte(`{}`))
+	waitFor(t, 5*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if handled["b"] != 1 {
+			return fmt.Errorf("handled %v", handled)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() error {
+		if n := queued(); n != 0 {
+			return fmt.Errorf("%d messages queued after Consume stopped", n)
+		}
+		return nil
+	})
+	if handled["a"] != 1 || handled["b"] != 1 {
+		t.Errorf("handled %v, want each once", handled)
+	}
+}

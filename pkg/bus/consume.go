@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -104,16 +105,30 @@ type Consumer struct {
 	// RetryDelay is the first redelivery delay after a failure (default 1s);
 	// it doubles with each delivery up to 30s.
 	RetryDelay time.Duration
-	Logger     *slog.Logger
+	// AckDelay, when set, is how long a handled message's ack waits. On a
+	// work queue that an ack would empty, the server replaces the file
+	// that held the message with a new one, per message when messages come
+	// one at a time; an ack that comes after the next message does not
+	// empty the queue. A message whose handler is done is safe to deliver
+	// again, as any handled message is, should the process die meanwhile.
+	AckDelay time.Duration
+	Logger   *slog.Logger
 
 	js      jetstream.JetStream
 	flights *flights
 }
 
-// flights are the messages a consumer received and has not answered yet.
+// flights are the messages a consumer received and has not answered yet,
+// and those it handled whose acks wait (see [Consumer.AckDelay]).
 type flights struct {
 	mu   sync.Mutex
 	msgs map[*jetstream.Msg]struct{}
+	acks []delayedAck
+}
+
+type delayedAck struct {
+	msg jetstream.Msg
+	due time.Time
 }
 
 // AckWait is how long the server waits for a consumer's ack before it
@@ -154,9 +169,12 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	keeping, stopKeeping := context.WithCancel(base)
-	kept := make(chan struct{})
-	go func() { defer close(kept); c.keepAll(keeping) }()
-	defer func() { stopKeeping(); <-kept }()
+	var helpers sync.WaitGroup
+	helpers.Go(func() { c.keepAll(keeping) })
+	if c.AckDelay > 0 {
+		helpers.Go(func() { c.ackLoop(keeping) })
+	}
+	defer func() { stopKeeping(); helpers.Wait() }()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, c.Concurrency)
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
@@ -255,7 +273,7 @@ func (c *Consumer) handle(base context.Context, log *slog.Logger, msg jetstream.
 
 	switch {
 	case err == nil:
-		if err := msg.Ack(); err != nil {
+		if err := c.ack(msg); err != nil {
 			log.WarnContext(ctx, "ack", "err", err)
 		}
 		log.DebugContext(ctx, "message handled")
@@ -308,6 +326,48 @@ func (c *Consumer) keepAlive(msg jetstream.Msg) (stop func()) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		delete(f.msgs, key)
+	}
+}
+
+// ack acknowledges a handled message, now or after AckDelay.
+func (c *Consumer) ack(msg jetstream.Msg) error {
+	if c.AckDelay <= 0 {
+		return msg.Ack()
+	}
+	c.flights.mu.Lock()
+	defer c.flights.mu.Unlock()
+	c.flights.acks = append(c.flights.acks, delayedAck{msg, time.Now().Add(c.AckDelay)})
+	return nil
+}
+
+// sendAcks sends the delayed acks that are due by t.
+func (c *Consumer) sendAcks(t time.Time) {
+	c.flights.mu.Lock()
+	n := 0
+	for n < len(c.flights.acks) && !c.flights.acks[n].due.After(t) {
+		n++
+	}
+	due := slices.Clone(c.flights.acks[:n])
+	c.flights.acks = slices.Delete(c.flights.acks, 0, n)
+	c.flights.mu.Unlock()
+	for _, a := range due {
+		_ = a.msg.Ack()
+	}
+}
+
+// ackLoop sends delayed acks when they are due, until ctx is done; then
+// it sends those left at once.
+func (c *Consumer) ackLoop(ctx context.Context) {
+	t := time.NewTicker(max(c.AckDelay/4, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			c.sendAcks(time.Now().Add(c.AckDelay))
+			return
+		case now := <-t.C:
+			c.sendAcks(now)
+		}
 	}
 }
 

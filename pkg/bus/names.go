@@ -181,6 +181,11 @@ var streams = []jetstream.StreamConfig{
 	},
 }
 
+// ToolAckDelay is how long the tool services wait to acknowledge a call
+// whose result is recorded (see [Consumer.AckDelay]): a session's next
+// call, when its model answers at once, comes within it.
+const ToolAckDelay = 20 * time.Millisecond
+
 // LeaseTTL is how long a session lease lasts unless renewed. A harness that
 // dies holding a lease blocks its sessions for at most this long.
 const LeaseTTL = 5 * time.Second

@@ -89,6 +89,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Concurrency: s.cfg.Concurrency,
 			Handler:     s.handleCall,
 			OnGiveUp:    bus.GiveUpCall(s.js, "memory service"),
+			AckDelay:    bus.ToolAckDelay,
 			Grace:       s.cfg.ShutdownGrace,
 			Logger:      s.log,
 		})

@@ -126,6 +126,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Timeout:  3*tool.MaxTimeoutMillis*time.Millisecond + time.Minute,
 		Handler:  s.handleCall,
 		OnGiveUp: bus.GiveUpCall(s.js, "sandbox"),
+		AckDelay: bus.ToolAckDelay,
 		Grace:    s.cfg.ShutdownGrace,
 		Logger:   s.log,
 	})
