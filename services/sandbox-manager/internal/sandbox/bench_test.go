@@ -276,7 +276,9 @@ func BenchmarkIdleSessions(b *testing.B) {
 	}
 	b.StopTimer()
 	live, _ := d.Live()
-	executors := hostProcessCount(ExecutorArg)
+	// bwrap's command line names the sandbox's directory; its executor dies
+	// with it.
+	executors := hostProcessCount(d.cfg.Dir)
 	if live != 0 || executors != 0 {
 		b.Fatalf("%d sandboxes still live, %d executors running", live, executors)
 	}

@@ -75,8 +75,11 @@ func newPidsCgroups() (*pidsCgroups, error) {
 }
 
 // removeStale removes the sandboxes' cgroups left under dir by managers
-// that died (their processes died with them): a manager killed outright
-// leaves them behind.
+// that died. Their sandboxes most often died with them, but not always:
+// bwrap run as root drops its capabilities, which clears the parent-death
+// signal its manager gave it, so one killed mid-start by its manager's
+// death can wait forever for a sandbox that never came up. What is left
+// in a dead manager's cgroups is killed before they are removed.
 func removeStale(dir string) {
 	parents, _ := filepath.Glob(filepath.Join(dir, "corral-sandboxes-*"))
 	for _, parent := range parents {
@@ -88,10 +91,32 @@ func removeStale(dir string) {
 		children, _ := filepath.Glob(filepath.Join(parent, "*"))
 		for _, c := range children {
 			if fi, err := os.Stat(c); err == nil && fi.IsDir() {
-				os.Remove(c)
+				killProcs(c)
+				removeCgroup(c)
 			}
 		}
 		os.Remove(parent)
+	}
+}
+
+// killProcs kills the processes of the cgroup dir.
+func killProcs(dir string) {
+	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	for _, f := range strings.Fields(string(data)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+}
+
+// removeCgroup removes the cgroup dir once its processes are gone, which
+// the kernel finishes shortly after they die.
+func removeCgroup(dir string) {
+	for range 50 {
+		if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -139,12 +164,7 @@ func (p *pidsCgroups) enter(dir string) (leave func(), err error) {
 // remove removes a sandbox's cgroup once its processes are gone, which the
 // kernel finishes shortly after the sandbox's PID 1 dies.
 func (p *pidsCgroups) remove(dir string) {
-	for range 50 {
-		if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	removeCgroup(dir)
 }
 
 // procs lists the processes of the cgroup dir.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -69,5 +70,39 @@ func TestStaleCgroupsRemoved(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "7")); err != nil {
 			t.Errorf("a running manager's cgroup was removed: %v", err)
 		}
+	}
+}
+
+// What is left running in a dead manager's cgroups is killed.
+func TestStaleSandboxProcessesKilled(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	left := exec.Command("sleep", "60")
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = left.Process.Kill() })
+	exited := make(chan error, 1)
+	go func() { exited <- left.Wait() }()
+	// A stand-in for the cgroup: its process list is a plain file here.
+	cg := filepath.Join(root, fmt.Sprintf("corral-sandboxes-%d-ABCDEFGH", dead.Process.Pid), "3")
+	if err := os.MkdirAll(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(fmt.Sprintf("%d\n", left.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	removeStale(root)
+	select {
+	case err := <-exited:
+		if !strings.Contains(fmt.Sprint(err), "killed") {
+			t.Errorf("the process left in a dead manager's cgroup ended with %v, want killed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the process left in a dead manager's cgroup still runs")
 	}
 }
