@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs Corral's benchmarks and their baselines in one run and prints the
 # figures side by side: the durable tool call round trip next to a bare
-# fork-exec, a bare bwrap start and a bare JetStream round trip; sandbox cold
-# start and warm call; throughput with 64 sessions; resume after SIGKILL;
+# fork-exec, a bare bwrap start, a bare JetStream round trip and the model's
+# own part, and what is left of it, Corral's own cost; sandbox cold start
+# and warm call; throughput with 64 sessions; resume after SIGKILL;
 # corral stop killing a running call, next to killing a bare process;
 # workspace snapshots and restores; resume from suspension, what a suspended
 # sandbox holds, and how many idle sessions one node holds.
@@ -16,10 +17,10 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
-(cd services/sandbox-manager && go test -run '^$' -bench 'ForkExecTrue|BwrapTrue|WarmCall|ColdStart|ResumeSuspended|Thaw' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
+(cd services/sandbox-manager && go test -run '^$' -bench 'ForkExecTrue|ForkExecBash|BwrapTrue|WarmCall|ColdStart|ResumeSuspended|Thaw' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'SuspendedMemory' -benchtime 100x ./internal/sandbox) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'IdleSessions' -benchtime "${IDLE_SESSIONS:-10000}x" -timeout 30m ./internal/sandbox) | tee -a "$out"
-(cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ToolCallRoundTrip' -benchtime "${n}x" .) | tee -a "$out"
+(cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ModelRoundTrip|ToolCallRoundTrip' -benchtime "${n}x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Throughput' -benchtime "$((n * 20))x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Resume' -benchtime 3x .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Stop|KillProcess' -benchtime "$((n / 10 + 1))x" .) | tee -a "$out"
@@ -40,4 +41,9 @@ awk '/^Benchmark/ {
 	}
 	if (p50 == "" && mean != "" && (other == "" || other ~ /MB\/s/)) p50=sprintf("%.2f ms (mean)", mean / 1e6)
 	printf "| %s | %s | %s | %s|\n", name, p50, p99, other
+	split(p50, v, " "); ms[name]=v[1]
+}
+END {
+	if (("ToolCallRoundTrip" in ms) && ("WarmCall" in ms) && ("ModelRoundTrip" in ms))
+		printf "| OwnCost (ToolCallRoundTrip - WarmCall - ModelRoundTrip) | %.2f ms | | |\n", ms["ToolCallRoundTrip"] - ms["WarmCall"] - ms["ModelRoundTrip"]
 }' "$out"
