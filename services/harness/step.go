@@ -215,16 +215,16 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 // after it when nothing else came in between, which the next step folds
 // in without reading the log.
 //
-// Calls recorded as dispatched are put on the queue too when queue is
-// set: they were dispatched by this step, or it may follow a crash between
-// their dispatch and queueing. The duplicate window drops the copy of a
-// call that made it.
-func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, queued bool) error {
+// Calls recorded as dispatched already are put on the queue too when
+// requeue is set: they were dispatched by this step, or it may follow a
+// crash between their dispatch and queueing. The duplicate window drops
+// the copy of a call that made it.
+func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, requeue bool) error {
 	var queue []toQueue
 	for _, c := range calls {
 		input := st.pending.Input(c)
 		if st.dispatched[c.ID] {
-			if queued {
+			if requeue {
 				if service, memPath, err := checkCall(c.Name, input); err == nil {
 					queue = append(queue, toQueue{s.toolCall(st, c, input, memPath), service})
 					s.metrics.dispatch.WithLabelValues(c.Name, service).Inc()
