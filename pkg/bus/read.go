@@ -78,9 +78,8 @@ func resolved(ctx context.Context, js jetstream.JetStream, filter string, raw *j
 // each, and for any more than a few in batches ([ReadAll]'s way, whose
 // first answer costs the server a count of what matches). Asking for the
 // last first spares the server the search, to the end of the stream, for
-// a next message that is not there. stream must
-// allow direct gets and be looked up once by the caller. Offloaded events
-// come back resolved.
+// a next message that is not there. stream must allow direct gets and be
+// looked up once by the caller. Offloaded events come back resolved.
 func ReadAfter(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, filter string, seq uint64) ([]Msg, error) {
 	rctx, cancel := Bound(ctx)
 	last, err := stream.GetLastMsgForSubject(rctx, filter)

@@ -214,6 +214,8 @@ func (s *Service) serveLeases(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			// Steps still finishing free their leases rather than keep them.
+			s.stopping.Store(true)
 			_ = sub.Unsubscribe()
 			for _, key := range s.held.keys() {
 				s.freeLingering(ctx, key)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,12 +38,14 @@ type Service struct {
 	// only the counter, one batch at a time, uses it.
 	counted map[string]countedUsage
 	freed   freedLeases
-	// held are the leases lingering here after their sessions' steps.
-	held   heldLeases
-	skills *skillIndex
-	log    *slog.Logger
-	events jetstream.Stream
-	folded foldCache
+	// held are the leases lingering here after their sessions' steps;
+	// stopping is set once the harness stops, when none may linger.
+	held     heldLeases
+	stopping atomic.Bool
+	skills   *skillIndex
+	log      *slog.Logger
+	events   jetstream.Stream
+	folded   foldCache
 	// sessions serialises this process's work on a session, so that only
 	// one piece of it holds (and renews) the session's lease at a time.
 	sessions lock.Keyed

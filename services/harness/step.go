@@ -55,7 +55,7 @@ func (s *Service) withSession(ctx context.Context, lock func(context.Context, st
 	}
 	s.keep(st)
 	// A running session's next step most often comes here soon.
-	release(st.status == statusRunning)
+	release(st.status == statusRunning && !s.stopping.Load())
 	return nil
 }
 

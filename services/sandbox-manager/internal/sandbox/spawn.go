@@ -34,9 +34,9 @@ type executor struct {
 type waiting struct {
 	pid int
 	// out is the read end of the pipe the shell's stdout and stderr go to;
-	// call holds the limits and the command (the shell's fd 3), written
-	// once the call comes, and start is the write end of the pipe the
-	// shell waits on (its fd 4).
+	// call is the memory file that holds the command (the shell's fd 3),
+	// written once the call comes, and start is the write end of the pipe
+	// the shell waits on (its fd 4).
 	out   int
 	call  int
 	start int
