@@ -43,9 +43,9 @@ type placement struct {
 
 	mu sync.Mutex
 	// owned are the sessions placed here, known without asking the
-	// bucket while the lease is surely held; cleared when it may have
-	// lapsed.
-	owned map[uuid.UUID]bool
+	// bucket while the lease is surely held, with the revision of their
+	// placement; cleared when it may have lapsed.
+	owned map[uuid.UUID]uint64
 	// held is when the last renewal that succeeded was sent: the lease
 	// runs at least NodeLeaseTTL from then.
 	held time.Time
@@ -61,7 +61,7 @@ func newPlacement(ctx context.Context, js jetstream.JetStream, node, instance st
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", bus.BucketPlacements, err)
 	}
-	p := &placement{node: node, instance: instance, nodes: nodes, places: places, forget: forget, log: log, owned: make(map[uuid.UUID]bool)}
+	p := &placement{node: node, instance: instance, nodes: nodes, places: places, forget: forget, log: log, owned: make(map[uuid.UUID]uint64)}
 	if err := p.renew(ctx); err != nil {
 		return nil, err
 	}
@@ -138,38 +138,51 @@ func (p *placement) sure() bool {
 func (p *placement) owns(session uuid.UUID) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.owned[session] && p.sure()
+	_, ok := p.owned[session]
+	return ok && p.sure()
 }
 
-// route returns where a session's call runs: "" here, or the live node it
-// is placed on. fresh reports that the session was not known to be here
-// before this call (placed here now, or after a restart), so its workspace
-// must be checked against its snapshot.
-func (p *placement) route(ctx context.Context, tenant string, session uuid.UUID) (owner string, fresh bool, err error) {
+// placed is where a session's call runs: owner is "" here, or the live
+// node the session is placed on. fresh reports that the session was not
+// known to be here before this call (placed here now, or after a restart
+// or a lapse of the node's lease), so its workspace must be checked
+// against its snapshot; rev is the revision of its placement here.
+type placed struct {
+	owner string
+	fresh bool
+	rev   uint64
+}
+
+// route returns where a session's call runs.
+func (p *placement) route(ctx context.Context, tenant string, session uuid.UUID) (placed, error) {
 	if p.owns(session) {
-		return "", false, nil
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return placed{rev: p.owned[session]}, nil
 	}
 	key := bus.PlacementKey(tenant, session)
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
 	for range 5 {
+		var rev uint64
 		e, err := p.places.Get(rctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			_, err = p.places.Create(rctx, key, []byte(p.node))
+			rev, err = p.places.Create(rctx, key, []byte(p.node))
 		case err != nil:
 		case string(e.Value()) == p.node:
+			rev = e.Revision()
 		default:
 			owner := string(e.Value())
 			_, lerr := p.nodes.Get(rctx, owner)
 			switch {
 			case lerr == nil:
-				return owner, false, nil
+				return placed{owner: owner}, nil
 			case !errors.Is(lerr, jetstream.ErrKeyNotFound):
-				return "", false, fmt.Errorf("look up node %s: %w", owner, lerr)
+				return placed{}, fmt.Errorf("look up node %s: %w", owner, lerr)
 			}
 			// Its node is gone: take the session over.
-			_, err = p.places.Update(rctx, key, []byte(p.node), e.Revision())
+			rev, err = p.places.Update(rctx, key, []byte(p.node), e.Revision())
 			if err == nil {
 				p.log.InfoContext(ctx, "session taken over from a node that is gone", "session", session, "from", owner)
 			}
@@ -178,20 +191,20 @@ func (p *placement) route(ctx context.Context, tenant string, session uuid.UUID)
 			continue // placed elsewhere meanwhile: look again
 		}
 		if err != nil {
-			return "", false, fmt.Errorf("place session %s: %w", session, err)
+			return placed{}, fmt.Errorf("place session %s: %w", session, err)
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if !p.sure() {
-			return "", false, bus.NotYet(time.Second, fmt.Errorf("place session %s: node %s is renewing its lease", session, p.node))
+			return placed{}, bus.NotYet(time.Second, fmt.Errorf("place session %s: node %s is renewing its lease", session, p.node))
 		}
-		if !p.owned[session] {
+		if _, ok := p.owned[session]; !ok {
 			p.forget(session)
-			p.owned[session] = true
 		}
-		return "", true, nil
+		p.owned[session] = rev
+		return placed{fresh: true, rev: rev}, nil
 	}
-	return "", false, bus.NotYet(0, fmt.Errorf("place session %s: its placement keeps changing", session))
+	return placed{}, bus.NotYet(0, fmt.Errorf("place session %s: its placement keeps changing", session))
 }
 
 // release forgets a session placed here, and its placement.
@@ -340,12 +353,12 @@ func (s *Service) runForwarded(ctx context.Context, data []byte, delivered uint6
 	if err := s.checkCall(&c); err != nil {
 		return err
 	}
-	owner, fresh, err := s.place.route(ctx, c.Tenant, c.Session)
+	at, err := s.place.route(ctx, c.Tenant, c.Session)
 	if err != nil {
 		return err
 	}
-	if owner != "" {
-		return bus.NotYet(0, fmt.Errorf("session %s is placed on node %s", c.Session, owner))
+	if at.owner != "" {
+		return bus.NotYet(0, fmt.Errorf("session %s is placed on node %s", c.Session, at.owner))
 	}
-	return s.runHere(ctx, &c, delivered > 1, fresh)
+	return s.runHere(ctx, &c, delivered > 1, at)
 }

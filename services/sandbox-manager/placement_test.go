@@ -144,3 +144,99 @@ func TestForwardedThenTakenOver(t *testing.T) {
 		t.Errorf("placed on %s after the take-over, want %s", owner, b.cfg.Node)
 	}
 }
+
+// A session whose last snapshot failed keeps its workspace here, newer
+// than any snapshot, when the node places it again at the same placement:
+// after a lapse of its lease, or restarted over its data. The next call
+// snapshots it. A session another node had meanwhile is restored from its
+// snapshot instead.
+func TestFailedSnapshotKeepsTheWorkspace(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	env := map[string]string{"CORRAL_DATA_DIR": dir, "CORRAL_SANDBOX_NODE": "n1"}
+	a := newNode(t, js, env)
+	t.Cleanup(a.driver.Close)
+	run := func(svc *Service, session uuid.UUID, command string) string {
+		t.Helper()
+		m := callMsg(t, session, command)
+		if err := svc.handleCall(ctx, m); err != nil {
+			t.Fatalf("%s: %v", command, err)
+		}
+		var c event.ToolCall
+		_ = json.Unmarshal(m.Data, &c)
+		for _, r := range resultsOf(t, js, session, 0) {
+			if r.Call == c.Call {
+				return r.Output
+			}
+		}
+		t.Fatalf("%s: no result", command)
+		return ""
+	}
+	// One call snapshots; a second's snapshot fails (as when the server
+	// goes away under it): its line is only in the workspace here.
+	fail := func(svc *Service, session uuid.UUID) {
+		t.Helper()
+		run(svc, session, "echo one >> f")
+		if err := os.WriteFile(filepath.Join(svc.driver.Workspace("acme", session), "f"), []byte("one\ntwo\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		at, err := svc.place.route(ctx, "acme", session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.snaps.failed(session, at.rev)
+	}
+
+	lapsed := uuid.Must(uuid.NewV7())
+	fail(a, lapsed)
+	a.place.mu.Lock()
+	a.place.lapsed()
+	a.place.mu.Unlock()
+	if out := run(a, lapsed, "cat f"); out != "one\ntwo\n" {
+		t.Errorf("after a lapse: %q, want the workspace kept", out)
+	}
+
+	restarted := uuid.Must(uuid.NewV7())
+	fail(a, restarted)
+	a.driver.Close()
+	b := newNode(t, js, env) // the same node, restarted
+	t.Cleanup(b.driver.Close)
+	if out := run(b, restarted, "cat f"); out != "one\ntwo\n" {
+		t.Errorf("after a restart: %q, want the workspace kept", out)
+	}
+	// Its next call's snapshot holds what the failed one missed.
+	run(b, restarted, "true")
+	other := newNode(t, js, map[string]string{"CORRAL_SANDBOX_NODE": "n2"})
+	t.Cleanup(other.driver.Close)
+	w := filepath.Join(t.TempDir(), "w")
+	if _, err := other.snaps.restore(ctx, "acme", restarted, w); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(w, "f")); err != nil || string(data) != "one\ntwo\n" {
+		t.Errorf("the snapshot after the restart holds f = %q, %v; want both lines", data, err)
+	}
+	if b.snaps.isDirty(restarted) {
+		t.Error("the session is still noted as not snapshotted")
+	}
+
+	// Placed on another node in between: its workspace here is stale.
+	moved := uuid.Must(uuid.NewV7())
+	fail(b, moved)
+	kv, err := js.KeyValue(ctx, bus.BucketPlacements)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := bus.PlacementKey("acme", moved)
+	for _, node := range []string{"n2", "n1"} {
+		if _, err := kv.Put(ctx, key, []byte(node)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.place.mu.Lock()
+	b.place.lapsed()
+	b.place.mu.Unlock()
+	if out := run(b, moved, "cat f"); !strings.Contains(out, "restored") || !strings.HasSuffix(out, "\none\n") {
+		t.Errorf("after another node had it: %q, want the snapshot restored", out)
+	}
+}

@@ -86,7 +86,9 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		if err != nil {
 			return nil, fmt.Errorf("open object store %s: %w", bus.BucketWorkspaces, err)
 		}
-		s.snaps = newSnapshots(store)
+		if s.snaps, err = newSnapshots(store, filepath.Join(cfg.DataDir, "unsnapshotted")); err != nil {
+			return nil, fmt.Errorf("snapshots: %w", err)
+		}
 	}
 	forget := func(uuid.UUID) {}
 	if s.snaps != nil {

@@ -60,8 +60,9 @@ type snapshots struct {
 	// none.
 	taken map[uuid.UUID][32]byte
 	// dirty are the sessions whose last snapshot failed: their workspace
-	// here is the only up-to-date copy.
+	// here is the only up-to-date copy. dir keeps a note of each on disk.
 	dirty map[uuid.UUID]bool
+	dir   string
 }
 
 type cachedHash struct {
@@ -70,8 +71,13 @@ type cachedHash struct {
 	hash  string
 }
 
-func newSnapshots(store jetstream.ObjectStore) *snapshots {
-	return &snapshots{store: store, seq: make(map[uuid.UUID]uint64), hashes: make(map[string]cachedHash), stored: make(map[string]bool), taken: make(map[uuid.UUID][32]byte), dirty: make(map[uuid.UUID]bool)}
+// newSnapshots returns the snapshots kept in store; dir holds the notes of
+// snapshots that failed (see [snapshots.failed]).
+func newSnapshots(store jetstream.ObjectStore, dir string) (*snapshots, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return &snapshots{store: store, dir: dir, seq: make(map[uuid.UUID]uint64), hashes: make(map[string]cachedHash), stored: make(map[string]bool), taken: make(map[uuid.UUID][32]byte), dirty: make(map[uuid.UUID]bool)}, nil
 }
 
 func manifestName(tenant string, session uuid.UUID) string {
@@ -147,7 +153,7 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	}
 	s.seq[session] = m.Seq
 	s.taken[session] = sum
-	delete(s.dirty, session)
+	s.clean(session)
 	s.mu.Unlock()
 	return m.Seq, size, nil
 }
@@ -231,20 +237,51 @@ func (s *snapshots) current(session uuid.UUID, seq uint64) bool {
 	return s.seq[session] == seq
 }
 
-// failed records that a snapshot of session failed: until one succeeds,
-// the workspace here is the only up-to-date copy.
-func (s *snapshots) failed(session uuid.UUID) {
+// failed records that a snapshot of session failed while it was placed
+// here at placement revision rev: until one succeeds, the workspace here
+// is the only up-to-date copy. It is noted on disk too, so that this node,
+// restarted or back from a lapse of its lease, keeps that workspace rather
+// than restore an older snapshot over it.
+func (s *snapshots) failed(session uuid.UUID, rev uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dirty[session] = true
 	delete(s.taken, session) // the next call snapshots again, changed or not
+	_ = os.WriteFile(s.failedFile(session), []byte(strconv.FormatUint(rev, 10)), 0o644)
+}
+
+// failedAt returns the placement revision at which the last snapshot of
+// session taken here failed, if it did.
+func (s *snapshots) failedAt(session uuid.UUID) (uint64, bool) {
+	data, err := os.ReadFile(s.failedFile(session))
+	if err != nil {
+		return 0, false
+	}
+	rev, err := strconv.ParseUint(string(data), 10, 64)
+	return rev, err == nil
+}
+
+// clean notes that the workspace here matches a snapshot. The caller holds
+// s.mu.
+func (s *snapshots) clean(session uuid.UUID) {
+	if s.dirty[session] {
+		delete(s.dirty, session)
+	}
+	// A note may be left from before a restart.
+	_ = os.Remove(s.failedFile(session))
+}
+
+func (s *snapshots) failedFile(session uuid.UUID) string {
+	return filepath.Join(s.dir, session.String())
 }
 
 // isDirty reports whether the last snapshot of session failed.
 func (s *snapshots) isDirty(session uuid.UUID) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.dirty[session]
+	dirty := s.dirty[session]
+	s.mu.Unlock()
+	_, failed := s.failedAt(session)
+	return dirty || failed
 }
 
 // known reports whether the node knows which snapshot the local
@@ -300,7 +337,7 @@ func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUI
 	s.mu.Lock()
 	s.seq[session] = m.Seq
 	s.taken[session] = sha256.Sum256(files)
-	delete(s.dirty, session)
+	s.clean(session)
 	s.mu.Unlock()
 	return m.Seq, nil
 }
@@ -367,6 +404,9 @@ func (s *snapshots) drop(ctx context.Context, tenant string, session uuid.UUID) 
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
 	_ = s.store.Delete(rctx, manifestName(tenant, session))
+	s.mu.Lock()
+	s.clean(session)
+	s.mu.Unlock()
 }
 
 // forget drops what the node knows of a session whose workspace is gone.

@@ -42,7 +42,11 @@ func newTestSnapshots(tb testing.TB) *snapshots {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return newSnapshots(store)
+	snaps, err := newSnapshots(store, tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return snaps
 }
 
 // BenchmarkSnapshotCallChanges measures the snapshot after a call that
@@ -127,7 +131,10 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err != nil || seq != 1 {
 		t.Fatalf("take: %d, %v", seq, err)
 	}
-	other := newSnapshots(s.store) // another node
+	other, err := newSnapshots(s.store, t.TempDir()) // another node
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(t.TempDir(), "w")
 	if _, err := other.restore(ctx, "acme", session, out); err != nil {
 		t.Fatal(err)
@@ -208,13 +215,17 @@ func TestSnapshotUploadsWhatAFailedUploadLeftOut(t *testing.T) {
 	s.mu.Lock()
 	delete(s.stored, hash)
 	s.mu.Unlock()
-	s.failed(session)
+	s.failed(session, 1)
 
 	if _, _, err := s.take(ctx, "acme", session, dir); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "w")
-	if _, err := newSnapshots(s.store).restore(ctx, "acme", session, out); err != nil {
+	again, err := newSnapshots(s.store, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := again.restore(ctx, "acme", session, out); err != nil {
 		t.Fatalf("restore on another node: %v", err)
 	}
 	if data, err := os.ReadFile(filepath.Join(out, "f")); err != nil || string(data) != "only here\n" {

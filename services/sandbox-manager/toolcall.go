@@ -44,14 +44,14 @@ func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
 	if err := s.checkCall(&c); err != nil {
 		return err
 	}
-	owner, fresh, err := s.place.route(ctx, c.Tenant, c.Session)
+	at, err := s.place.route(ctx, c.Tenant, c.Session)
 	if err != nil {
 		return err
 	}
-	if owner != "" {
-		return s.forward(ctx, owner, m)
+	if at.owner != "" {
+		return s.forward(ctx, at.owner, m)
 	}
-	return s.runHere(ctx, &c, m.Delivered > 1, fresh)
+	return s.runHere(ctx, &c, m.Delivered > 1, at)
 }
 
 func (s *Service) checkCall(c *event.ToolCall) error {
@@ -69,9 +69,8 @@ func (s *Service) checkCall(c *event.ToolCall) error {
 // that is not repeatable is marked as started in the calls bucket before
 // it runs; one that finds its mark without a result was interrupted, and
 // is reported as interrupted instead of being run twice. redelivered says
-// the call was delivered before; fresh, that the session was not known to
-// be here before it.
-func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, fresh bool) error {
+// the call was delivered before; at is the session's placement here.
+func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bool, at placed) error {
 	res := event.ToolCompleted{
 		Header:  event.NewHeader(event.TypeToolCompleted, c.Tenant, c.Session),
 		Call:    c.Call,
@@ -94,7 +93,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, f
 	}
 	// Brought up to date before the call is marked as started, so that a
 	// failure here leaves a call that certainly did not run.
-	moved, err := s.syncWorkspace(ctx, c, fresh)
+	moved, err := s.syncWorkspace(ctx, c, at)
 	if err != nil {
 		return err
 	}
@@ -175,7 +174,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered, f
 				// The workspace here is still right; another node taking
 				// the session over would start from the snapshot before.
 				s.log.WarnContext(ctx, "snapshot", "session", c.Session, "err", err)
-				s.snaps.failed(c.Session)
+				s.snaps.failed(c.Session, at.rev)
 				size = workspaceSize(dir)
 			} else {
 				s.metrics.snapshots.Observe(time.Since(start).Seconds())
@@ -259,14 +258,22 @@ func workspaceSize(dir string) int64 {
 // snapshot when it is behind: the session ran on another node since (which
 // may have died), or this one restarted. It returns a note for the model
 // when it restored one. A session that stayed placed here since this node
-// took its last snapshot is not behind: no other node ran it.
-func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, fresh bool) (string, error) {
-	if s.snaps == nil || !fresh && s.snaps.known(c.Session) {
+// took its last snapshot is not behind: no other node ran it. Nor is one
+// whose last snapshot here failed while it was placed here at the very
+// placement it has now: its workspace here is newer than any snapshot.
+func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, at placed) (string, error) {
+	if s.snaps == nil || !at.fresh && s.snaps.known(c.Session) {
 		return "", nil
 	}
 	seq, err := s.snaps.latest(ctx, c.Tenant, c.Session)
 	if err != nil {
 		return "", err
+	}
+	if rev, ok := s.snaps.failedAt(c.Session); ok && rev == at.rev {
+		if _, err := os.Stat(s.driver.Workspace(c.Tenant, c.Session)); err == nil {
+			s.snaps.mark(c.Session, seq) // taken again at the next call
+			return "", nil
+		}
 	}
 	var note string
 	if seq == 0 {
