@@ -124,6 +124,8 @@ type flights struct {
 	mu   sync.Mutex
 	msgs map[*jetstream.Msg]struct{}
 	acks []delayedAck
+	// queued wakes the ack loop when an ack is queued.
+	queued chan struct{}
 }
 
 type delayedAck struct {
@@ -150,7 +152,7 @@ const ShutdownGrace = 10 * time.Second
 func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 	c.setDefaults()
 	c.js = js
-	c.flights = &flights{msgs: make(map[*jetstream.Msg]struct{})}
+	c.flights = &flights{msgs: make(map[*jetstream.Msg]struct{}), queued: make(chan struct{}, 1)}
 	cfg := c.Config
 	// The server would drop a message silently after its last delivery;
 	// the limit is enforced in handle instead, so a message that fails
@@ -335,13 +337,18 @@ func (c *Consumer) ack(msg jetstream.Msg) error {
 		return msg.Ack()
 	}
 	c.flights.mu.Lock()
-	defer c.flights.mu.Unlock()
 	c.flights.acks = append(c.flights.acks, delayedAck{msg, time.Now().Add(c.AckDelay)})
+	c.flights.mu.Unlock()
+	select {
+	case c.flights.queued <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
-// sendAcks sends the delayed acks that are due by t.
-func (c *Consumer) sendAcks(t time.Time) {
+// sendAcks sends the delayed acks that are due by t, and returns when the
+// next one is due (zero if none waits).
+func (c *Consumer) sendAcks(t time.Time) time.Time {
 	c.flights.mu.Lock()
 	n := 0
 	for n < len(c.flights.acks) && !c.flights.acks[n].due.After(t) {
@@ -349,24 +356,32 @@ func (c *Consumer) sendAcks(t time.Time) {
 	}
 	due := slices.Clone(c.flights.acks[:n])
 	c.flights.acks = slices.Delete(c.flights.acks, 0, n)
+	var next time.Time
+	if len(c.flights.acks) > 0 {
+		next = c.flights.acks[0].due
+	}
 	c.flights.mu.Unlock()
 	for _, a := range due {
 		_ = a.msg.Ack()
 	}
+	return next
 }
 
 // ackLoop sends delayed acks when they are due, until ctx is done; then
 // it sends those left at once.
 func (c *Consumer) ackLoop(ctx context.Context) {
-	t := time.NewTicker(max(c.AckDelay/4, time.Millisecond))
-	defer t.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			c.sendAcks(time.Now().Add(c.AckDelay))
 			return
-		case now := <-t.C:
-			c.sendAcks(now)
+		case <-c.flights.queued:
+		case <-timer.C:
+		}
+		if next := c.sendAcks(time.Now()); !next.IsZero() {
+			timer.Reset(time.Until(next))
 		}
 	}
 }
