@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs Corral's benchmarks and their baselines in one run and prints the
 # figures side by side: the durable tool call round trip next to a bare
-# fork-exec, a bare bwrap start, a bare JetStream round trip and the model's
-# own part, and what is left of it, Corral's own cost; sandbox cold start
-# and warm call; throughput with 64 sessions; resume after SIGKILL;
+# fork-exec, a bare bwrap start and a bare JetStream round trip, and what is
+# left of it without the command, Corral's own cost; a whole step around one
+# call, and what is left of it without the command and the model's part;
+# sandbox cold start and warm call; throughput with 64 sessions; resume
+# after SIGKILL;
 # corral stop killing a running call, next to killing a bare process;
 # workspace snapshots and restores; resume from suspension, what a suspended
 # sandbox holds, and how many idle sessions one node holds.
@@ -20,7 +22,7 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 (cd services/sandbox-manager && go test -run '^$' -bench 'ForkExecTrue|ForkExecBash|BwrapTrue|WarmCall|ColdStart|ResumeSuspended|Thaw' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'SuspendedMemory' -benchtime 100x ./internal/sandbox) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'IdleSessions' -benchtime "${IDLE_SESSIONS:-10000}x" -timeout 30m ./internal/sandbox) | tee -a "$out"
-(cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ModelRoundTrip|ToolCallRoundTrip' -benchtime "${n}x" .) | tee -a "$out"
+(cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ModelRoundTrip|ToolCallRoundTrip|StepRoundTrip' -benchtime "${n}x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Throughput' -benchtime "$((n * 20))x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Resume' -benchtime 3x .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Stop|KillProcess' -benchtime "$((n / 10 + 1))x" .) | tee -a "$out"
@@ -44,6 +46,8 @@ awk '/^Benchmark/ {
 	split(p50, v, " "); ms[name]=v[1]
 }
 END {
-	if (("ToolCallRoundTrip" in ms) && ("WarmCall" in ms) && ("ModelRoundTrip" in ms))
-		printf "| OwnCost (ToolCallRoundTrip - WarmCall - ModelRoundTrip) | %.2f ms | | |\n", ms["ToolCallRoundTrip"] - ms["WarmCall"] - ms["ModelRoundTrip"]
+	if (("ToolCallRoundTrip" in ms) && ("WarmCall" in ms))
+		printf "| OwnCost (ToolCallRoundTrip - WarmCall) | %.2f ms | | |\n", ms["ToolCallRoundTrip"] - ms["WarmCall"]
+	if (("StepRoundTrip" in ms) && ("WarmCall" in ms) && ("ModelRoundTrip" in ms))
+		printf "| StepOwnCost (StepRoundTrip - WarmCall - ModelRoundTrip) | %.2f ms | | |\n", ms["StepRoundTrip"] - ms["WarmCall"] - ms["ModelRoundTrip"]
 }' "$out"

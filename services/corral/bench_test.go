@@ -210,15 +210,15 @@ func percentiles(b *testing.B, ds []time.Duration, prefix string) (p50, p99 floa
 	return p50, p99
 }
 
-// BenchmarkToolCallRoundTrip measures one durable tool call: the harness
-// records the model's response and dispatches the call, the sandbox-manager
-// runs `true` in the session's warm sandbox and records the result, and the
-// harness folds it in and asks the model for the next turn. Each op is the
-// time from the fake model's answer to its next request. Sessions run one
-// after the other, rtTurns calls each, so the conversation the harness sends
-// stays small; each session's first call cold-starts its sandbox and is not
-// counted.
-func BenchmarkToolCallRoundTrip(b *testing.B) {
+// BenchmarkStepRoundTrip measures a whole step of a session around one
+// tool call: the harness records the model's response and dispatches the
+// call, the sandbox-manager runs `true` in the session's warm sandbox and
+// records the result, and the harness folds it in and asks the model for
+// the next turn. Each op is the time from the fake model's answer to its
+// next request. Sessions run one after the other, rtTurns calls each, so
+// the conversation the harness sends stays small; each session's first
+// call cold-starts its sandbox and is not counted.
+func BenchmarkStepRoundTrip(b *testing.B) {
 	const rtTurns = 20
 	var mu sync.Mutex
 	var ds []time.Duration
@@ -250,9 +250,80 @@ func BenchmarkToolCallRoundTrip(b *testing.B) {
 	percentiles(b, ds, "")
 }
 
+// BenchmarkToolCallRoundTrip measures one durable tool call on its own:
+// published on the sandbox queue as the harness dispatches one, right
+// after the session's last event; run by the sandbox-manager in the
+// session's warm sandbox (`Bash true`) and its result recorded, on the
+// condition that it follows that event; received through a durable
+// consumer of results, as the harness's steps are. Each op is the time
+// from publishing the call to receiving its result. Between calls the
+// session idles 10 ms, as while the model takes its turn, and as in
+// BenchmarkWarmCall, which is the command's part of it. The session's
+// first call, which starts its sandbox, is not counted.
+func BenchmarkToolCallRoundTrip(b *testing.B) {
+	_, js, getenv := benchPlatform(b, func(modeltest.Conversation) (modeltest.Turn, error) {
+		return modeltest.Turn{Text: "unused"}, nil
+	})
+	runServices(b, js, getenv, false)
+	ctx := b.Context()
+	const tenant = "bench"
+	session := uuid.Must(uuid.NewV7())
+	results := make(chan bus.Msg, 1)
+	go func() {
+		_ = bus.Consume(ctx, js, bus.Consumer{
+			Stream: bus.StreamEvents,
+			Config: jetstream.ConsumerConfig{
+				Durable:       "bench-results",
+				FilterSubject: bus.EventSubject(tenant, session, event.TypeToolCompleted),
+			},
+			Handler: func(_ context.Context, m bus.Msg) error {
+				results <- m
+				return nil
+			},
+			Logger: slog.New(slog.DiscardHandler),
+		})
+	}()
+	var after uint64
+	call := func() time.Duration {
+		c := event.ToolCall{
+			Header: event.NewHeader(event.TypeToolCall, tenant, session),
+			Call:   uuid.Must(uuid.NewV7()),
+			Name:   tool.Bash,
+			Input:  json.RawMessage(`{"command":"true"}`),
+			After:  after,
+		}
+		start := time.Now()
+		if err := bus.Publish(ctx, js, bus.ToolSubject(bus.ServiceSandbox, tenant, session), c.Call.String(), &c); err != nil {
+			b.Fatal(err)
+		}
+		m := <-results
+		took := time.Since(start)
+		var r event.ToolCompleted
+		if err := json.Unmarshal(m.Data, &r); err != nil || r.Call != c.Call || r.IsError {
+			b.Fatalf("result of %s: %s (%v)", c.Call, m.Data, err)
+		}
+		if after > 0 && r.After != after {
+			b.Fatalf("result of %s recorded after %d, not right after %d", c.Call, r.After, after)
+		}
+		after = m.StreamSeq
+		return took
+	}
+	call() // starts the sandbox
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		time.Sleep(10 * time.Millisecond)
+		b.StartTimer()
+		ds = append(ds, call())
+	}
+	b.StopTimer()
+	percentiles(b, ds, "")
+}
+
 // BenchmarkModelRoundTrip is the model's part of a tool call round trip,
 // measured alone to be taken out of it: the harness's model client sends
-// a conversation like the average one of BenchmarkToolCallRoundTrip (the
+// a conversation like the average one of BenchmarkStepRoundTrip (the
 // harness's system prompt, the tools, ten Bash calls and their results)
 // to the fake model, which decodes it and answers with one more call, and
 // the client decodes the answer.
