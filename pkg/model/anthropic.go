@@ -47,7 +47,6 @@ type anthropicRequest struct {
 	MaxTokens int                `json:"max_tokens"`
 	System    string             `json:"system,omitempty"`
 	Messages  []anthropicMessage `json:"messages"`
-	Tools     json.RawMessage    `json:"tools,omitempty"` // []anthropicTool
 }
 
 type anthropicMessage struct {
@@ -163,8 +162,7 @@ func encodeAnthropic(req Request) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.Tools = tools
-	return json.Marshal(w)
+	return marshalWithTools(w, tools)
 }
 
 var anthropicTools toolsCache

@@ -57,7 +57,6 @@ func openAIEndpoint(base string) string {
 type openAIRequest struct {
 	Model     string          `json:"model"`
 	Messages  []openAIMessage `json:"messages"`
-	Tools     json.RawMessage `json:"tools,omitempty"` // []openAITool
 	MaxTokens int             `json:"max_tokens,omitempty"`
 }
 
@@ -238,8 +237,7 @@ func encodeOpenAI(req Request) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.Tools = tools
-	return json.Marshal(w)
+	return marshalWithTools(w, tools)
 }
 
 var openAITools toolsCache

@@ -48,3 +48,19 @@ func (c *toolsCache) encode(specs []tool.Spec, wire func(tool.Spec) any) (json.R
 func sameSpec(a, b tool.Spec) bool {
 	return a.Name == b.Name && a.Description == b.Description && string(a.InputSchema) == string(b.InputSchema)
 }
+
+// marshalWithTools encodes w, a request object with members besides its
+// tools, with tools, their cached encoding, added as its "tools" member,
+// if any. Marshalled as a field, the tools would be checked and compacted
+// again in every request: kilobytes every turn.
+func marshalWithTools(w any, tools json.RawMessage) ([]byte, error) {
+	data, err := json.Marshal(w)
+	if err != nil || len(tools) == 0 {
+		return data, err
+	}
+	out := make([]byte, 0, len(data)+len(`,"tools":`)+len(tools))
+	out = append(out, data[:len(data)-1]...) // up to the closing brace
+	out = append(out, `,"tools":`...)
+	out = append(out, tools...)
+	return append(out, '}'), nil
+}
