@@ -5,10 +5,9 @@
 # left of it without the command, Corral's own cost; a whole step around one
 # call, and what is left of it without the command and the model's part;
 # sandbox cold start and warm call; throughput with 64 sessions; resume
-# after SIGKILL;
-# corral stop killing a running call, next to killing a bare process;
-# workspace snapshots and restores; resume from suspension, what a suspended
-# sandbox holds, and how many idle sessions one node holds.
+# after SIGKILL; corral stop killing a running call, next to killing a bare
+# process; workspace snapshots and restores; resume from suspension, what a
+# suspended sandbox holds, and how many idle sessions one node holds.
 #   scripts/bench.sh [N]    # N iterations per latency benchmark (default 500)
 #   IDLE_SESSIONS=10000     # sessions of the idle-sessions benchmark
 set -euo pipefail
@@ -21,12 +20,14 @@ trap 'rm -f "$out"' EXIT
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
 (cd services/sandbox-manager && go test -run '^$' -bench 'ForkExecTrue|ForkExecBash|BwrapTrue|WarmCall|ColdStart|ResumeSuspended|Thaw' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'SuspendedMemory' -benchtime 100x ./internal/sandbox) | tee -a "$out"
-(cd services/sandbox-manager && go test -run '^$' -bench 'IdleSessions' -benchtime "${IDLE_SESSIONS:-10000}x" -timeout 30m ./internal/sandbox) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ModelRoundTrip|ToolCallRoundTrip|StepRoundTrip' -benchtime "${n}x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Throughput' -benchtime "$((n * 20))x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Resume' -benchtime 3x .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Stop|KillProcess' -benchtime "$((n / 10 + 1))x" .) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'SnapshotCallChanges|1MB' -benchtime "$((n / 10 + 1))x" . && go test -run '^$' -bench '100MB' -benchtime 3x .) | tee -a "$out"
+# Last: the idle sessions' ten thousand workspaces keep the disk busy for a
+# while after.
+(cd services/sandbox-manager && go test -run '^$' -bench 'IdleSessions' -benchtime "${IDLE_SESSIONS:-10000}x" -timeout 30m ./internal/sandbox) | tee -a "$out"
 
 echo
 echo "| benchmark | p50 | p99 | other |"
