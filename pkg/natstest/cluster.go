@@ -2,7 +2,6 @@ package natstest
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -45,7 +44,7 @@ func RunCluster(t testing.TB, n int, configFiles ...string) *Cluster {
 	}
 	routePorts := make([]int, n)
 	for i := range routePorts {
-		routePorts[i] = freePort(t)
+		routePorts[i] = FreePort(t)
 	}
 	var routes []*url.URL
 	for _, p := range routePorts {
@@ -122,14 +121,4 @@ func (c *Cluster) Leader(name string) *server.Server {
 		}
 	}
 	return nil
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("natstest: free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

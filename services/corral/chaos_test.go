@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -31,6 +30,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/natstest"
 )
 
 var (
@@ -88,7 +88,7 @@ func TestChaos(t *testing.T) {
 	modelURL, gate := slowProxy(t, fake.URL())
 
 	// The processes.
-	port := chaosPort(t)
+	port := natstest.FreePort(t)
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	data := filepath.Join(dir, "data")
 	env := append(os.Environ(),
@@ -315,22 +315,6 @@ func (g *modelGate) afterRelease(ctx context.Context) {
 	case <-g.released:
 	}
 	time.Sleep(rand.N(3 * time.Millisecond))
-}
-
-// chaosPort returns a free port on 127.0.0.1 other than NATS's default.
-func chaosPort(t *testing.T) int {
-	t.Helper()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if port != 4222 {
-			return port
-		}
-	}
 }
 
 // chaosConnect connects the test's client, reconnecting forever.

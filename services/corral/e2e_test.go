@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/natstest"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of loggers.
@@ -56,12 +56,7 @@ func waitFor(t *testing.T, timeout time.Duration, f func() error) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 }
 
 // platform is a `corral dev` started by a test, with a fake model provider.
