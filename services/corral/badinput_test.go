@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -117,13 +118,17 @@ func TestMalformedRequestsAreRefusedAndRecorded(t *testing.T) {
 			}
 		})
 	}
-	msgs, err := bus.ReadAll(ctx, js, bus.StreamDeadLetter, "deadletter.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(msgs) != len(tests) {
-		t.Errorf("%d dead letters, want %d", len(msgs), len(tests))
-	}
+	// Each dead letter is written once its session's failure is recorded.
+	waitFor(t, 10*time.Second, func() error {
+		msgs, err := bus.ReadAll(ctx, js, bus.StreamDeadLetter, "deadletter.>")
+		if err != nil {
+			return err
+		}
+		if len(msgs) != len(tests) {
+			return fmt.Errorf("%d dead letters, want %d", len(msgs), len(tests))
+		}
+		return nil
+	})
 	if code, stdout, stderr := p.corral(t, "run", "hello"); code != 0 || !strings.Contains(stdout, "results:") {
 		t.Errorf("next session: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}

@@ -321,7 +321,7 @@ func BenchmarkToolCallRoundTrip(b *testing.B) {
 	percentiles(b, ds, "")
 }
 
-// BenchmarkModelRoundTrip is the model's part of a tool call round trip,
+// BenchmarkModelRoundTrip is the model's part of a step round trip,
 // measured alone to be taken out of it: the harness's model client sends
 // a conversation like the average one of BenchmarkStepRoundTrip (the
 // harness's system prompt, the tools, ten Bash calls and their results)

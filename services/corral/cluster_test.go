@@ -103,7 +103,13 @@ func TestClusterLosesAServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	log := slog.New(slog.DiscardHandler)
+	var logs syncBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("services' log:\n%s", logs.String())
+		}
+	})
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	type runner interface{ Run(context.Context) error }
 	start := func(name string, getenv func(string) string, mk func(jetstream.JetStream) (runner, error)) {
 		// Each service takes the list of all three servers, as
