@@ -155,7 +155,7 @@ func (s *Service) stopForBudget(ctx context.Context, st *state, budget, spent st
 		Reason: fmt.Sprintf("the session exceeded its budget %s: it used %s", budget, spent),
 	}
 	s.log.InfoContext(ctx, "budget exceeded", "session", st.session, "budget", budget, "spent", spent)
-	if err := s.record(ctx, &ev, fmt.Sprintf("%s:budget:%s", st.session, st.lastRequest)); err != nil {
+	if err := s.append(ctx, st, &ev, fmt.Sprintf("%s:budget:%s", st.session, st.lastRequest)); err != nil {
 		return err
 	}
 	s.metrics.ended.WithLabelValues(event.CodeBudget).Inc()
@@ -229,11 +229,7 @@ func (s *Service) checkWallTime(ctx context.Context, tenant string, session uuid
 			return nil
 		}
 		spent := fmt.Sprintf("%s of %s", elapsed.Round(time.Second), wall)
-		if err := s.stopForBudget(ctx, st, "session.wall_time", spent); err != nil {
-			return err
-		}
-		s.folded.forget(session)
-		return nil
+		return s.stopForBudget(ctx, st, "session.wall_time", spent)
 	})
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return nil // busy: the step will see to it

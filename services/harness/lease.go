@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -98,6 +100,10 @@ func (s *Service) acquireLease(ctx context.Context, id uuid.UUID) (_ context.Con
 		case lost:
 		case linger:
 			s.held.put(key, l)
+			if s.stopping.Load() {
+				// Stopped meanwhile, after the leases held were freed.
+				s.freeHeld(ctx, key)
+			}
 		default:
 			// The step's own ctx may be done; freeing the lease still matters.
 			s.freeLease(context.WithoutCancel(ctx), key, l.rev)
@@ -218,7 +224,7 @@ func (s *Service) serveLeases(ctx context.Context) error {
 			s.stopping.Store(true)
 			_ = sub.Unsubscribe()
 			for _, key := range s.held.keys() {
-				s.freeLingering(ctx, key)
+				s.freeHeld(ctx, key)
 			}
 			return nil
 		case <-t.C:
@@ -239,34 +245,46 @@ func (s *Service) freeLingering(ctx context.Context, key string) bool {
 		return false
 	}
 	defer unlock()
-	if l, ok := s.held.take(key); ok {
-		s.freeLease(context.WithoutCancel(ctx), key, l.rev)
-	}
+	s.freeHeld(ctx, key)
 	return true
 }
 
-// heldLeases are the leases lingering here, by session.
-type heldLeases struct {
-	mu sync.Mutex
-	m  map[string]lease
-}
-
-func (h *heldLeases) put(key string, l lease) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = make(map[string]lease)
+// freeHeld frees the session's lease if it lingers here. A step that
+// looks for it meanwhile does not find it, and takes the lease anew.
+func (s *Service) freeHeld(ctx context.Context, key string) {
+	if l, ok := s.held.take(key); ok {
+		s.freeLease(context.WithoutCancel(ctx), key, l.rev)
 	}
-	h.m[key] = l
 }
 
-func (h *heldLeases) take(key string) (lease, bool) {
+// leaseMap maps sessions to what this harness keeps of their leases; it
+// is safe for concurrent use. A map with a max forgets all it holds when
+// it reaches it.
+type leaseMap[V any] struct {
+	mu  sync.Mutex
+	m   map[string]V
+	max int
+}
+
+func (h *leaseMap[V]) put(key string, v V) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	l, ok := h.m[key]
-	delete(h.m, key)
-	return l, ok
+	if h.m == nil || h.max > 0 && len(h.m) >= h.max {
+		h.m = make(map[string]V)
+	}
+	h.m[key] = v
 }
+
+func (h *leaseMap[V]) take(key string) (V, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.m[key]
+	delete(h.m, key)
+	return v, ok
+}
+
+// heldLeases are the leases lingering here, by session.
+type heldLeases struct{ leaseMap[lease] }
 
 // due returns the sessions whose leases were last written before t.
 func (h *heldLeases) due(t time.Time) []string {
@@ -282,32 +300,15 @@ func (h *heldLeases) due(t time.Time) []string {
 }
 
 func (h *heldLeases) keys() []string {
-	return h.due(time.Now().Add(time.Hour))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Collect(maps.Keys(h.m))
 }
 
 // freedLeases remembers the revision at which this harness released each
-// session's lease, so that it can take it back in one round trip.
-type freedLeases struct {
-	mu   sync.Mutex
-	revs map[string]uint64
-}
+// session's lease, so that it can take it back in one round trip. It
+// remembers at most [maxFreed] sessions.
+type freedLeases = leaseMap[uint64]
 
 // maxFreed bounds the sessions remembered; past it, all are forgotten.
 const maxFreed = 16384
-
-func (f *freedLeases) put(key string, rev uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.revs == nil || len(f.revs) >= maxFreed {
-		f.revs = make(map[string]uint64)
-	}
-	f.revs[key] = rev
-}
-
-func (f *freedLeases) take(key string) (uint64, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	rev, ok := f.revs[key]
-	delete(f.revs, key)
-	return rev, ok
-}

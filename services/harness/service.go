@@ -78,6 +78,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		js:         js,
 		providers:  cfg.Providers(),
 		leases:     leases,
+		freed:      freedLeases{max: maxFreed},
 		usage:      usage,
 		usageCache: make(map[string]cachedUsage),
 		counted:    make(map[string]countedUsage),
@@ -181,6 +182,18 @@ func (s *Service) failSession(code string) func(ctx context.Context, m bus.Msg, 
 func (s *Service) recordFailure(ctx context.Context, tenant string, session uuid.UUID, code, reason, msgID string) error {
 	ev := event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, tenant, session), Code: code, Reason: reason}
 	if err := s.record(ctx, &ev, session.String()+":failed:"+msgID); err != nil {
+		return err
+	}
+	s.metrics.ended.WithLabelValues(code).Inc()
+	return nil
+}
+
+// fail records that st's session failed, as recordFailure does, and folds
+// the failure into st, so that the step ends the session here too: its
+// state is kept as failed and its lease does not linger.
+func (s *Service) fail(ctx context.Context, st *state, code, reason string) error {
+	ev := event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, st.tenant, st.session), Code: code, Reason: reason}
+	if err := s.append(ctx, st, &ev, st.session.String()+":failed:"+st.failureID()); err != nil {
 		return err
 	}
 	s.metrics.ended.WithLabelValues(code).Inc()

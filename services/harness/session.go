@@ -287,13 +287,6 @@ func (c *foldCache) running() []*state {
 	return out
 }
 
-// forget drops a session's cached state; its next step folds it again.
-func (c *foldCache) forget(session uuid.UUID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, session)
-}
-
 func (st *state) apply(ev any) {
 	switch e := ev.(type) {
 	case *event.SessionRequested:

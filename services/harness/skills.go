@@ -97,10 +97,14 @@ func (x *skillIndex) follow(ctx context.Context) error {
 // load returns the tenant's skills; none if the memory service never
 // published any.
 func (x *skillIndex) load(ctx context.Context, tenant string) ([]event.Skill, error) {
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
 	select {
 	case <-x.ready:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("load skills of %s: %w", tenant, ctx.Err())
+	case <-rctx.Done():
+		// The watch cannot start (the store is unreachable, say): the
+		// step fails and is tried again, rather than wait with its lease.
+		return nil, fmt.Errorf("load skills of %s: the skills store's watch has not started: %w", tenant, rctx.Err())
 	}
 	name := bus.SkillsIndex(tenant)
 	x.mu.Lock()
@@ -113,8 +117,6 @@ func (x *skillIndex) load(ctx context.Context, tenant string) ([]event.Skill, er
 	if cached && c.digest == digest {
 		return c.skills, nil
 	}
-	rctx, cancel := bus.Bound(ctx)
-	defer cancel()
 	data, err := x.store.GetBytes(rctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, nil

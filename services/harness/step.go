@@ -86,7 +86,7 @@ func (s *Service) step(ctx context.Context, st *state) error {
 	}
 	if st.turn >= s.cfg.MaxTurns {
 		reason := fmt.Sprintf("the session reached its limit of %d model turns", s.cfg.MaxTurns)
-		return s.recordFailure(ctx, st.tenant, st.session, "turn_limit", reason, st.failureID())
+		return s.fail(ctx, st, "turn_limit", reason)
 	}
 	if stopped, err := s.budgetCheck(ctx, st, true); err != nil || stopped {
 		return err
@@ -134,7 +134,7 @@ func (s *Service) endedSince(ctx context.Context, st *state) (bool, error) {
 func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, error) {
 	client, name, err := s.providers.Resolve(st.model)
 	if err != nil {
-		return nil, s.recordFailure(ctx, st.tenant, st.session, event.CodeUnknownModel, err.Error(), st.failureID())
+		return nil, s.fail(ctx, st, event.CodeUnknownModel, err.Error())
 	}
 	skills, err := s.skills.load(ctx, st.tenant)
 	if err != nil {
@@ -155,7 +155,7 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 	}
 	s.metrics.model.WithLabelValues(provider, outcome).Observe(time.Since(start).Seconds())
 	if errors.Is(err, model.ErrPermanent) {
-		return nil, s.recordFailure(ctx, st.tenant, st.session, event.CodeModelError, err.Error(), st.failureID())
+		return nil, s.fail(ctx, st, event.CodeModelError, err.Error())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ask %s for turn %d: %w", st.model, st.turn+1, err)

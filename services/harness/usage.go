@@ -75,6 +75,10 @@ func (s *Service) takeCounter(ctx context.Context, me []byte) (uint64, error) {
 // rev, renewing it; it returns when ctx is done or the lease is lost, with
 // the lease's last revision.
 func (s *Service) count(ctx context.Context, rev uint64) (uint64, error) {
+	// Cancelled on return, so that the consumer's callback, which may be
+	// waiting to hand over an event, returns too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	from, cursorRev, err := s.cursor(ctx)
 	if err != nil {
 		return rev, err
@@ -123,11 +127,12 @@ func (s *Service) count(ctx context.Context, rev uint64) (uint64, error) {
 			return rev, nil
 		case <-renew.C:
 			rctx, cancel := bus.Bound(ctx)
-			rev, err = s.leases.Update(rctx, usageCounter, []byte(s.cfg.Instance), rev)
+			r, err := s.leases.Update(rctx, usageCounter, []byte(s.cfg.Instance), rev)
 			cancel()
 			if err != nil {
 				return rev, fmt.Errorf("renew the usage counter's lease: %w", err)
 			}
+			rev = r
 			continue
 		case msg := <-arrived:
 			batch = append(batch, msg)
