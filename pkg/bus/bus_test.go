@@ -544,7 +544,9 @@ func TestConsumeDelaysAcks(t *testing.T) {
 	t.Parallel()
 	_, _, js := natstest.Run(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	const delay = 300 * time.Millisecond
+	// Long enough that the test surely looks before it runs out, even on a
+	// loaded machine.
+	const delay = 2 * time.Second
 	var mu sync.Mutex
 	handled := map[string]int{}
 	done := make(chan error, 1)

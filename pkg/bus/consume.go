@@ -170,7 +170,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 	// Handlers outlive ctx by up to the grace period, so they get their own.
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	keeping, stopKeeping := context.WithCancel(base)
+	// Kept up until every handler has returned, cancelled or not: their
+	// messages are kept alive and their delayed acks sent till then.
+	keeping, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
 	var helpers sync.WaitGroup
 	helpers.Go(func() { c.keepAll(keeping) })
 	if c.AckDelay > 0 {
@@ -362,7 +364,9 @@ func (c *Consumer) sendAcks(t time.Time) time.Time {
 	}
 	c.flights.mu.Unlock()
 	for _, a := range due {
-		_ = a.msg.Ack()
+		if err := a.msg.Ack(); err != nil {
+			c.Logger.Warn("ack", "stream", c.Stream, "consumer", c.Config.Durable, "subject", a.msg.Subject(), "err", err)
+		}
 	}
 	return next
 }

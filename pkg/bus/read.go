@@ -11,9 +11,9 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
-// ReadAll returns every message of stream matching filter that is stored
-// when it is called, oldest first, read by batched direct gets: a round
-// trip for every [readBatch] messages. Offloaded events come back resolved
+// ReadAll returns every message of stream matching filter, oldest first,
+// read by batched direct gets until none is left (so those stored while it
+// reads as well): a round trip for every [readBatch] messages. Offloaded events come back resolved
 // (see [Resolve]). stream must allow direct gets.
 func ReadAll(ctx context.Context, js jetstream.JetStream, stream, filter string) ([]Msg, error) {
 	return readBatches(ctx, js, stream, filter, 0, nil)
@@ -30,37 +30,47 @@ const numPendingHeader = "Nats-Num-Pending"
 // after sequence seq.
 func readBatches(ctx context.Context, js jetstream.JetStream, stream, filter string, seq uint64, out []Msg) ([]Msg, error) {
 	for {
-		rctx, cancel := Bound(ctx)
-		batch, err := jetstreamext.GetBatch(rctx, js, stream, readBatch,
-			jetstreamext.GetBatchSeq(seq+1), jetstreamext.GetBatchSubject(filter))
+		batch, more, err := readBatchAfter(ctx, js, stream, filter, seq)
 		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
+			return nil, err
 		}
-		more := false
-		for raw, err := range batch {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				break
-			}
-			if err != nil {
-				cancel()
-				return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
-			}
+		// Resolved once the batch is in, not against its request's bound.
+		for _, raw := range batch {
 			m, err := resolved(ctx, js, filter, raw)
 			if err != nil {
-				cancel()
 				return nil, err
 			}
 			out = append(out, m)
 			seq = raw.Sequence
-			// The server counts what matches after each message it sends.
-			more = raw.Header.Get(numPendingHeader) != "0"
 		}
-		cancel()
 		if !more {
 			return out, nil
 		}
 	}
+}
+
+// readBatchAfter reads one batch of the messages of stream matching filter
+// stored after sequence seq, and reports whether more match after it.
+func readBatchAfter(ctx context.Context, js jetstream.JetStream, stream, filter string, seq uint64) (batch []*jetstream.RawStreamMsg, more bool, err error) {
+	rctx, cancel := Bound(ctx)
+	defer cancel()
+	msgs, err := jetstreamext.GetBatch(rctx, js, stream, readBatch,
+		jetstreamext.GetBatchSeq(seq+1), jetstreamext.GetBatchSubject(filter))
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s after %d: %w", filter, seq, err)
+	}
+	for raw, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("read %s after %d: %w", filter, seq, err)
+		}
+		batch = append(batch, raw)
+		// The server counts what matches after each message it sends.
+		more = raw.Header.Get(numPendingHeader) != "0"
+	}
+	return batch, more, nil
 }
 
 func resolved(ctx context.Context, js jetstream.JetStream, filter string, raw *jetstream.RawStreamMsg) (Msg, error) {
