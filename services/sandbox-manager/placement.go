@@ -136,10 +136,17 @@ func (p *placement) sure() bool {
 // owns reports whether a session is placed here, as far as this node
 // surely knows.
 func (p *placement) owns(session uuid.UUID) bool {
+	_, ok := p.ownedAt(session)
+	return ok
+}
+
+// ownedAt returns the revision of the session's placement here, if it is
+// placed here as far as this node surely knows.
+func (p *placement) ownedAt(session uuid.UUID) (uint64, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, ok := p.owned[session]
-	return ok && p.sure()
+	rev, ok := p.owned[session]
+	return rev, ok && p.sure()
 }
 
 // placed is where a session's call runs: owner is "" here, or the live
@@ -155,10 +162,8 @@ type placed struct {
 
 // route returns where a session's call runs.
 func (p *placement) route(ctx context.Context, tenant string, session uuid.UUID) (placed, error) {
-	if p.owns(session) {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return placed{rev: p.owned[session]}, nil
+	if rev, ok := p.ownedAt(session); ok {
+		return placed{rev: rev}, nil
 	}
 	key := bus.PlacementKey(tenant, session)
 	rctx, cancel := bus.Bound(ctx)

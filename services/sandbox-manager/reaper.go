@@ -83,7 +83,7 @@ func (s *Service) reapOne(ctx context.Context, tenant string, session uuid.UUID,
 		return false
 	}
 	if s.snaps != nil {
-		s.snaps.forget(session)
+		s.snaps.gone(session)
 		if dropSnapshot {
 			s.snaps.drop(ctx, tenant, session)
 		}

@@ -59,9 +59,10 @@ type snapshots struct {
 	// snapshot this node took last: a call that changed nothing takes
 	// none.
 	taken map[uuid.UUID][32]byte
-	// dirty are the sessions whose last snapshot failed: their workspace
-	// here is the only up-to-date copy. dir keeps a note of each on disk.
-	dirty map[uuid.UUID]bool
+	// dirty are the sessions whose last snapshot failed, with the revision
+	// of their placement here then: their workspace here is the only
+	// up-to-date copy. dir keeps a note of each on disk, read back at start.
+	dirty map[uuid.UUID]uint64
 	dir   string
 }
 
@@ -77,7 +78,25 @@ func newSnapshots(store jetstream.ObjectStore, dir string) (*snapshots, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	return &snapshots{store: store, dir: dir, seq: make(map[uuid.UUID]uint64), hashes: make(map[string]cachedHash), stored: make(map[string]bool), taken: make(map[uuid.UUID][32]byte), dirty: make(map[uuid.UUID]bool)}, nil
+	notes, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	dirty := make(map[uuid.UUID]uint64)
+	for _, n := range notes {
+		session, err := uuid.Parse(n.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, n.Name()))
+		if err != nil {
+			return nil, err
+		}
+		if rev, err := strconv.ParseUint(string(data), 10, 64); err == nil {
+			dirty[session] = rev
+		}
+	}
+	return &snapshots{store: store, dir: dir, seq: make(map[uuid.UUID]uint64), hashes: make(map[string]cachedHash), stored: make(map[string]bool), taken: make(map[uuid.UUID][32]byte), dirty: dirty}, nil
 }
 
 func manifestName(tenant string, session uuid.UUID) string {
@@ -245,7 +264,7 @@ func (s *snapshots) current(session uuid.UUID, seq uint64) bool {
 func (s *snapshots) failed(session uuid.UUID, rev uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.dirty[session] = true
+	s.dirty[session] = rev
 	delete(s.taken, session) // the next call snapshots again, changed or not
 	_ = os.WriteFile(s.failedFile(session), []byte(strconv.FormatUint(rev, 10)), 0o644)
 }
@@ -253,22 +272,19 @@ func (s *snapshots) failed(session uuid.UUID, rev uint64) {
 // failedAt returns the placement revision at which the last snapshot of
 // session taken here failed, if it did.
 func (s *snapshots) failedAt(session uuid.UUID) (uint64, bool) {
-	data, err := os.ReadFile(s.failedFile(session))
-	if err != nil {
-		return 0, false
-	}
-	rev, err := strconv.ParseUint(string(data), 10, 64)
-	return rev, err == nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rev, ok := s.dirty[session]
+	return rev, ok
 }
 
 // clean notes that the workspace here matches a snapshot. The caller holds
 // s.mu.
 func (s *snapshots) clean(session uuid.UUID) {
-	if s.dirty[session] {
+	if _, ok := s.dirty[session]; ok {
 		delete(s.dirty, session)
+		_ = os.Remove(s.failedFile(session))
 	}
-	// A note may be left from before a restart.
-	_ = os.Remove(s.failedFile(session))
 }
 
 func (s *snapshots) failedFile(session uuid.UUID) string {
@@ -277,11 +293,8 @@ func (s *snapshots) failedFile(session uuid.UUID) string {
 
 // isDirty reports whether the last snapshot of session failed.
 func (s *snapshots) isDirty(session uuid.UUID) bool {
-	s.mu.Lock()
-	dirty := s.dirty[session]
-	s.mu.Unlock()
 	_, failed := s.failedAt(session)
-	return dirty || failed
+	return failed
 }
 
 // known reports whether the node knows which snapshot the local
@@ -415,4 +428,15 @@ func (s *snapshots) forget(session uuid.UUID) {
 	defer s.mu.Unlock()
 	delete(s.seq, session)
 	delete(s.taken, session)
+}
+
+// gone forgets a session whose workspace here was removed, and the note of
+// its failed snapshot, if any, which stood for that workspace. (A session
+// merely placed afresh is forgotten but keeps its note: see
+// [snapshots.failed].)
+func (s *snapshots) gone(session uuid.UUID) {
+	s.forget(session)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clean(session)
 }

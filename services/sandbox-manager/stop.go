@@ -201,7 +201,7 @@ func (s *Service) apply(ev any) {
 	go func() {
 		if s.snaps != nil {
 			// A follow-up restores the workspace from its snapshot.
-			s.snaps.forget(h.Session)
+			s.snaps.gone(h.Session)
 		}
 		if err := s.driver.Destroy(h.Tenant, h.Session); err != nil {
 			s.log.Warn("destroy sandbox", "session", h.Session, "err", err)

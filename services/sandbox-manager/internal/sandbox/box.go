@@ -104,7 +104,7 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 			if cgroupFD, err = unix.Open(b.cgroup, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
 				b.cmd.SysProcAttr.UseCgroupFD, b.cmd.SysProcAttr.CgroupFD = true, cgroupFD
 			} else {
-				d.pids.remove(b.cgroup)
+				removeCgroup(b.cgroup)
 			}
 		}
 		if err != nil {
@@ -140,7 +140,7 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 		inW.Close()
 		outR.Close()
 		if b.cgroups != nil {
-			b.cgroups.remove(b.cgroup)
+			removeCgroup(b.cgroup)
 		}
 		return nil, fmt.Errorf("start bwrap: %w", err)
 	}
@@ -166,7 +166,7 @@ func (b *box) wait() {
 	b.out.Close()
 	close(b.done)
 	if b.cgroups != nil {
-		b.cgroups.remove(b.cgroup)
+		removeCgroup(b.cgroup)
 	}
 }
 
@@ -201,7 +201,8 @@ func (b *box) canFreeze() bool {
 
 // freeze suspends every process of the sandbox with SIGSTOP: they stay,
 // running nothing, until thaw. The executor must be idle, between calls,
-// when nothing else of the sandbox runs (a call's processes end with it).
+// when nothing else of the sandbox runs but the next call's shell, waiting
+// for it (a call's processes end with it).
 // Stopped processes still die at once of SIGKILL, so killing a suspended
 // sandbox, or its manager dying, needs no thaw. (The cgroup v1 freezer
 // would do as well, but each change of its state waits for an RCU grace
@@ -216,7 +217,7 @@ func (b *box) freeze() error {
 	// A second look catches a process forked while the first was stopped.
 	stopped := map[int]bool{}
 	for range 5 {
-		pids, err := b.cgroups.procs(b.cgroup)
+		pids, err := cgroupProcs(b.cgroup)
 		if err != nil {
 			b.signalLocked(syscall.SIGCONT)
 			b.frozen = false
@@ -258,7 +259,7 @@ func (b *box) thaw() error {
 // its process died in between; the processes of an idle sandbox end only
 // when it is killed, after which nothing signals them.
 func (b *box) signalLocked(sig syscall.Signal) error {
-	pids, err := b.cgroups.procs(b.cgroup)
+	pids, err := cgroupProcs(b.cgroup)
 	for _, pid := range pids {
 		_ = unix.Kill(pid, sig)
 	}

@@ -101,9 +101,9 @@ func removeStale(dir string) {
 
 // killProcs kills the processes of the cgroup dir.
 func killProcs(dir string) {
-	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	for _, f := range strings.Fields(string(data)) {
-		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+	pids, _ := cgroupProcs(dir)
+	for _, pid := range pids {
+		if pid > 0 {
 			_ = unix.Kill(pid, unix.SIGKILL)
 		}
 	}
@@ -161,14 +161,8 @@ func (p *pidsCgroups) enter(dir string) (leave func(), err error) {
 	return func() { _ = os.WriteFile(filepath.Join(p.home, "tasks"), tid, 0) }, nil
 }
 
-// remove removes a sandbox's cgroup once its processes are gone, which the
-// kernel finishes shortly after the sandbox's PID 1 dies.
-func (p *pidsCgroups) remove(dir string) {
-	removeCgroup(dir)
-}
-
-// procs lists the processes of the cgroup dir.
-func (p *pidsCgroups) procs(dir string) ([]int, error) {
+// cgroupProcs lists the processes of the cgroup dir.
+func cgroupProcs(dir string) ([]int, error) {
 	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil, err
@@ -184,5 +178,5 @@ func (p *pidsCgroups) procs(dir string) ([]int, error) {
 
 // close removes the parent of the sandboxes' cgroups, once they are gone.
 func (p *pidsCgroups) close() {
-	p.remove(p.parent)
+	removeCgroup(p.parent)
 }
