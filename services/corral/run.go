@@ -160,7 +160,8 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 	return nil
 }
 
-// progress is a one-line account of an event for a person watching.
+// progress is an account of an event for a person watching: a line, or a
+// line for each call a model response dispatched (and its text before).
 func progress(ev any) string {
 	switch ev := ev.(type) {
 	case *event.SessionRequested:
