@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -52,6 +54,33 @@ func ReplicasFromEnv(getenv func(string) string) ([]SetupOption, error) {
 // would let one route messages into another's), and an administrator runs
 // `corral setup` once per version instead.
 func Setup(ctx context.Context, js jetstream.JetStream, opts ...SetupOption) error {
+	for {
+		err := setup(ctx, js, opts...)
+		if err == nil || !peerOffline(err) {
+			return err
+		}
+		// A cluster just started, or a server of it restarting.
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// errNoSuitablePeers is the server's error code for a replicated stream it
+// cannot place (JSClusterNoPeersErrF).
+const errNoSuitablePeers jetstream.ErrorCode = 10005
+
+// peerOffline reports whether err is the server's refusal to place a
+// replicated stream because a server it would go on is offline, as while
+// a cluster forms: worth trying again, unlike too few servers.
+func peerOffline(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errNoSuitablePeers && strings.Contains(apiErr.Description, "peer offline")
+}
+
+func setup(ctx context.Context, js jetstream.JetStream, opts ...SetupOption) error {
 	var o setupOptions
 	for _, opt := range opts {
 		opt(&o)
