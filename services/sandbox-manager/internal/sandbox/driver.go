@@ -192,12 +192,18 @@ func (d *Driver) workspace(tenant string, session uuid.UUID) (string, error) {
 // set up, sandbox lost mid-call ([ErrSandboxLost]), Driver closed, ctx
 // cancelled).
 func (d *Driver) Run(ctx context.Context, tenant string, sessionID uuid.UUID, args any) (Result, error) {
+	// A workspace is made by the first call that may write to it; until
+	// then, a call that only reads finds it empty (see [Driver.fileTool]).
 	var call func(ctx context.Context, s *session) (Result, error)
+	writes := true
 	switch a := args.(type) {
 	case *tool.BashArgs:
 		call = func(ctx context.Context, s *session) (Result, error) { return d.bash(ctx, s, a) }
-	case *tool.ReadArgs, *tool.WriteArgs, *tool.EditArgs, *tool.GlobArgs, *tool.GrepArgs:
-		call = func(ctx context.Context, s *session) (Result, error) { return d.fileTool(ctx, s.key, a) }
+	case *tool.WriteArgs, *tool.EditArgs:
+		call = func(ctx context.Context, s *session) (Result, error) { return d.fileTool(ctx, s.key, a, true) }
+	case *tool.ReadArgs, *tool.GlobArgs, *tool.GrepArgs:
+		writes = false
+		call = func(ctx context.Context, s *session) (Result, error) { return d.fileTool(ctx, s.key, a, false) }
 	default:
 		return Result{}, fmt.Errorf("run: unsupported arguments %T", args)
 	}
@@ -220,10 +226,7 @@ func (d *Driver) Run(ctx context.Context, tenant string, sessionID uuid.UUID, ar
 		_, err := os.Stat(dir)
 		s.resumable = err == nil
 	}
-	// A workspace is made by the first call that may write to it; until
-	// then, a call that only reads finds it empty (see [Driver.fileTool]).
-	switch args.(type) {
-	case *tool.BashArgs, *tool.WriteArgs, *tool.EditArgs:
+	if writes {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return Result{}, fmt.Errorf("create workspace: %w", err)
 		}

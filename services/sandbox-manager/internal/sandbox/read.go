@@ -27,15 +27,13 @@ const (
 
 // fileTool runs a Read, Write, Edit, Glob or Grep call on the workspace
 // directory through an [os.Root], which refuses paths and symlinks that
-// lead outside it.
-func (d *Driver) fileTool(ctx context.Context, workspace string, args any) (Result, error) {
+// lead outside it. A call that only reads (writes false) is run on an
+// empty directory if the workspace is not made yet.
+func (d *Driver) fileTool(ctx context.Context, workspace string, args any, writes bool) (Result, error) {
 	root, err := os.OpenRoot(workspace)
-	switch args.(type) {
-	case *tool.ReadArgs, *tool.GlobArgs, *tool.GrepArgs:
-		if errors.Is(err, fs.ErrNotExist) {
-			// Not made yet: nothing has been written to it.
-			root, err = os.OpenRoot(filepath.Join(d.cfg.Dir, emptyDir))
-		}
+	if !writes && errors.Is(err, fs.ErrNotExist) {
+		// Not made yet: nothing has been written to it.
+		root, err = os.OpenRoot(filepath.Join(d.cfg.Dir, emptyDir))
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("open workspace: %w", err)
