@@ -43,8 +43,7 @@ func Record(ctx context.Context, js jetstream.JetStream, ev event.Event, msgID s
 func Append(ctx context.Context, js jetstream.JetStream, ev event.Event, msgID string, after uint64) (uint64, error) {
 	h := ev.Head()
 	ack, err := record(ctx, js, ev, msgID, jetstream.WithExpectLastSequenceForSubject(after, SessionEvents(h.Tenant, h.Session)))
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+	if Conflict(err) {
 		return 0, fmt.Errorf("%w: %w", ErrNotLast, err)
 	}
 	if err != nil {

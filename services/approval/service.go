@@ -338,8 +338,7 @@ func (s *Service) update(ctx context.Context, k string, fn func(a *Approval) err
 			return nil, err
 		}
 		_, err = s.kv.Update(ctx, k, data, e.Revision())
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		if bus.Conflict(err) {
 			continue
 		}
 		if err != nil {

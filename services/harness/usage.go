@@ -274,15 +274,11 @@ func (s *Service) addToKey(ctx context.Context, key string, spent []spending) er
 			return err
 		}
 		rctx, cancel := bus.Bound(ctx)
-		if c.rev == 0 {
-			c.rev, err = s.usage.Create(rctx, key, data)
-		} else {
-			c.rev, err = s.usage.Update(rctx, key, data, c.rev)
-		}
+		c.rev, err = bus.Swap(rctx, s.usage, key, data, c.rev)
 		cancel()
 		if err != nil {
 			delete(s.counted, key)
-			if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			if bus.Conflict(err) {
 				continue // another counter wrote it: read it again
 			}
 			return fmt.Errorf("count usage %s: %w", key, err)
@@ -325,19 +321,12 @@ func (s *Service) cursor(ctx context.Context) (seq, rev uint64, err error) {
 func (s *Service) moveCursor(ctx context.Context, seq, rev uint64) (uint64, error) {
 	for {
 		rctx, cancel := bus.Bound(ctx)
-		var err error
-		value := []byte(strconv.FormatUint(seq, 10))
-		var r uint64
-		if rev == 0 {
-			r, err = s.usage.Create(rctx, usageCursor, value)
-		} else {
-			r, err = s.usage.Update(rctx, usageCursor, value, rev)
-		}
+		r, err := bus.Swap(rctx, s.usage, usageCursor, []byte(strconv.FormatUint(seq, 10)), rev)
 		cancel()
 		if err == nil {
 			return r, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if !bus.Conflict(err) {
 			return 0, fmt.Errorf("move the usage cursor: %w", err)
 		}
 		at, r, err := s.cursor(ctx)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
 )
 
 // BucketMemories is the KV bucket of the embedded store.
@@ -158,12 +160,8 @@ func (s *KVStore) write(ctx context.Context, w Write, del bool) (File, error) {
 	if err != nil {
 		return File{}, err
 	}
-	if cur == nil {
-		rev, err = s.kv.Create(ctx, kvKey(w.Key), data)
-	} else {
-		rev, err = s.kv.Update(ctx, kvKey(w.Key), data, rev)
-	}
-	if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
+	rev, err = bus.Swap(ctx, s.kv, kvKey(w.Key), data, rev)
+	if bus.Conflict(err) {
 		// Someone else wrote between our read and our write.
 		if again, arev, lerr := s.load(ctx, w.Key); lerr == nil && again != nil && again.Op == w.Op {
 			return again.file(w.Key, arev), nil
@@ -174,12 +172,6 @@ func (s *KVStore) write(ctx context.Context, w Write, del bool) (File, error) {
 		return File{}, err
 	}
 	return next.file(w.Key, rev), nil
-}
-
-// isWrongSequence reports a compare-and-set that lost.
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // files returns the live files of a tenant whose path starts with prefix,

@@ -87,7 +87,7 @@ func (p *placement) renew(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
-	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound):
+	case bus.Conflict(err) || errors.Is(err, jetstream.ErrKeyNotFound):
 		p.lapsed()
 		return fmt.Errorf("the lease of node %s ran out", p.node)
 	case err != nil:
@@ -192,7 +192,7 @@ func (p *placement) route(ctx context.Context, tenant string, session uuid.UUID)
 				p.log.InfoContext(ctx, "session taken over from a node that is gone", "session", session, "from", owner)
 			}
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if bus.Conflict(err) {
 			continue // placed elsewhere meanwhile: look again
 		}
 		if err != nil {

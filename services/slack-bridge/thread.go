@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
 )
 
 // Bucket is the KV bucket where the bridge keeps its threads: which
@@ -171,13 +173,8 @@ func (s store) update(ctx context.Context, session uuid.UUID, init func() (*thre
 		if err != nil {
 			return nil, err
 		}
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, threadKey(session), data)
-		} else {
-			_, err = s.kv.Update(ctx, threadKey(session), data, rev)
-		}
-		var apiErr *jetstream.APIError
-		if errors.Is(err, jetstream.ErrKeyExists) || (errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence) {
+		_, err = bus.Swap(ctx, s.kv, threadKey(session), data, rev)
+		if bus.Conflict(err) {
 			continue
 		}
 		if err != nil {
