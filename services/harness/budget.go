@@ -93,9 +93,7 @@ type cachedUsage struct {
 // recentDayUsage returns a day's usage read at most [dayUsageFresh] ago,
 // with what this harness's sessions spent since.
 func (s *Service) recentDayUsage(ctx context.Context, key string) (policy.Usage, error) {
-	s.usageMu.Lock()
-	c, ok := s.usageCache[key]
-	s.usageMu.Unlock()
+	c, ok := s.usageCache.Get(key)
 	if ok && time.Since(c.read) < dayUsageFresh {
 		c.u.Add(c.since)
 		return c.u, nil
@@ -105,10 +103,7 @@ func (s *Service) recentDayUsage(ctx context.Context, key string) (policy.Usage,
 		return policy.Usage{}, err
 	}
 	s.usageMu.Lock()
-	if len(s.usageCache) > 10000 {
-		clear(s.usageCache)
-	}
-	s.usageCache[key] = cachedUsage{u: u.Usage, read: time.Now()}
+	s.usageCache.Add(key, cachedUsage{u: u.Usage, read: time.Now()})
 	s.usageMu.Unlock()
 	return u.Usage, nil
 }
@@ -127,9 +122,9 @@ func (s *Service) spent(st *state, ev *event.ModelResponded) {
 	s.usageMu.Lock()
 	defer s.usageMu.Unlock()
 	for _, key := range []string{bus.UsageKey(st.tenant, day, ""), bus.UsageKey(st.tenant, day, st.user)} {
-		if c, ok := s.usageCache[key]; ok {
+		if c, ok := s.usageCache.Get(key); ok {
 			c.since.Add(u)
-			s.usageCache[key] = c
+			s.usageCache.Add(key, c)
 		}
 	}
 }

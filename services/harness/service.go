@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
@@ -31,12 +32,13 @@ type Service struct {
 	providers model.Providers
 	leases    jetstream.KeyValue
 	usage     jetstream.KeyValue
-	// usageCache holds the daily usage last read for budget checks.
+	// usageCache holds the daily usage last read for budget checks;
+	// usageMu orders its updates.
 	usageMu    sync.Mutex
-	usageCache map[string]cachedUsage
+	usageCache *lru.Cache[string, cachedUsage]
 	// counted holds the usage keys as the usage counter last wrote them;
 	// only the counter, one batch at a time, uses it.
-	counted map[string]countedUsage
+	counted *lru.Cache[string, countedUsage]
 	freed   freedLeases
 	// held are the leases lingering here after their sessions' steps;
 	// stopping is set once the harness stops, when none may linger.
@@ -71,8 +73,22 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	// The caches are bounded, the least recently used key forgotten: it
+	// is read again when next needed.
+	usageCache, err := lru.New[string, cachedUsage](10000)
+	if err != nil {
+		return nil, err
+	}
+	counted, err := lru.New[string, countedUsage](10000)
+	if err != nil {
+		return nil, err
+	}
+	index, err := newSkillIndex(skills)
+	if err != nil {
+		return nil, err
+	}
 	return &Service{
-		skills:     newSkillIndex(skills),
+		skills:     index,
 		cfg:        cfg,
 		events:     events,
 		js:         js,
@@ -80,8 +96,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		leases:     leases,
 		freed:      freedLeases{max: maxFreed},
 		usage:      usage,
-		usageCache: make(map[string]cachedUsage),
-		counted:    make(map[string]countedUsage),
+		usageCache: usageCache,
+		counted:    counted,
 		log:        log.With("service", "harness"),
 		metrics:    newMetrics(cfg.Metrics),
 	}, nil

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
@@ -28,9 +29,11 @@ type skillIndex struct {
 
 	mu sync.Mutex
 	// digests holds the digest of each tenant's index object, by object
-	// name; cache the lists fetched, by tenant.
+	// name.
 	digests map[string]string
-	cache   map[string]cachedSkills
+	// cache holds the lists fetched, by tenant; the least recently used
+	// is forgotten, and fetched again when next needed.
+	cache *lru.Cache[string, cachedSkills]
 }
 
 type cachedSkills struct {
@@ -38,8 +41,12 @@ type cachedSkills struct {
 	skills []event.Skill
 }
 
-func newSkillIndex(store jetstream.ObjectStore) *skillIndex {
-	return &skillIndex{store: store, ready: make(chan struct{}), digests: make(map[string]string), cache: make(map[string]cachedSkills)}
+func newSkillIndex(store jetstream.ObjectStore) (*skillIndex, error) {
+	cache, err := lru.New[string, cachedSkills](10000)
+	if err != nil {
+		return nil, err
+	}
+	return &skillIndex{store: store, ready: make(chan struct{}), digests: make(map[string]string), cache: cache}, nil
 }
 
 // watch follows the store until ctx is done. A watch that ends otherwise
@@ -109,7 +116,7 @@ func (x *skillIndex) load(ctx context.Context, tenant string) ([]event.Skill, er
 	name := bus.SkillsIndex(tenant)
 	x.mu.Lock()
 	digest, ok := x.digests[name]
-	c, cached := x.cache[tenant]
+	c, cached := x.cache.Get(tenant)
 	x.mu.Unlock()
 	if !ok {
 		return nil, nil
@@ -129,12 +136,9 @@ func (x *skillIndex) load(ctx context.Context, tenant string) ([]event.Skill, er
 		return nil, fmt.Errorf("load skills of %s: %w", tenant, err)
 	}
 	x.mu.Lock()
-	if len(x.cache) >= 10000 {
-		clear(x.cache)
-	}
 	// Cached under the digest the watch knew: should the object have
 	// changed since, its next update fetches it again.
-	x.cache[tenant] = cachedSkills{digest: digest, skills: set.Skills}
+	x.cache.Add(tenant, cachedSkills{digest: digest, skills: set.Skills})
 	x.mu.Unlock()
 	return set.Skills, nil
 }

@@ -251,7 +251,7 @@ func (s *Service) addUsage(ctx context.Context, spent []spending) error {
 
 func (s *Service) addToKey(ctx context.Context, key string, spent []spending) error {
 	for {
-		c, ok := s.counted[key]
+		c, ok := s.counted.Get(key)
 		if !ok {
 			u, rev, err := s.dayUsage(ctx, key)
 			if err != nil {
@@ -277,16 +277,13 @@ func (s *Service) addToKey(ctx context.Context, key string, spent []spending) er
 		c.rev, err = bus.Swap(rctx, s.usage, key, data, c.rev)
 		cancel()
 		if err != nil {
-			delete(s.counted, key)
+			s.counted.Remove(key)
 			if bus.Conflict(err) {
 				continue // another counter wrote it: read it again
 			}
 			return fmt.Errorf("count usage %s: %w", key, err)
 		}
-		if len(s.counted) > 10000 {
-			clear(s.counted)
-		}
-		s.counted[key] = c
+		s.counted.Add(key, c)
 		return nil
 	}
 }

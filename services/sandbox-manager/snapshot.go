@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
@@ -49,16 +50,20 @@ type snapshots struct {
 	store jetstream.ObjectStore
 	mu    sync.Mutex
 	// seq is the sequence of the snapshot each local workspace matches.
-	seq map[uuid.UUID]uint64
+	// The caches are bounded, the least recently used entries forgotten:
+	// a session forgotten in seq restores from its own snapshot at its
+	// next call, which is right, only slower; a hash or blob forgotten is
+	// looked up again.
+	seq *lru.Cache[uuid.UUID, uint64]
 	// hashes caches each local file's hash by size and mtime, so that a
 	// snapshot hashes only what changed.
-	hashes map[string]cachedHash
+	hashes *lru.Cache[string, cachedHash]
 	// stored are the blobs known to be in the store.
-	stored map[string]bool
+	stored *lru.Cache[string, struct{}]
 	// taken holds, for each session, the hash of the file list of the
 	// snapshot this node took last: a call that changed nothing takes
 	// none.
-	taken map[uuid.UUID][32]byte
+	taken *lru.Cache[uuid.UUID, [32]byte]
 	// dirty are the sessions whose last snapshot failed, with the revision
 	// of their placement here then: their workspace here is the only
 	// up-to-date copy. dir keeps a note of each on disk, read back at start.
@@ -96,7 +101,24 @@ func newSnapshots(store jetstream.ObjectStore, dir string) (*snapshots, error) {
 			dirty[session] = rev
 		}
 	}
-	return &snapshots{store: store, dir: dir, seq: make(map[uuid.UUID]uint64), hashes: make(map[string]cachedHash), stored: make(map[string]bool), taken: make(map[uuid.UUID][32]byte), dirty: dirty}, nil
+	return &snapshots{
+		store:  store,
+		dir:    dir,
+		seq:    mustLRU[uuid.UUID, uint64](1 << 16),
+		hashes: mustLRU[string, cachedHash](1 << 17),
+		stored: mustLRU[string, struct{}](1 << 17),
+		taken:  mustLRU[uuid.UUID, [32]byte](1 << 16),
+		dirty:  dirty,
+	}, nil
+}
+
+// mustLRU returns an LRU cache of size entries; size is a constant above 0.
+func mustLRU[K comparable, V any](size int) *lru.Cache[K, V] {
+	c, err := lru.New[K, V](size)
+	if err != nil {
+		panic(err)
+	}
+	return c
 }
 
 func manifestName(tenant string, session uuid.UUID) string {
@@ -143,12 +165,14 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	}
 	sum := sha256.Sum256(files)
 	s.mu.Lock()
-	if last, ok := s.taken[session]; ok && last == sum && s.seq[session] > 0 {
-		seq := s.seq[session]
-		s.mu.Unlock()
-		return seq, size, nil // nothing changed since this node's last snapshot
+	if last, ok := s.taken.Get(session); ok && last == sum {
+		if seq, _ := s.seq.Get(session); seq > 0 {
+			s.mu.Unlock()
+			return seq, size, nil // nothing changed since this node's last snapshot
+		}
 	}
-	m.Seq = s.seq[session] + 1
+	prev, _ := s.seq.Get(session)
+	m.Seq = prev + 1
 	s.mu.Unlock()
 	data, err := json.Marshal(&m)
 	if err != nil {
@@ -164,14 +188,8 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 		return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
 	}
 	s.mu.Lock()
-	if len(s.seq) >= 1<<16 {
-		// Bounded: a session forgotten here restores from its own
-		// snapshot at its next call, which is right, only slower.
-		clear(s.seq)
-		clear(s.taken)
-	}
-	s.seq[session] = m.Seq
-	s.taken[session] = sum
+	s.seq.Add(session, m.Seq)
+	s.taken.Add(session, sum)
 	s.clean(session)
 	s.mu.Unlock()
 	return m.Seq, size, nil
@@ -182,9 +200,7 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 // whether the store holds it is known apart, so that a file whose upload
 // failed is uploaded at the next snapshot.
 func (s *snapshots) put(ctx context.Context, p string, info fs.FileInfo) (string, error) {
-	s.mu.Lock()
-	c, ok := s.hashes[p]
-	s.mu.Unlock()
+	c, ok := s.hashes.Get(p)
 	var f *os.File
 	if !ok || c.size != info.Size() || !c.mtime.Equal(info.ModTime()) {
 		var err error
@@ -197,17 +213,9 @@ func (s *snapshots) put(ctx context.Context, p string, info fs.FileInfo) (string
 			return "", err
 		}
 		c = cachedHash{size: info.Size(), mtime: info.ModTime(), hash: hex.EncodeToString(h.Sum(nil))}
-		s.mu.Lock()
-		if len(s.hashes) >= 1<<17 {
-			clear(s.hashes)
-		}
-		s.hashes[p] = c
-		s.mu.Unlock()
+		s.hashes.Add(p, c)
 	}
-	s.mu.Lock()
-	known := s.stored[c.hash]
-	s.mu.Unlock()
-	if known {
+	if s.stored.Contains(c.hash) {
 		return c.hash, nil
 	}
 	rctx, cancel := bus.Bound(ctx)
@@ -229,9 +237,7 @@ func (s *snapshots) put(ctx context.Context, p string, info fs.FileInfo) (string
 	if err != nil {
 		return "", fmt.Errorf("store %s: %w", p, err)
 	}
-	s.mu.Lock()
-	s.stored[c.hash] = true
-	s.mu.Unlock()
+	s.stored.Add(c.hash, struct{}{})
 	return c.hash, nil
 }
 
@@ -253,7 +259,8 @@ func (s *snapshots) latest(ctx context.Context, tenant string, session uuid.UUID
 func (s *snapshots) current(session uuid.UUID, seq uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.seq[session] == seq
+	have, _ := s.seq.Get(session)
+	return have == seq
 }
 
 // failed records that a snapshot of session failed while it was placed
@@ -265,7 +272,7 @@ func (s *snapshots) failed(session uuid.UUID, rev uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dirty[session] = rev
-	delete(s.taken, session) // the next call snapshots again, changed or not
+	s.taken.Remove(session) // the next call snapshots again, changed or not
 	_ = os.WriteFile(s.failedFile(session), []byte(strconv.FormatUint(rev, 10)), 0o644)
 }
 
@@ -302,8 +309,7 @@ func (s *snapshots) isDirty(session uuid.UUID) bool {
 func (s *snapshots) known(session uuid.UUID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.seq[session]
-	return ok
+	return s.seq.Contains(session)
 }
 
 // restore replaces the workspace dir with the session's last snapshot.
@@ -348,8 +354,8 @@ func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUI
 		return 0, err
 	}
 	s.mu.Lock()
-	s.seq[session] = m.Seq
-	s.taken[session] = sha256.Sum256(files)
+	s.seq.Add(session, m.Seq)
+	s.taken.Add(session, sha256.Sum256(files))
 	s.clean(session)
 	s.mu.Unlock()
 	return m.Seq, nil
@@ -408,7 +414,7 @@ func (s *snapshots) fork(ctx context.Context, tenant string, from, to uuid.UUID)
 func (s *snapshots) mark(session uuid.UUID, seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.seq[session] = seq
+	s.seq.Add(session, seq)
 }
 
 // drop deletes a session's snapshot manifest. The files it names stay:
@@ -426,8 +432,8 @@ func (s *snapshots) drop(ctx context.Context, tenant string, session uuid.UUID) 
 func (s *snapshots) forget(session uuid.UUID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.seq, session)
-	delete(s.taken, session)
+	s.seq.Remove(session)
+	s.taken.Remove(session)
 }
 
 // gone forgets a session whose workspace here was removed, and the note of

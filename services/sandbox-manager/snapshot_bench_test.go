@@ -212,9 +212,7 @@ func TestSnapshotUploadsWhatAFailedUploadLeftOut(t *testing.T) {
 	if err := s.store.Delete(ctx, "b."+hash); err != nil {
 		t.Fatal(err)
 	}
-	s.mu.Lock()
-	delete(s.stored, hash)
-	s.mu.Unlock()
+	s.stored.Remove(hash)
 	s.failed(session, 1)
 
 	if _, _, err := s.take(ctx, "acme", session, dir); err != nil {
