@@ -102,8 +102,12 @@ func TestUsageCountedOnce(t *testing.T) {
 	check(90)
 
 	// Two counters over the same events at once, as when one outlived its
-	// lease: each key still counts each event once.
+	// lease: each key still counts each event once. With the cursor gone,
+	// the one without the lease reads every event from the log's start.
 	hs[0].log = slog.New(slog.DiscardHandler)
+	if err := hs[0].usage.Delete(context.Background(), usageCursor); err != nil {
+		t.Fatal(err)
+	}
 	overlap := func(s *Service) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
