@@ -1,10 +1,12 @@
 package natstest
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,10 @@ import (
 type Cluster struct {
 	// Servers are the cluster's servers, named nats-1, nats-2 and so on.
 	Servers []*server.Server
+	// perPeer is how many route connections Servers[i] keeps to each
+	// other server: a pool, and one for each pinned account (the system
+	// account's among them).
+	perPeer []int
 }
 
 // URL returns the client URLs of every server, comma separated, as
@@ -31,12 +37,15 @@ func (c *Cluster) URL() string {
 
 // RunCluster starts n embedded NATS servers with JetStream, each storing in
 // a temporary directory, clustered by routes on free ports, and waits until
-// they have elected a JetStream leader. When configFiles are given, server
-// i reads configFiles[i] first (users, permissions, limits), and its listen
-// addresses, routes and store directory are replaced by the test's. No
-// stream is created: the caller runs bus.Setup with bus.Replicas. Every
-// server is shut down, and waited for, before its directory is removed;
-// the test may shut one down earlier.
+// the cluster is whole: every server routes to every other on all of its
+// route connections, all follow one JetStream meta leader, and the leader
+// has heard from every server, so that it can place a stream of n
+// replicas. When configFiles are given, server i reads configFiles[i]
+// first (users, permissions, limits), and its listen addresses, routes and
+// store directory are replaced by the test's. No stream is created: the
+// caller runs bus.Setup with bus.Replicas. Every server is shut down, and
+// waited for, before its directory is removed; the test may shut one down
+// earlier.
 func RunCluster(t testing.TB, n int, configFiles ...string) *Cluster {
 	t.Helper()
 	if len(configFiles) != 0 && len(configFiles) != n {
@@ -65,7 +74,10 @@ func RunCluster(t testing.TB, n int, configFiles ...string) *Cluster {
 		opts.HTTPPort = 0
 		opts.Cluster.Name = "corral"
 		opts.Cluster.Host, opts.Cluster.Port = "127.0.0.1", routePorts[i]
-		opts.Routes = routes
+		// Each server routes to those started before it, and to itself,
+		// which it drops (JetStream in a cluster needs a route
+		// configured): see the start below.
+		opts.Routes = routes[:i+1]
 		opts.JetStream = true
 		opts.StoreDir = dir
 		opts.NoSigs, opts.NoLog = true, true
@@ -78,39 +90,103 @@ func RunCluster(t testing.TB, n int, configFiles ...string) *Cluster {
 			s.WaitForShutdown()
 		})
 		c.Servers = append(c.Servers, s)
+		// NewServer has filled in the defaults.
+		perPeer := 1
+		if opts.Cluster.PoolSize > 0 {
+			perPeer = opts.Cluster.PoolSize + len(opts.Cluster.PinnedAccounts)
+		}
+		c.perPeer = append(c.perPeer, perPeer)
 	}
-	// Started together: JetStream in a cluster waits for its peers.
-	var wg sync.WaitGroup
+	// Started one after another, each once those it routes to listen. Were
+	// they started together, each routing to all, every two would dial
+	// each other at once, and dial again a second later a server not yet
+	// listening the first time: the duplicate routes that makes are closed
+	// on both sides, so that two servers can be left without a route for a
+	// moment after the cluster looked formed, dropping what crosses (the
+	// answer to a stream's creation), and a server whose first route comes
+	// back is unplaceable to the JetStream leader until it next reports
+	// its statistics ("no suitable peers for placement, peer offline").
 	for _, s := range c.Servers {
-		wg.Go(s.Start)
-	}
-	wg.Wait()
-	for _, s := range c.Servers {
+		s.Start()
 		if !s.ReadyForConnections(10 * time.Second) {
 			t.Fatalf("natstest: %s not ready after 10s", s.Name())
 		}
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for !c.ready() {
+	for {
+		err := c.Whole()
+		if err == nil {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("natstest: the cluster elected no JetStream leader within 20s")
+			t.Fatalf("natstest: the cluster is not whole after 20s: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	return c
 }
 
-// ready reports whether every server routes to every other and one is the
-// JetStream leader.
-func (c *Cluster) ready() bool {
-	leader := false
-	for _, s := range c.Servers {
-		if s.NumRoutes() < len(c.Servers)-1 || !s.JetStreamIsCurrent() {
-			return false
+// Whole returns nil when every server routes to every other on all of its
+// route connections (a pool, and one for each pinned account, such as the
+// system account's), all follow one JetStream meta leader of a group of
+// every server, and the leader has heard from every server (statistics
+// and all, as it needs them to place a stream there); otherwise, an error
+// that says what the cluster looks like.
+func (c *Cluster) Whole() error {
+	var problems []string
+	leaders := map[string]bool{}
+	var leader *server.Server
+	for i, s := range c.Servers {
+		rz, err := s.Routez(nil)
+		if err != nil {
+			return fmt.Errorf("%s: routes: %w", s.Name(), err)
 		}
-		leader = leader || s.JetStreamIsLeader()
+		routes := map[string]int{}
+		for _, r := range rz.Routes {
+			routes[r.RemoteName]++
+		}
+		for _, o := range c.Servers {
+			if o != s && routes[o.Name()] != c.perPeer[i] {
+				problems = append(problems, fmt.Sprintf("%s has %d of %d routes to %s", s.Name(), routes[o.Name()], c.perPeer[i], o.Name()))
+			}
+		}
+		jsz, err := s.Jsz(nil)
+		if err != nil {
+			return fmt.Errorf("%s: jetstream: %w", s.Name(), err)
+		}
+		switch {
+		case jsz.Meta == nil || jsz.Meta.Leader == "":
+			problems = append(problems, fmt.Sprintf("%s knows no JetStream leader", s.Name()))
+		case jsz.Meta.Size != len(c.Servers):
+			problems = append(problems, fmt.Sprintf("%s has a JetStream group of %d", s.Name(), jsz.Meta.Size))
+		default:
+			leaders[jsz.Meta.Leader] = true
+		}
+		if !s.JetStreamIsCurrent() {
+			problems = append(problems, fmt.Sprintf("%s is not current with the JetStream leader", s.Name()))
+		}
+		if s.JetStreamIsLeader() {
+			leader = s
+		}
 	}
-	return leader
+	if leader == nil {
+		problems = append(problems, "no server is the JetStream leader")
+	}
+	if len(leaders) > 1 {
+		problems = append(problems, fmt.Sprintf("the servers follow different JetStream leaders %v", slices.Sorted(maps.Keys(leaders))))
+	}
+	if leader != nil {
+		// The peers the leader has statistics of, as peer selection
+		// takes them.
+		if peers := leader.JetStreamClusterPeers(); len(peers) != len(c.Servers) {
+			slices.Sort(peers)
+			problems = append(problems, fmt.Sprintf("JetStream leader %s can place streams only on %v", leader.Name(), peers))
+		}
+	}
+	if len(problems) != 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
 }
 
 // Leader returns the server that leads the JetStream stream name, or nil.

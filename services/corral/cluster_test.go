@@ -62,7 +62,11 @@ func TestClusterLosesAServer(t *testing.T) {
 	}
 	var out, errs syncBuffer
 	if code := run(context.Background(), []string{"setup", "--nats", urls, "--replicas", "3"}, as("admin", nil), &out, &errs); code != 0 {
-		t.Fatalf("corral setup exited %d: %s", code, errs.String())
+		t.Errorf("corral setup exited %d: %s", code, errs.String())
+		if err := c.Whole(); err != nil {
+			t.Logf("the cluster is not whole: %v", err)
+		}
+		t.FailNow()
 	}
 	checkReplicas(t, urls, 3)
 
