@@ -53,19 +53,49 @@ func ReplicasFromEnv(getenv func(string) string) ([]SetupOption, error) {
 // deploy/nats.conf the services may not create or change streams (that
 // would let one route messages into another's), and an administrator runs
 // `corral setup` once per version instead.
+//
+// Under a context with a deadline, each pass over them may take up to
+// [attemptTimeout]: an answer can be lost (see there), and a pass that
+// runs out of time is made again.
 func Setup(ctx context.Context, js jetstream.JetStream, opts ...SetupOption) error {
+	_, bounded := ctx.Deadline()
 	for {
-		err := setup(ctx, js, opts...)
-		if err == nil || !peerOffline(err) {
+		err := attempt(ctx, js, opts...)
+		switch {
+		case err == nil:
+			return nil
+		case peerOffline(err):
+			// A cluster just started, or a server of it restarting.
+		case bounded && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			// An answer lost: ask again.
+		default:
 			return err
 		}
-		// A cluster just started, or a server of it restarting.
 		select {
 		case <-ctx.Done():
 			return err
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// attemptTimeout bounds a pass of [Setup] under a context with a deadline.
+// The answer to a request can be lost, as when the route between two
+// servers of a cluster forming is closed as a duplicate just as a new
+// stream's leader answers, and the client would wait for it until the
+// context ends. Asking again is safe: creating a stream or bucket that
+// exists as it should be, or updating one to what it is, changes nothing.
+var attemptTimeout = 20 * time.Second
+
+// attempt runs setup once, for at most attemptTimeout when ctx has a
+// deadline; without one, each request has the client's own time-out.
+func attempt(ctx context.Context, js jetstream.JetStream, opts ...SetupOption) error {
+	if _, ok := ctx.Deadline(); !ok {
+		return setup(ctx, js, opts...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	return setup(ctx, js, opts...)
 }
 
 // errNoSuitablePeers is the server's error code for a replicated stream it

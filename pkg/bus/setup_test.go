@@ -17,6 +17,7 @@ import (
 // (OBJ_<name>) Corral uses.
 var every = []string{bus.StreamRequests, bus.StreamEvents, bus.StreamTools, bus.StreamDeadLetter,
 	"KV_" + bus.BucketLeases, "KV_" + bus.BucketCalls, "KV_" + bus.BucketApprovals, "KV_" + bus.BucketUsage,
+	"KV_" + bus.BucketNodes, "KV_" + bus.BucketPlacements,
 	"OBJ_" + bus.BucketPayloads, "OBJ_" + bus.BucketSkills, "OBJ_" + bus.BucketWorkspaces}
 
 // replicas returns the replicas of each of [every] on the server, and of
