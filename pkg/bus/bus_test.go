@@ -67,6 +67,13 @@ func publish(t *testing.T, js jetstream.JetStream, id string, data []byte) {
 	}
 }
 
+// eventSubject is an event subject of the six-token shape, written out
+// here rather than by package sessionlog, which owns it: bus reads raw
+// messages whatever they say.
+func eventSubject(tenant string, session uuid.UUID, kind, writer string) string {
+	return "events." + tenant + "." + session.String() + "." + kind + "." + writer
+}
+
 func deadLetters(t *testing.T, js jetstream.JetStream) []event.DeadLetter {
 	t.Helper()
 	msgs, err := bus.ReadAll(context.Background(), js, bus.StreamDeadLetter, "deadletter.>")
@@ -209,12 +216,72 @@ func TestConsumeGivesUpPoison(t *testing.T) {
 	}
 }
 
+// A message its handler rejects (it must not be believed) is given up at
+// once and dead-lettered under bus.RejectedID, and OnGiveUp is not called:
+// the message speaks for no one.
+func TestConsumeRejected(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	var handled, gaveUp atomic.Int32
+	consume(t, js, bus.Consumer{
+		Handler: func(ctx context.Context, m bus.Msg) error {
+			handled.Add(1)
+			if m.MsgID == "forged" {
+				return bus.Rejected(errors.New("a body naming another tenant"))
+			}
+			return nil
+		},
+		OnGiveUp: func(ctx context.Context, m bus.Msg, reason error) error {
+			gaveUp.Add(1)
+			return nil
+		},
+	})
+	publish(t, js, "forged", []byte(`{}`))
+	publish(t, js, "fine", []byte(`{}`))
+	waitFor(t, 10*time.Second, func() error {
+		if n := len(deadLetters(t, js)); n != 1 {
+			return fmt.Errorf("%d dead letters, want 1", n)
+		}
+		s, err := js.Stream(context.Background(), bus.StreamTools)
+		if err != nil {
+			return err
+		}
+		if n := s.CachedInfo().State.Msgs; n != 0 {
+			return fmt.Errorf("%d messages left on the work queue", n)
+		}
+		return nil
+	})
+	msgs, err := bus.ReadAll(context.Background(), js, bus.StreamDeadLetter, "deadletter.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dl event.DeadLetter
+	if err := json.Unmarshal(msgs[0].Data, &dl); err != nil {
+		t.Fatal(err)
+	}
+	if want := bus.RejectedID(bus.StreamTools, dl.StreamSeq); msgs[0].MsgID != want {
+		t.Errorf("dead letter msg id = %q, want %q", msgs[0].MsgID, want)
+	}
+	if want := "deadletter." + bus.StreamTools + ".test-TestConsumeRejected"; msgs[0].Subject != want {
+		t.Errorf("dead letter subject = %q, want %q", msgs[0].Subject, want)
+	}
+	if !strings.Contains(dl.Reason, "another tenant") || dl.Stream != bus.StreamTools {
+		t.Errorf("dead letter = stream %q reason %q", dl.Stream, dl.Reason)
+	}
+	if n := handled.Load(); n != 2 {
+		t.Errorf("handler ran %d times, want 2 (no redelivery of the rejected one)", n)
+	}
+	if n := gaveUp.Load(); n != 0 {
+		t.Errorf("OnGiveUp ran %d times, want 0", n)
+	}
+}
+
 func TestPublishDeduplicates(t *testing.T) {
 	t.Parallel()
 	_, _, js := natstest.Run(t)
 	ctx := context.Background()
 	s := uuid.Must(uuid.NewV7())
-	subj := bus.EventSubject("acme", s, event.TypeSessionFailed)
+	subj := eventSubject("acme", s, "session.failed", "harness")
 	for range 3 {
 		if err := bus.Publish(ctx, js, subj, "same-id", map[string]string{"type": event.TypeSessionFailed}); err != nil {
 			t.Fatal(err)
@@ -227,7 +294,7 @@ func TestPublishDeduplicates(t *testing.T) {
 	if len(msgs) != 1 {
 		t.Fatalf("got %d events, want 1", len(msgs))
 	}
-	if want := "events.acme." + s.String() + ".session.failed"; msgs[0].Subject != want {
+	if want := "events.acme." + s.String() + ".session.failed.harness"; msgs[0].Subject != want {
 		t.Errorf("subject = %q, want %q", msgs[0].Subject, want)
 	}
 }
@@ -260,11 +327,13 @@ func TestParseSubject(t *testing.T) {
 		subject, tenant string
 		ok              bool
 	}{
-		{"requests.acme." + id.String(), "acme", true},
-		{"events.acme." + id.String() + ".tool.completed", "acme", true},
-		{"tools.sandbox.acme." + id.String(), "acme", true},
+		{bus.RequestSubject("acme", id, "alice"), "acme", true},
+		{eventSubject("acme", id, "tool.completed", "sandbox"), "acme", true},
+		{bus.ToolSubject(bus.ServiceSandbox, "acme", id), "acme", true},
 		{"requests.acme", "", false},
 		{"requests.acme.not-a-uuid", "", false},
+		{"tools.sandbox.acme", "", false},
+		{"", "", false},
 	}
 	for _, tc := range tests {
 		tenant, session, err := bus.ParseSubject(tc.subject)
@@ -307,90 +376,13 @@ func TestLongHandlerKeepsItsMessage(t *testing.T) {
 	}
 }
 
-// A large event goes to the object store once, the log keeps a small stub,
-// and readers get the whole event back.
-func TestRecordOffloadsLargeEvents(t *testing.T) {
-	t.Parallel()
-	_, _, js := natstest.Run(t)
-	ctx := context.Background()
-	s := uuid.Must(uuid.NewV7())
-	big := strings.Repeat("x", 3*bus.OffloadThreshold)
-	small := &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", s), Call: uuid.New(), Name: "Bash", Output: "short"}
-	large := &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", s), Call: uuid.New(), Name: "Bash", Output: big}
-	for i, ev := range []event.Event{small, large, large} {
-		err := bus.Record(ctx, js, ev, fmt.Sprintf("m%d", min(i, 1)))
-		if i == 2 {
-			if !errors.Is(err, bus.ErrDuplicate) {
-				t.Errorf("recording m1 again: err = %v, want ErrDuplicate", err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	stream, err := js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
+// failed publishes a raw session.failed event of session s of acme
+// under msgID, as the harness would record it.
+func failed(t *testing.T, js jetstream.JetStream, s uuid.UUID, i int) {
+	t.Helper()
+	ev := &event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, "acme", s), Code: "c", Reason: fmt.Sprint(i)}
+	if err := bus.Publish(context.Background(), js, eventSubject("acme", s, "session.failed", "harness"), fmt.Sprintf("%s-%d", s, i), ev); err != nil {
 		t.Fatal(err)
-	}
-	for seq := uint64(1); seq <= 2; seq++ {
-		raw, err := stream.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(raw.Data) > 1024 {
-			t.Errorf("log message %d is %d bytes; want a small stub", seq, len(raw.Data))
-		}
-	}
-	msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents("acme", s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(msgs) != 2 {
-		t.Fatalf("%d events, want 2 (the repeat is a duplicate)", len(msgs))
-	}
-	var got event.ToolCompleted
-	if err := json.Unmarshal(msgs[1].Data, &got); err != nil {
-		t.Fatal(err)
-	}
-	if got.Output != big || got.Type != event.TypeToolCompleted || got.Call != large.Call {
-		t.Errorf("resolved event differs: type %s, %d bytes of output", got.Type, len(got.Output))
-	}
-	// A second large event with the same content is stored once.
-	again := *large
-	if err := bus.Record(ctx, js, &again, "m3"); err != nil {
-		t.Fatal(err)
-	}
-	obs, err := js.ObjectStore(ctx, bus.BucketPayloads)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := obs.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(objs) != 1 {
-		t.Errorf("%d objects stored, want 1", len(objs))
-	}
-}
-
-// A stub whose object does not match its hash is refused, not trusted.
-func TestResolveChecksTheHash(t *testing.T) {
-	t.Parallel()
-	_, _, js := natstest.Run(t)
-	ctx := context.Background()
-	obs, err := js.ObjectStore(ctx, bus.BucketPayloads)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "sha256-" + strings.Repeat("0", 64)
-	if _, err := obs.PutBytes(ctx, name, []byte(`{"type":"corral.tool.v1.completed"}`)); err != nil {
-		t.Fatal(err)
-	}
-	stub := event.Offloaded{Header: event.NewHeader(event.TypeOffloaded, "acme", uuid.New()), Of: event.TypeToolCompleted, Object: name, Size: 10}
-	data, _ := json.Marshal(&stub)
-	if _, err := bus.Resolve(ctx, js, data); err == nil {
-		t.Error("Resolve accepted an object that does not match its name")
 	}
 }
 
@@ -401,10 +393,7 @@ func TestReadAfter(t *testing.T) {
 	a, b := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
 	for i := range 3 {
 		for _, s := range []uuid.UUID{a, b} {
-			ev := &event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, "acme", s), Code: "c", Reason: fmt.Sprint(i)}
-			if err := bus.Record(ctx, js, ev, fmt.Sprintf("%s-%d", s, i)); err != nil {
-				t.Fatal(err)
-			}
+			failed(t, js, s, i)
 		}
 	}
 	stream, err := js.Stream(ctx, bus.StreamEvents)
@@ -423,24 +412,21 @@ func TestReadAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(rest) != 2 || rest[0].StreamSeq != all[1].StreamSeq {
-		t.Errorf("after the first: %d events starting at %d, want 2 starting at %d", len(rest), rest[0].StreamSeq, all[1].StreamSeq)
+		t.Fatalf("after the first: %d events, want 2 starting at %d", len(rest), all[1].StreamSeq)
 	}
 	none, err := bus.ReadAfter(ctx, js, stream, bus.SessionEvents("acme", a), all[2].StreamSeq)
 	if err != nil || len(none) != 0 {
 		t.Errorf("after the last: %v, %v", none, err)
 	}
-	if all[0].Subject != bus.EventSubject("acme", a, event.TypeSessionFailed) || all[0].MsgID != fmt.Sprintf("%s-0", a) {
-		t.Errorf("first = subject %q msg id %q", all[0].Subject, all[0].MsgID)
+	if want := eventSubject("acme", a, "session.failed", "harness"); all[0].Subject != want || all[0].MsgID != fmt.Sprintf("%s-0", a) {
+		t.Errorf("first = subject %q msg id %q, want %q and %s-0", all[0].Subject, all[0].MsgID, want, a)
 	}
 
 	// More than one batch's worth, interleaved with another session's.
 	const many = 700
 	for i := 3; i < many; i++ {
 		for _, s := range []uuid.UUID{a, b} {
-			ev := &event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, "acme", s), Code: "c", Reason: fmt.Sprint(i)}
-			if err := bus.Record(ctx, js, ev, fmt.Sprintf("%s-%d", s, i)); err != nil {
-				t.Fatal(err)
-			}
+			failed(t, js, s, i)
 		}
 	}
 	got, err := bus.ReadAfter(ctx, js, stream, bus.SessionEvents("acme", b), 0)
@@ -456,49 +442,54 @@ func TestReadAfter(t *testing.T) {
 			t.Fatalf("event %d = %s, %v; want session b's reason %d", i, m.Data, err, i)
 		}
 	}
+	// ReadAll and ReadByConsumer (a client's way) read the same.
+	viaAll, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents("acme", b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaConsumer, err := bus.ReadByConsumer(ctx, js, bus.StreamEvents, bus.SessionEvents("acme", b), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, msgs := range map[string][]bus.Msg{"ReadAll": viaAll, "ReadByConsumer": viaConsumer} {
+		if !slices.EqualFunc(msgs, got, func(x, y bus.Msg) bool {
+			return x.StreamSeq == y.StreamSeq && x.Subject == y.Subject && x.MsgID == y.MsgID && string(x.Data) == string(y.Data)
+		}) {
+			t.Errorf("%s read %d messages, not the %d ReadAfter read", name, len(msgs), len(got))
+		}
+	}
+	tail, err := bus.ReadByConsumer(ctx, js, bus.StreamEvents, bus.SessionEvents("acme", b), got[many-3].StreamSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tail) != 2 || tail[0].StreamSeq != got[many-2].StreamSeq {
+		t.Errorf("ReadByConsumer after the third last: %d messages, want the last 2", len(tail))
+	}
 }
 
-func TestAppend(t *testing.T) {
+// LastBySubject gets the last message matching a filter, and says so when
+// none does.
+func TestLastBySubject(t *testing.T) {
 	t.Parallel()
 	_, _, js := natstest.Run(t)
 	ctx := context.Background()
 	a, b := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
-	ev := func(s uuid.UUID, reason string) event.Event {
-		return &event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, "acme", s), Code: "c", Reason: reason}
-	}
-	first, err := bus.Append(ctx, js, ev(a, "a1"), "a1", 0)
-	if err != nil {
-		t.Fatalf("first event of a session, after 0: %v", err)
-	}
-	// Another session's events do not count.
-	if err := bus.Record(ctx, js, ev(b, "b1"), "b1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bus.Append(ctx, js, ev(a, "stale"), "stale", 0); !errors.Is(err, bus.ErrNotLast) {
-		t.Errorf("append after 0 to a session with an event: %v, want ErrNotLast", err)
-	}
-	second, err := bus.Append(ctx, js, ev(a, "a2"), "a2", first)
-	if err != nil || second <= first {
-		t.Fatalf("append after the last event: seq %d, %v (the first was %d)", second, err, first)
-	}
-	// One written without the condition in between, as a sandbox's result
-	// or a stop would be.
-	if err := bus.Record(ctx, js, ev(a, "other"), "other"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bus.Append(ctx, js, ev(a, "behind"), "behind", second); !errors.Is(err, bus.ErrNotLast) {
-		t.Errorf("append behind the log: %v, want ErrNotLast", err)
-	}
-	msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents("acme", a))
+	failed(t, js, a, 0)
+	failed(t, js, a, 1)
+	failed(t, js, b, 0)
+	m, err := bus.LastBySubject(ctx, js, bus.StreamEvents, bus.SessionEvents("acme", a))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, m := range msgs {
-		got = append(got, m.MsgID)
+	var ev event.SessionFailed
+	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Session != a || ev.Reason != "1" || m.StreamSeq != 2 || m.MsgID != a.String()+"-1" {
+		t.Errorf("last of a = seq %d msg id %q %s, want seq 2, a's reason 1", m.StreamSeq, m.MsgID, m.Data)
 	}
-	if want := []string{"a1", "a2", "other"}; !slices.Equal(got, want) {
-		t.Errorf("session a's log holds %v, want %v", got, want)
+	if _, err := bus.LastBySubject(ctx, js, bus.StreamEvents, bus.SessionEvents("acme", uuid.New())); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("last of a session with no events: err = %v, want ErrMsgNotFound", err)
+	}
+	if msgs, err := bus.ReadByConsumer(ctx, js, bus.StreamEvents, bus.SessionEvents("acme", uuid.New()), 0); err != nil || len(msgs) != 0 {
+		t.Errorf("ReadByConsumer of a session with no events = %v, %v; want nothing", msgs, err)
 	}
 }
 

@@ -43,6 +43,17 @@ func (e *notYetError) Error() string { return e.err.Error() }
 
 func (e *notYetError) Unwrap() []error { return []error{ErrNotYet, e.err} }
 
+// ErrRejected marks a message that must not be believed: its subject, its
+// sender or its body do not agree (see package sessionlog). It is given up
+// at once, as a permanent failure is, but OnGiveUp is not called: the
+// message speaks for no one, and its session must not suffer for it.
+var ErrRejected = errors.New("rejected")
+
+// Rejected wraps err so that it matches [ErrRejected].
+func Rejected(err error) error {
+	return fmt.Errorf("%w: %w", ErrRejected, err)
+}
+
 // Permanent wraps err so that it matches [ErrPermanent].
 func Permanent(err error) error {
 	return fmt.Errorf("%w: %w", ErrPermanent, err)
@@ -288,6 +299,16 @@ func (c *Consumer) handle(base context.Context, log *slog.Logger, msg jetstream.
 		}
 		_ = msg.NakWithDelay(delay)
 		log.DebugContext(ctx, "message not ready, will retry", "delivered", m.Delivered, "err", err)
+	case errors.Is(err, ErrRejected):
+		gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer gcancel()
+		if gerr := c.deadLetter(gctx, m, err, RejectedID(c.Stream, m.StreamSeq)); gerr != nil {
+			log.WarnContext(ctx, "dead letter", "err", gerr)
+			_ = msg.NakWithDelay(c.backoff(m.Delivered))
+			return
+		}
+		_ = msg.TermWithReason(truncate(err.Error(), 200))
+		log.ErrorContext(ctx, "message rejected", "err", err)
 	case errors.Is(err, ErrPermanent) || (c.Config.MaxDeliver > 0 && m.Delivered >= uint64(c.Config.MaxDeliver)):
 		// The handler's ctx may be what failed; recording the failure
 		// still needs one.
@@ -419,20 +440,36 @@ func (c *Consumer) giveUp(ctx context.Context, m Msg, reason error) error {
 			return err
 		}
 	}
+	return c.deadLetter(ctx, m, reason, fmt.Sprintf("%s:%s:%d", c.Stream, c.Config.Durable, m.StreamSeq))
+}
+
+func (c *Consumer) deadLetter(ctx context.Context, m Msg, reason error, msgID string) error {
+	return DeadLetter(ctx, c.js, c.Stream, c.Config.Durable, m, reason, msgID)
+}
+
+// DeadLetter copies m, a message of stream that reader gave up on, to the
+// DEADLETTER stream with the reason, under msgID.
+func DeadLetter(ctx context.Context, js jetstream.JetStream, stream, reader string, m Msg, reason error, msgID string) error {
 	dl := event.DeadLetter{
 		Type:      event.TypeDeadLetter,
 		ID:        uuid.Must(uuid.NewV7()),
 		Time:      time.Now().UTC(),
-		Stream:    c.Stream,
-		Consumer:  c.Config.Durable,
+		Stream:    stream,
+		Consumer:  reader,
 		Subject:   m.Subject,
 		StreamSeq: m.StreamSeq,
 		Delivered: m.Delivered,
 		Reason:    truncate(reason.Error(), 4096),
 		Data:      m.Data,
 	}
-	msgID := fmt.Sprintf("%s:%s:%d", c.Stream, c.Config.Durable, m.StreamSeq)
-	return Publish(ctx, c.js, deadLetterSubject(c.Stream, c.Config.Durable), msgID, dl)
+	return Publish(ctx, js, deadLetterSubject(stream, reader), msgID, dl)
+}
+
+// RejectedID is the message ID of the dead letter of a rejected message:
+// the same whichever reader rejects it, so that the DEADLETTER stream's
+// duplicate window keeps one.
+func RejectedID(stream string, seq uint64) string {
+	return fmt.Sprintf("%s:rejected:%d", stream, seq)
 }
 
 // backoff is the redelivery delay after n failed deliveries: RetryDelay

@@ -3,14 +3,13 @@ package bus
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"corral.dev/pkg/event"
 )
 
 // Stream names.
@@ -19,20 +18,49 @@ const (
 	StreamEvents     = "EVENTS"
 	StreamTools      = "TOOLS"
 	StreamDeadLetter = "DEADLETTER"
+	StreamPayloads   = "PAYLOADS"
 )
+
+// PayloadSubject is where the session events of tenant too large for the
+// log are stored, one message each, named by their SHA-256 (hex).
+func PayloadSubject(tenant, sha string) string { return "payloads." + tenant + "." + sha }
+
+// The operations of the memory and approval APIs.
+const (
+	OpList   = "list"
+	OpDecide = "decide"
+)
+
+// MemoryAPI is the subject of operation op of the memory API for user
+// (a [UserToken], or a wildcard) of tenant: the service takes both from
+// the subject, which the NATS permissions let a client publish only for
+// its own tenant and user.
+func MemoryAPI(tenant, user, op string) string {
+	return "corral.memory." + tenant + "." + user + "." + op
+}
+
+// ApprovalAPI is the subject of operation op of the approval API, as
+// [MemoryAPI]'s.
+func ApprovalAPI(tenant, user, op string) string {
+	return "corral.approval." + tenant + "." + user + "." + op
+}
 
 // KV and object store bucket names.
 const (
-	BucketLeases     = "leases"
-	BucketCalls      = "calls"
-	BucketPayloads   = "payloads"
-	BucketSkills     = "skills"
-	BucketApprovals  = "approvals"
-	BucketUsage      = "usage"
-	BucketWorkspaces = "workspaces"
-	BucketNodes      = "nodes"
-	BucketPlacements = "placements"
+	BucketLeases      = "leases"
+	BucketCalls       = "calls"
+	BucketCredentials = "credentials"
+	BucketSkills      = "skills"
+	BucketApprovals   = "approvals"
+	BucketUsage       = "usage"
+	BucketWorkspaces  = "workspaces"
+	BucketNodes       = "nodes"
+	BucketPlacements  = "placements"
 )
+
+// EventDurables are the services' durable consumers of the EVENTS stream:
+// no client may create, pull from or delete a consumer of theirs.
+func EventDurables() []string { return []string{ConsumerHarnessSteps, ConsumerApprovals} }
 
 // Durable consumer names, <service>-<purpose>.
 const (
@@ -62,15 +90,35 @@ func Bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, RequestTimeout)
 }
 
-// RequestSubject is where clients publish a [event.Request].
-func RequestSubject(tenant string, session uuid.UUID) string {
-	return fmt.Sprintf("requests.%s.%s", tenant, session)
+// RequestSubject is where a client acting as user publishes a
+// [event.Request]: requests.<tenant>.<session>.<user token>. The NATS
+// permissions let a credential publish only under its own tenant, and a
+// user's credential only under its own user token: the subject, not the
+// body, says whose request it is.
+func RequestSubject(tenant string, session uuid.UUID, user string) string {
+	return fmt.Sprintf("requests.%s.%s.%s", tenant, session, UserToken(user))
 }
 
-// EventSubject is where an event of type typ of a session is recorded:
-// events.<tenant>.<session>.<domain>.<name>.
-func EventSubject(tenant string, session uuid.UUID, typ string) string {
-	return fmt.Sprintf("events.%s.%s.%s", tenant, session, event.Kind(typ))
+// UserToken is the subject token standing for user ("u-" and the user in
+// unpadded base64url): users may hold any character, subject tokens not.
+func UserToken(user string) string {
+	return "u-" + base64.RawURLEncoding.EncodeToString([]byte(user))
+}
+
+// ErrBadUserToken is returned by [ParseUserToken].
+var ErrBadUserToken = errors.New("not a user token")
+
+// ParseUserToken returns the user a [UserToken] stands for.
+func ParseUserToken(tok string) (string, error) {
+	b64, ok := strings.CutPrefix(tok, "u-")
+	if !ok {
+		return "", fmt.Errorf("%w: %q", ErrBadUserToken, tok)
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(b64)
+	if err != nil || len(b) == 0 {
+		return "", fmt.Errorf("%w: %q", ErrBadUserToken, tok)
+	}
+	return string(b), nil
 }
 
 // SessionEvents is the filter matching every event of one session. The
@@ -117,10 +165,15 @@ func LeaseSubject(instance string) string {
 	}, instance)
 }
 
-// PlacementKey is a session's key in [BucketPlacements].
-func PlacementKey(tenant string, session uuid.UUID) string {
+// SessionKey is a session's key wherever a cache, lock, lease or bucket
+// keeps something per session: session IDs are chosen by clients, so a key
+// without the tenant would let one tenant's session stand for another's.
+func SessionKey(tenant string, session uuid.UUID) string {
 	return tenant + "." + session.String()
 }
+
+// PlacementKey is a session's key in [BucketPlacements].
+func PlacementKey(tenant string, session uuid.UUID) string { return SessionKey(tenant, session) }
 
 func deadLetterSubject(stream, consumer string) string {
 	return fmt.Sprintf("deadletter.%s.%s", stream, consumer)
@@ -170,12 +223,28 @@ var streams = []jetstream.StreamConfig{
 		Duplicates:  10 * time.Minute,
 	},
 	{
+		// One message per event too large for its session log, under its
+		// tenant: a client reads its own tenant's by subject, which its
+		// permissions name (an object store's names and chunks do not).
+		Name:              StreamPayloads,
+		Description:       "session events too large for the log: payloads.<tenant>.<sha256>",
+		Subjects:          []string{"payloads.>"},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           jetstream.FileStorage,
+		MaxMsgsPerSubject: 1,
+		Duplicates:        10 * time.Minute,
+		AllowDirect:       true,
+	},
+	{
 		Name:        StreamDeadLetter,
 		Description: "messages consumers gave up on, with the reason",
 		Subjects:    []string{"deadletter.>"},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		MaxAge:      30 * 24 * time.Hour,
+		// A rejected event is dead-lettered once, whichever of its
+		// readers rejects it first (see RejectedID).
+		Duplicates: time.Hour,
 		// Read with direct gets, as the session logs are.
 		AllowDirect: true,
 	},
@@ -253,6 +322,15 @@ var buckets = []jetstream.KeyValueConfig{
 		History:     1,
 	},
 	{
+		// Client credentials by ID: tenant, user, role and the secret's
+		// hash. Written by corral credentials (admin), read by the auth
+		// service alone.
+		Bucket:      BucketCredentials,
+		Description: "client credentials: ID -> tenant, user, role, secret hash",
+		Storage:     jetstream.FileStorage,
+		History:     1,
+	},
+	{
 		// What each tenant, and each of its users, spent each day (UTC):
 		// <tenant>.<day> and <tenant>.<day>.u.<user, base64url>. Kept
 		// for a year and a month, for reports.
@@ -279,11 +357,6 @@ const ApprovalHistoryTTL = 90 * 24 * time.Hour
 
 // Large events are kept here, content-addressed; see [Record].
 var objectStores = []jetstream.ObjectStoreConfig{
-	{
-		Bucket:      BucketPayloads,
-		Description: "event payloads too large for the session log, by SHA-256",
-		Storage:     jetstream.FileStorage,
-	},
 	{
 		// Written by the memory service whenever a tenant's skills change:
 		// <tenant>.index lists them for the harness's system prompt, and

@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // ReadAll returns every message of stream matching filter, oldest first,
 // read by batched direct gets until none is left (so those stored while it
-// reads as well): a round trip for every [readBatch] messages. Offloaded events come back resolved
-// (see [Resolve]). stream must allow direct gets.
+// reads as well): a round trip for every [readBatch] messages. Session
+// logs are read through package sessionlog, which judges what this
+// returns. stream must allow direct gets.
 func ReadAll(ctx context.Context, js jetstream.JetStream, stream, filter string) ([]Msg, error) {
 	return readBatches(ctx, js, stream, filter, 0, nil)
 }
@@ -34,13 +37,8 @@ func readBatches(ctx context.Context, js jetstream.JetStream, stream, filter str
 		if err != nil {
 			return nil, err
 		}
-		// Resolved once the batch is in, not against its request's bound.
 		for _, raw := range batch {
-			m, err := resolved(ctx, js, filter, raw)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, m)
+			out = append(out, rawMsg(raw))
 			seq = raw.Sequence
 		}
 		if !more {
@@ -73,12 +71,8 @@ func readBatchAfter(ctx context.Context, js jetstream.JetStream, stream, filter 
 	return batch, more, nil
 }
 
-func resolved(ctx context.Context, js jetstream.JetStream, filter string, raw *jetstream.RawStreamMsg) (Msg, error) {
-	data, err := Resolve(ctx, js, raw.Data)
-	if err != nil {
-		return Msg{}, fmt.Errorf("read %s: seq %d: %w", filter, raw.Sequence, err)
-	}
-	return Msg{Subject: raw.Subject, Data: data, StreamSeq: raw.Sequence, MsgID: raw.Header.Get(jetstream.MsgIDHeader)}, nil
+func rawMsg(raw *jetstream.RawStreamMsg) Msg {
+	return Msg{Subject: raw.Subject, Data: raw.Data, StreamSeq: raw.Sequence, MsgID: raw.Header.Get(jetstream.MsgIDHeader)}
 }
 
 // ReadAfter returns the messages of stream matching filter stored after
@@ -89,7 +83,7 @@ func resolved(ctx context.Context, js jetstream.JetStream, filter string, raw *j
 // first answer costs the server a count of what matches). Asking for the
 // last first spares the server the search, to the end of the stream, for
 // a next message that is not there. stream must allow direct gets and be
-// looked up once by the caller. Offloaded events come back resolved.
+// looked up once by the caller.
 func ReadAfter(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, filter string, seq uint64) ([]Msg, error) {
 	rctx, cancel := Bound(ctx)
 	last, err := stream.GetLastMsgForSubject(rctx, filter)
@@ -111,11 +105,7 @@ func ReadAfter(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 		if err != nil {
 			return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
 		}
-		m, err := resolved(ctx, js, filter, raw)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
+		out = append(out, rawMsg(raw))
 		seq = raw.Sequence
 	}
 	return out, nil
@@ -130,8 +120,8 @@ const maxSingleGets = 4
 var ErrBadSubject = errors.New("subject does not name a tenant and session")
 
 // ParseSubject returns the tenant and session named by a request, event or
-// tool subject (requests.<tenant>.<session>, events.<tenant>.<session>.…,
-// tools.<service>.<tenant>.<session>).
+// tool subject (requests.<tenant>.<session>.<user>,
+// events.<tenant>.<session>.…, tools.<service>.<tenant>.<session>).
 func ParseSubject(subject string) (string, uuid.UUID, error) {
 	tok := strings.Split(subject, ".")
 	i := 1
@@ -146,4 +136,85 @@ func ParseSubject(subject string) (string, uuid.UUID, error) {
 		return "", uuid.Nil, fmt.Errorf("%w: %s", ErrBadSubject, subject)
 	}
 	return tok[i], id, nil
+}
+
+// LastBySubject returns the last message of stream on a subject matching
+// filter, by a direct get whose subject names the filter (which a
+// client's permissions can allow for its own tenant's subjects alone, and
+// which needs no look-up of the stream). It returns an error wrapping
+// [jetstream.ErrMsgNotFound] when none matches. stream must allow direct
+// gets.
+func LastBySubject(ctx context.Context, js jetstream.JetStream, stream, filter string) (Msg, error) {
+	ctx, cancel := Bound(ctx)
+	defer cancel()
+	resp, err := js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream+"."+filter, nil)
+	if err != nil {
+		return Msg{}, fmt.Errorf("read the last of %s: %w", filter, err)
+	}
+	switch resp.Header.Get("Status") {
+	case "":
+	case "404":
+		return Msg{}, fmt.Errorf("read the last of %s: %w", filter, jetstream.ErrMsgNotFound)
+	default:
+		return Msg{}, fmt.Errorf("read the last of %s: %s %s", filter, resp.Header.Get("Status"), resp.Header.Get("Description"))
+	}
+	// A stored message may carry headers of these names itself (an echo
+	// of another direct get's answer, say): the server's come last.
+	seq, err := strconv.ParseUint(lastValue(resp.Header, jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return Msg{}, fmt.Errorf("read the last of %s: no sequence in the answer", filter)
+	}
+	return Msg{Subject: lastValue(resp.Header, jetstream.SubjectHeader), Data: resp.Data, StreamSeq: seq, MsgID: resp.Header.Get(jetstream.MsgIDHeader)}, nil
+}
+
+// ReadByConsumer is [ReadAfter] for a reader that may not use batched
+// direct gets (a client, whose permissions name the filter of each read):
+// the messages of stream matching filter stored after sequence seq, up to
+// the last one when it starts, through an ordered consumer whose filter its
+// create subject names.
+func ReadByConsumer(ctx context.Context, js jetstream.JetStream, stream, filter string, seq uint64) ([]Msg, error) {
+	last, err := LastBySubject(ctx, js, stream, filter)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if last.StreamSeq <= seq {
+		return nil, nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+	if seq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
+	}
+	cons, err := js.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
+	}
+	var out []Msg
+	for {
+		rctx, cancel := Bound(ctx)
+		msg, err := cons.Next(jetstream.FetchContext(rctx))
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
+		}
+		out = append(out, Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: meta.Sequence.Stream, MsgID: msg.Headers().Get(jetstream.MsgIDHeader)})
+		if meta.Sequence.Stream >= last.StreamSeq {
+			return out, nil
+		}
+	}
+}
+
+// lastValue returns the last value of header key in h.
+func lastValue(h nats.Header, key string) string {
+	v := h.Values(key)
+	if len(v) == 0 {
+		return ""
+	}
+	return v[len(v)-1]
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -30,6 +31,12 @@ type ServerConfig struct {
 	ConfigFile string
 	// Logger receives the server's log; nil keeps the server quiet.
 	Logger *slog.Logger
+	// Users, when set, are the only ones who may sign in (besides the
+	// clients AuthCallout lets in), each with its permissions.
+	Users []*server.User
+	// AuthCallout, when set, has the server ask Corral's auth service
+	// about every connection of a user not listed in its AuthUsers.
+	AuthCallout *server.AuthCallout
 }
 
 // StartServer starts an embedded NATS server with JetStream on file storage
@@ -54,6 +61,12 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 	opts.NoSigs = true
 	opts.NoLog = cfg.Logger == nil
 	opts.MaxPayload = 8 << 20
+	if cfg.Users != nil {
+		opts.Users = cfg.Users
+	}
+	if cfg.AuthCallout != nil {
+		opts.AuthCallout = cfg.AuthCallout
+	}
 
 	if cfg.Port > 0 {
 		// The server would only log a taken port; find out first, so the
@@ -81,9 +94,19 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 }
 
 // Connect connects to the NATS server at url as the named client,
-// reconnecting forever once connected, and logging disconnects.
+// reconnecting forever once connected, and logging disconnects. A publish
+// or subscription the server's permissions refuse is logged as an error:
+// a service's permissions must cover all it does, and a refused request
+// otherwise shows only as a time-out.
 func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
 	opts = append([]nats.Option{
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				log.Error("nats refused", "err", err)
+				return
+			}
+			log.Warn("nats error", "err", err)
+		}),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
@@ -114,14 +137,34 @@ func (a slogAdapter) Tracef(format string, v ...any)  {}
 
 // UserFromEnv returns an option signing in as CORRAL_NATS_USER with
 // CORRAL_NATS_PASSWORD, when they are set: each service has its own user
-// and permissions in deploy/nats.conf.
+// and permissions in deploy/nats.conf, and each client its credential.
 func UserFromEnv(getenv func(string) string) nats.Option {
+	return SignIn(getenv("CORRAL_NATS_USER"), getenv("CORRAL_NATS_PASSWORD"))
+}
+
+// SignIn returns an option signing in as user with password (nothing when
+// user is empty), with the inbox prefix [InboxPrefix] of user: a client
+// credential may hear replies only there.
+func SignIn(user, password string) nats.Option {
 	return func(o *nats.Options) error {
-		if u := getenv("CORRAL_NATS_USER"); u != "" {
-			o.User, o.Password = u, getenv("CORRAL_NATS_PASSWORD")
+		if user == "" {
+			return nil
 		}
-		return nil
+		o.User, o.Password = user, password
+		return nats.CustomInboxPrefix(InboxPrefix(user))(o)
 	}
+}
+
+// InboxPrefix is the prefix of the inboxes of a connection signed in as
+// user: _INBOX.<user>. Characters a subject token cannot hold are
+// replaced.
+func InboxPrefix(user string) string {
+	return "_INBOX." + strings.Map(func(r rune) rune {
+		if r == '.' || r == '*' || r == '>' || r <= ' ' {
+			return '_'
+		}
+		return r
+	}, user)
 }
 
 // Join connects the named service to the platform at url (or at any of a

@@ -1,6 +1,7 @@
 package event
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
@@ -48,13 +49,31 @@ type ApprovalDecided struct {
 }
 
 // ArgsHash returns the hex SHA-256 of a call's tool name and input, which
-// binds a decision to the exact call it was asked about.
+// binds a decision to the exact call it was asked about. The input is
+// hashed in the form the session log keeps it (compact, with <, > and &
+// escaped, as encoding/json writes a raw message), so that the harness,
+// which has the model's bytes, and the approval service, which reads the
+// log's, hash the same thing; invalid JSON is hashed as it is.
 func ArgsHash(tool string, input json.RawMessage) string {
 	h := sha256.New()
 	h.Write([]byte(tool))
 	h.Write([]byte{0})
-	h.Write(input)
+	h.Write(canonical(input))
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// canonical returns input as a JSON encoder writes it.
+func canonical(input json.RawMessage) []byte {
+	if len(input) == 0 {
+		return []byte("null")
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, input); err != nil {
+		return input
+	}
+	var out bytes.Buffer
+	json.HTMLEscape(&out, compact.Bytes())
+	return out.Bytes()
 }
 
 // SignedBytes returns what the signature covers: every field that decides

@@ -114,3 +114,32 @@ func TestCheckTenant(t *testing.T) {
 		}
 	}
 }
+
+// A call's hash is the same for the model's bytes and for the bytes the
+// session log keeps of them.
+func TestArgsHashOfTheLoggedInput(t *testing.T) {
+	for _, in := range []string{
+		`{"command": "ls -la && cat <a >b"}`,
+		"{\n  \"command\" : \"echo \u2028 done\"\n}",
+		`{"command":"true"}`,
+	} {
+		logged, err := json.Marshal(struct {
+			Input json.RawMessage `json:"input"`
+		}{json.RawMessage(in)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back struct {
+			Input json.RawMessage `json:"input"`
+		}
+		if err := json.Unmarshal(logged, &back); err != nil {
+			t.Fatal(err)
+		}
+		if a, b := event.ArgsHash("Bash", json.RawMessage(in)), event.ArgsHash("Bash", back.Input); a != b {
+			t.Errorf("%q: hash of the model's bytes %s, of the logged ones (%s) %s", in, a, back.Input, b)
+		}
+	}
+	if event.ArgsHash("Bash", json.RawMessage(`{"command":"ls"}`)) == event.ArgsHash("Bash", json.RawMessage(`{"command":"rm"}`)) {
+		t.Error("different inputs hash alike")
+	}
+}

@@ -1,0 +1,69 @@
+package bus_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+)
+
+// A tool call is believed for the tenant and session its subject names:
+// a body naming others is rejected.
+func TestDecodeToolCall(t *testing.T) {
+	t.Parallel()
+	s, other := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	call := func(tenant string, session uuid.UUID) *event.ToolCall {
+		return &event.ToolCall{Header: event.NewHeader(event.TypeToolCall, tenant, session), Call: uuid.New(), Turn: 1, User: "alice", Name: "Bash", Input: json.RawMessage(`{"command":"ls"}`)}
+	}
+	encode := func(v any) []byte {
+		data, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	good := call("acme", s)
+	noID := call("acme", s)
+	noID.Call = uuid.Nil
+	wrongType := call("acme", s)
+	wrongType.Type = event.TypeToolCompleted
+	tests := []struct {
+		name    string
+		subject string
+		data    []byte
+		ok      bool
+	}{
+		{"good call", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(good), true},
+		{"body of another tenant", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(call("evil", s)), false},
+		{"body of another session", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(call("acme", other)), false},
+		{"subject of another tenant", bus.ToolSubject(bus.ServiceMemory, "evil", s), encode(good), false},
+		{"no call ID", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(noID), false},
+		{"not a call", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(wrongType), false},
+		{"undecodable", bus.ToolSubject(bus.ServiceSandbox, "acme", s), []byte(`{not json`), false},
+		{"subject without a session", "tools.sandbox.acme", encode(good), false},
+		{"subject with a bad session", "tools.sandbox.acme.not-a-uuid", encode(good), false},
+		{"bad tenant on both", bus.ToolSubject(bus.ServiceSandbox, "ACME", s), encode(call("ACME", s)), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := bus.DecodeToolCall(bus.Msg{Subject: tc.subject, Data: tc.data})
+			if !tc.ok {
+				if !errors.Is(err, bus.ErrRejected) {
+					t.Fatalf("DecodeToolCall = %+v, %v; want an error matching ErrRejected", c, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("DecodeToolCall: %v", err)
+			}
+			if c.Tenant != "acme" || c.Session != s || c.Call != good.Call || c.Name != "Bash" || string(c.Input) != `{"command":"ls"}` {
+				t.Errorf("DecodeToolCall = %+v, want the call as sent", c)
+			}
+		})
+	}
+}
