@@ -1,0 +1,67 @@
+package credential
+
+import (
+	"corral.dev/pkg/bus"
+)
+
+// Permissions are the subjects a client may publish to and subscribe to.
+type Permissions struct {
+	Publish   []string
+	Deny      []string
+	Subscribe []string
+}
+
+// Permissions returns what a client signed in with c may do. Every subject
+// names c's tenant, and for a user's credential its user (for a bot or a
+// reviewer, any user of the tenant):
+//   - requests (prompts, stops, raises) on requests.<tenant>.*.<user>;
+//   - the memory API as that user, and the approval API (a reviewer
+//     decides);
+//   - the tenant's session logs, read with single-filter consumers under
+//     events.<tenant>. (the server refuses a consumer whose filter is not
+//     the one its create subject names), pulls, and direct gets of the
+//     last message of a subject, and their stored large events;
+//   - the tenant's daily usage, the same way.
+//
+// Nothing else: no stream's info (which would list other tenants'
+// subjects), no batched direct get (whose subject names no filter), no
+// other tenant's anything, and no subject of the services' own durable
+// consumers (which a create under their name would change).
+func (c Credential) Permissions() Permissions {
+	t, u := c.Tenant, "*"
+	if c.Role == RoleUser {
+		u = bus.UserToken(c.User)
+	}
+	p := Permissions{
+		Publish: []string{
+			"requests." + t + ".*." + u,
+			bus.MemoryAPI(t, u, ">"),
+			bus.ApprovalAPI(t, u, bus.OpList),
+			"$JS.API.CONSUMER.CREATE." + bus.StreamEvents + ".*.events." + t + ".>",
+			"$JS.API.CONSUMER.MSG.NEXT." + bus.StreamEvents + ".*",
+			"$JS.API.CONSUMER.DELETE." + bus.StreamEvents + ".*",
+			"$JS.API.DIRECT.GET." + bus.StreamEvents + ".events." + t + ".>",
+			"$JS.API.DIRECT.GET." + bus.StreamPayloads + "." + bus.PayloadSubject(t, "*"),
+			"$JS.API.CONSUMER.CREATE.KV_" + bus.BucketUsage + ".*.$KV." + bus.BucketUsage + "." + t + ".>",
+			"$JS.API.CONSUMER.MSG.NEXT.KV_" + bus.BucketUsage + ".*",
+			"$JS.API.CONSUMER.DELETE.KV_" + bus.BucketUsage + ".*",
+			"$JS.API.DIRECT.GET.KV_" + bus.BucketUsage + ".$KV." + bus.BucketUsage + "." + t + ".>",
+		},
+		Subscribe: []string{c.Inbox() + ".>"},
+	}
+	switch c.Role {
+	case RoleReviewer:
+		// Decided as the reviewer the credential names.
+		p.Publish = append(p.Publish, bus.ApprovalAPI(t, bus.UserToken(c.User), bus.OpDecide))
+	case RoleOperator:
+		p.Publish = append(p.Publish, bus.ApprovalAPI(t, u, bus.OpDecide))
+	}
+	for _, d := range bus.EventDurables() {
+		p.Deny = append(p.Deny,
+			"$JS.API.CONSUMER.*."+bus.StreamEvents+"."+d,
+			"$JS.API.CONSUMER.*."+bus.StreamEvents+"."+d+".>",
+			"$JS.API.CONSUMER.*.*."+bus.StreamEvents+"."+d,
+		)
+	}
+	return p
+}

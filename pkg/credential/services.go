@@ -1,0 +1,188 @@
+package credential
+
+import (
+	"fmt"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"corral.dev/pkg/bus"
+)
+
+// Service is a service's NATS user and what it may do: what
+// deploy/nats.conf grants it (a test checks that the two agree) and what
+// corral dev starts its server with.
+type Service struct {
+	User        string
+	Permissions Permissions
+	// Responds is set for a service that answers requests (allow_responses).
+	Responds bool
+}
+
+// The service users.
+const (
+	UserHarness  = "harness"
+	UserSandbox  = "sandbox-manager"
+	UserMemory   = "memory"
+	UserApproval = "approval"
+	UserSlack    = "slack-bridge"
+	// UserAuth answers the server's questions about client connections.
+	UserAuth = "auth"
+	// UserAdmin runs corral setup and manages credentials; it may do
+	// anything.
+	UserAdmin = "admin"
+)
+
+// jsRead is the JetStream API every service uses: reading streams and
+// buckets, and consumers. Creating, changing, deleting and purging streams
+// is the admin's alone (a stream re-publishing or sourcing into another
+// would route around the subject permissions).
+var jsRead = []string{
+	"$JS.API.INFO", "$JS.API.STREAM.INFO.>", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
+	"$JS.API.STREAM.MSG.GET.>", "$JS.API.DIRECT.GET.>", "$JS.API.CONSUMER.>",
+	"$JS.ACK.>", "$JS.FC.>", "deadletter.>",
+}
+
+// denyConsumers denies a service the subjects of the other services'
+// durable consumers: it may not create, change, pull from, acknowledge or
+// delete them.
+func denyConsumers(own ...string) []string {
+	var out []string
+	for _, d := range []string{bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps, bus.ConsumerSandboxCalls, bus.ConsumerMemoryCalls, bus.ConsumerApprovals} {
+		mine := false
+		for _, o := range own {
+			mine = mine || o == d
+		}
+		if mine {
+			continue
+		}
+		out = append(out,
+			"$JS.API.CONSUMER.*.*."+d, "$JS.API.CONSUMER.*.*."+d+".>",
+			"$JS.API.CONSUMER.*.*.*."+d, "$JS.ACK.*."+d+".>")
+	}
+	return out
+}
+
+// events returns the subjects on which writer may publish the session
+// events of kinds.
+func events(writer string, kinds ...string) []string {
+	var out []string
+	for _, k := range kinds {
+		out = append(out, fmt.Sprintf("events.*.*.%s.%s", k, writer))
+	}
+	return out
+}
+
+func concat(parts ...[]string) []string {
+	var out []string
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// Services returns every service user but the admin, with its
+// permissions: the table of the README's "Who may write what".
+func Services() []Service {
+	return []Service{
+		{
+			User: UserHarness,
+			Permissions: Permissions{
+				Publish: concat(jsRead, []string{"$KV.leases.>", "$KV.usage.>", "tools.>", "payloads.>", "harness.lease.>"},
+					events("harness", "session.requested", "model.responded", "tool.dispatched", "tool.completed",
+						"approval.requested", "session.completed", "session.failed", "session.stopped", "budget.raise")),
+				Deny: denyConsumers(bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps),
+				// Harnesses ask each other for the session leases
+				// lingering after a step.
+				Subscribe: []string{"_INBOX.>", "harness.lease.>"},
+			},
+			Responds: true,
+		},
+		{
+			User: UserSandbox,
+			Permissions: Permissions{
+				Publish: concat(jsRead, []string{
+					// Replacing a snapshot's manifest purges the old one's chunks.
+					"$JS.API.STREAM.PURGE.OBJ_" + bus.BucketWorkspaces,
+					"$KV.calls.>", "$O.workspaces.>", "$KV.nodes.>", "$KV.placements.>", "payloads.>",
+					// Calls forwarded to the node a session is placed on.
+					"sandbox.node.>",
+				}, events("sandbox", "tool.completed")),
+				Deny:      denyConsumers(bus.ConsumerSandboxCalls),
+				Subscribe: []string{"_INBOX.>", "sandbox.node.>"},
+			},
+			Responds: true,
+		},
+		{
+			User: UserMemory,
+			Permissions: Permissions{
+				Publish: concat(jsRead, []string{
+					"$JS.API.STREAM.PURGE.OBJ_" + bus.BucketSkills,
+					"$KV.memories.>", "$O.skills.>", "payloads.>",
+				}, events("memory", "tool.completed")),
+				Deny:      denyConsumers(bus.ConsumerMemoryCalls),
+				Subscribe: []string{"_INBOX.>", "corral.memory.>", "$SRV.>"},
+			},
+			Responds: true,
+		},
+		{
+			User: UserApproval,
+			Permissions: Permissions{
+				Publish:   concat(jsRead, []string{"$KV.approvals.>", "payloads.>"}, events("approval", "approval.decided")),
+				Deny:      denyConsumers(bus.ConsumerApprovals),
+				Subscribe: []string{"_INBOX.>", "corral.approval.>", "$SRV.>"},
+			},
+			Responds: true,
+		},
+		{
+			// The Slack bridge speaks for the users of the tenants its
+			// Slack workspaces map to: it publishes their requests, reads
+			// their sessions' logs, decides approvals for the reviewers
+			// it knows, and keeps its threads in the slack bucket.
+			User: UserSlack,
+			Permissions: Permissions{
+				Publish: []string{
+					"$JS.API.INFO", "$JS.API.STREAM.INFO.>", "$JS.API.CONSUMER.>", "$JS.API.DIRECT.GET.>",
+					"$JS.API.STREAM.MSG.GET.>", "$JS.FC.>", "$JS.ACK.>",
+					"requests.>", "corral.approval.>", "$KV.slack.>",
+				},
+				Deny:      denyConsumers(),
+				Subscribe: []string{"_INBOX.>"},
+			},
+		},
+		{
+			// It reads the credentials bucket, and answers the server on
+			// $SYS.REQ.USER.AUTH (which the server lets it hear).
+			User: UserAuth,
+			Permissions: Permissions{
+				Publish:   []string{"$JS.API.INFO", "$JS.API.STREAM.INFO.KV_" + bus.BucketCredentials, "$JS.API.DIRECT.GET.KV_" + bus.BucketCredentials + ".>", "$JS.API.STREAM.MSG.GET.KV_" + bus.BucketCredentials},
+				Subscribe: []string{"_INBOX.>", "$SYS.REQ.USER.AUTH"},
+			},
+			Responds: true,
+		},
+	}
+}
+
+// ServerUser returns s as the NATS server's user signing in with password,
+// as deploy/nats.conf defines it.
+func (s Service) ServerUser(password string) *server.User {
+	p := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: s.Permissions.Publish, Deny: s.Permissions.Deny},
+		Subscribe: &server.SubjectPermission{Allow: s.Permissions.Subscribe},
+	}
+	if s.Responds {
+		// What allow_responses: true means in a config file.
+		p.Response = &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS, Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION}
+	}
+	return &server.User{Username: s.User, Password: password, Permissions: p}
+}
+
+// AuthUsers are the users the server signs in itself, by password: the
+// services and the admin. Everyone else is a client, whom the auth service
+// signs in.
+func AuthUsers() []string {
+	out := []string{UserAdmin}
+	for _, s := range Services() {
+		out = append(out, s.User)
+	}
+	return out
+}

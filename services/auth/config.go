@@ -1,0 +1,124 @@
+package auth
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nkeys"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config is the auth service's configuration, read from the environment
+// by [LoadConfig].
+type Config struct {
+	// NATSURL is the NATS server to connect to (CORRAL_NATS_URL).
+	NATSURL string
+	// Issuer signs every answer and every user it lets in
+	// (CORRAL_AUTH_ISSUER_SEED). The NATS server's auth_callout names its
+	// public key, and believes no answer signed by another.
+	Issuer *Issuer
+	// TTL is how long a client stays signed in before the server asks
+	// again (CORRAL_AUTH_TTL, a Go duration; default 10m). A revoked
+	// credential's connections are cut at most this long after.
+	TTL time.Duration
+	// Account is the server account clients are placed in
+	// (CORRAL_AUTH_ACCOUNT; default "$G", the global account of a server
+	// configured with users rather than accounts).
+	Account string
+	// Workers is how many questions are answered at once.
+	Workers int
+	// Metrics is where the service's metrics are registered (none are
+	// when nil).
+	Metrics prometheus.Registerer
+}
+
+// Defaults of [Config].
+const (
+	DefaultTTL     = 10 * time.Minute
+	DefaultAccount = "$G"
+	// MinTTL is the shortest TTL: a user whose sign-in expires sooner
+	// would spend its life signing in again.
+	MinTTL = time.Second
+)
+
+// LoadConfig reads the configuration from getenv; an error names the
+// offending variable.
+func LoadConfig(getenv func(string) string) (Config, error) {
+	cfg := Config{
+		NATSURL: cmp.Or(getenv("CORRAL_NATS_URL"), "nats://127.0.0.1:4222"),
+		TTL:     DefaultTTL,
+		Account: cmp.Or(getenv("CORRAL_AUTH_ACCOUNT"), DefaultAccount),
+		Workers: 16,
+	}
+	seed := getenv("CORRAL_AUTH_ISSUER_SEED")
+	if seed == "" {
+		return Config{}, fmt.Errorf("CORRAL_AUTH_ISSUER_SEED is not set: the auth service signs its answers with it (corral credentials issuer makes one)")
+	}
+	var err error
+	if cfg.Issuer, err = ParseIssuer(seed); err != nil {
+		return Config{}, fmt.Errorf("CORRAL_AUTH_ISSUER_SEED: %w", err)
+	}
+	if s := getenv("CORRAL_AUTH_TTL"); s != "" {
+		if cfg.TTL, err = time.ParseDuration(s); err != nil || cfg.TTL < MinTTL {
+			return Config{}, fmt.Errorf("CORRAL_AUTH_TTL=%q: want a duration of at least %s, such as 10m", s, MinTTL)
+		}
+	}
+	return cfg, nil
+}
+
+// Issuer is the auth service's signing key: an account key pair. It
+// prints, and logs, as its public key alone.
+type Issuer struct {
+	kp  nkeys.KeyPair
+	pub string
+}
+
+// ParseIssuer returns the issuer whose seed is seed ("SA..."): an error
+// for anything but an account's seed.
+func ParseIssuer(seed string) (*Issuer, error) {
+	kp, err := nkeys.FromSeed([]byte(seed))
+	if err != nil {
+		// The error never holds the seed.
+		return nil, fmt.Errorf("not an nkeys seed: %w", err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	if !nkeys.IsValidPublicAccountKey(pub) {
+		return nil, fmt.Errorf("not an account seed (SA...): its public key is %s, want A...", pub)
+	}
+	return &Issuer{kp: kp, pub: pub}, nil
+}
+
+// NewIssuer makes a fresh issuer key pair, for corral dev and corral
+// credentials issuer: seed is for the auth service alone
+// (CORRAL_AUTH_ISSUER_SEED), public for the NATS server's auth_callout
+// issuer.
+func NewIssuer() (seed, public string, err error) {
+	kp, err := nkeys.CreateAccount()
+	if err != nil {
+		return "", "", fmt.Errorf("make issuer key: %w", err)
+	}
+	s, err := kp.Seed()
+	if err != nil {
+		return "", "", err
+	}
+	public, err = kp.PublicKey()
+	if err != nil {
+		return "", "", err
+	}
+	return string(s), public, nil
+}
+
+// Public returns the issuer's public key, which the NATS server's
+// auth_callout names.
+func (i *Issuer) Public() string { return i.pub }
+
+// String returns the public key: never the seed.
+func (i *Issuer) String() string { return i.pub }
+
+// LogValue logs the public key: never the seed.
+func (i *Issuer) LogValue() slog.Value { return slog.StringValue(i.pub) }
