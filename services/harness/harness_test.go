@@ -17,6 +17,7 @@ import (
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/sessionlog"
 )
 
 func waitFor(t *testing.T, timeout time.Duration, f func() error) {
@@ -69,8 +70,11 @@ func runHarness(t *testing.T, js jetstream.JetStream, fake *modeltest.Server) {
 
 func record(t *testing.T, js jetstream.JetStream, ev event.Event, msgID string) {
 	t.Helper()
-	h := ev.Head()
-	if err := bus.Publish(context.Background(), js, bus.EventSubject(h.Tenant, h.Session, h.Type), msgID, ev); err != nil {
+	w := sessionlog.Harness
+	if r, ok := ev.(*event.ToolCompleted); ok && r.Service != "" {
+		w = sessionlog.Writer(r.Service)
+	}
+	if err := sessionlog.New(js, sessionlog.Options{As: w}).Record(context.Background(), ev, msgID); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -165,7 +169,7 @@ func TestStepsAreIdempotent(t *testing.T) {
 		record(t, js, &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", session), Call: call.Call, Name: "Bash"}, fmt.Sprintf("r%d", i))
 	}
 	waitFor(t, 10*time.Second, func() error {
-		msgs, err := bus.ReadAll(context.Background(), js, bus.StreamEvents, bus.EventSubject("acme", session, event.TypeSessionCompleted))
+		msgs, err := bus.ReadAll(context.Background(), js, bus.StreamEvents, sessionlog.SessionKind("acme", session, event.TypeSessionCompleted))
 		if err != nil || len(msgs) == 0 {
 			return fmt.Errorf("not completed (%v)", err)
 		}
@@ -185,7 +189,7 @@ func TestStepsAreIdempotent(t *testing.T) {
 	if n := len(fake.Requests()); n != 2 {
 		t.Errorf("the model was asked %d times, want 2", n)
 	}
-	msgs, _ := bus.ReadAll(context.Background(), js, bus.StreamEvents, bus.EventSubject("acme", session, event.TypeSessionCompleted))
+	msgs, _ := bus.ReadAll(context.Background(), js, bus.StreamEvents, sessionlog.SessionKind("acme", session, event.TypeSessionCompleted))
 	if len(msgs) != 1 {
 		t.Errorf("%d completions recorded, want 1", len(msgs))
 	}
@@ -194,14 +198,14 @@ func TestStepsAreIdempotent(t *testing.T) {
 func request(t *testing.T, js jetstream.JetStream, session uuid.UUID, prompt string) {
 	t.Helper()
 	req := event.Request{Header: event.NewHeader(event.TypeRequest, "acme", session), User: "ada", Prompt: prompt}
-	if err := bus.Publish(context.Background(), js, bus.RequestSubject("acme", session), req.ID.String(), &req); err != nil {
+	if err := bus.Publish(context.Background(), js, bus.RequestSubject("acme", session, req.User), req.ID.String(), &req); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func sessionEvents(t *testing.T, js jetstream.JetStream, session uuid.UUID, typ string) []bus.Msg {
 	t.Helper()
-	msgs, err := bus.ReadAll(context.Background(), js, bus.StreamEvents, bus.EventSubject("acme", session, typ))
+	msgs, err := bus.ReadAll(context.Background(), js, bus.StreamEvents, sessionlog.SessionKind("acme", session, typ))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
 )
 
 // A step works on a session only while this harness holds the session's
@@ -47,8 +49,8 @@ type lease struct {
 // keeps the lease lingering if linger is set, and frees it otherwise.
 // owned reports that no other harness held the lease since this one last
 // did.
-func (s *Service) acquireLease(ctx context.Context, id uuid.UUID) (_ context.Context, release func(linger bool), owned bool, err error) {
-	key := id.String()
+func (s *Service) acquireLease(ctx context.Context, tenant string, session uuid.UUID) (_ context.Context, release func(linger bool), owned bool, err error) {
+	key := bus.SessionKey(tenant, session)
 	me := []byte(s.cfg.Instance)
 	rctx, rcancel := bus.Bound(ctx)
 	l, owned, err := s.holdLease(rctx, key, me)
@@ -206,7 +208,7 @@ func (s *Service) askFree(ctx context.Context, holder, key string) bool {
 func (s *Service) serveLeases(ctx context.Context) error {
 	sub, err := s.js.Conn().Subscribe(bus.LeaseSubject(s.cfg.Instance), func(m *nats.Msg) {
 		answer := leaseBusy
-		if _, err := uuid.Parse(string(m.Data)); err == nil && s.freeLingering(ctx, string(m.Data)) {
+		if validSessionKey(string(m.Data)) && s.freeLingering(ctx, string(m.Data)) {
 			answer = leaseFreed
 		}
 		_ = m.Respond([]byte(answer))
@@ -312,3 +314,13 @@ type freedLeases = leaseMap[uint64]
 
 // maxFreed bounds the sessions remembered; past it, all are forgotten.
 const maxFreed = 16384
+
+// validSessionKey reports whether key is a [bus.SessionKey].
+func validSessionKey(key string) bool {
+	tenant, id, ok := strings.Cut(key, ".")
+	if !ok || event.CheckTenant(tenant) != nil {
+		return false
+	}
+	_, err := uuid.Parse(id)
+	return err == nil
+}

@@ -34,7 +34,7 @@ func newLeaseHarnesses(t *testing.T, js jetstream.JetStream, n int) ([]*Service,
 	}
 	return hs, func(session uuid.UUID) (string, uint64) {
 		t.Helper()
-		e, err := hs[0].leases.Get(context.Background(), session.String())
+		e, err := hs[0].leases.Get(context.Background(), bus.SessionKey("acme", session))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,30 +56,30 @@ func TestLeaseIsExclusiveAndPassesOn(t *testing.T) {
 		return h
 	}
 
-	_, releaseA, _, err := a.acquireLease(ctx, session)
+	_, releaseA, _, err := a.acquireLease(ctx, "acme", session)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := b.acquireLease(ctx, session); !errors.Is(err, bus.ErrNotYet) {
+	if _, _, _, err := b.acquireLease(ctx, "acme", session); !errors.Is(err, bus.ErrNotYet) {
 		t.Fatalf("b took a lease a holds: %v", err)
 	}
 	releaseA(false)
 	if h := holder(); h != "" {
 		t.Fatalf("released lease holds %q, want it free", h)
 	}
-	_, releaseB, _, err := b.acquireLease(ctx, session)
+	_, releaseB, _, err := b.acquireLease(ctx, "acme", session)
 	if err != nil {
 		t.Fatalf("b cannot take a released lease: %v", err)
 	}
 	if h := holder(); h != b.cfg.Instance {
 		t.Fatalf("lease holds %q, want b", h)
 	}
-	if _, _, _, err := a.acquireLease(ctx, session); !errors.Is(err, bus.ErrNotYet) {
+	if _, _, _, err := a.acquireLease(ctx, "acme", session); !errors.Is(err, bus.ErrNotYet) {
 		t.Fatalf("a took back a lease b holds (its remembered revision is stale): %v", err)
 	}
 	releaseB(false)
 	for range 3 { // a takes it back, and again from its own release
-		_, releaseA, _, err = a.acquireLease(ctx, session)
+		_, releaseA, _, err = a.acquireLease(ctx, "acme", session)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,7 @@ func TestLeaseLingers(t *testing.T) {
 	})
 
 	session := uuid.Must(uuid.NewV7())
-	_, release, _, err := a.acquireLease(ctx, session)
+	_, release, _, err := a.acquireLease(ctx, "acme", session)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestLeaseLingers(t *testing.T) {
 	if who != a.cfg.Instance {
 		t.Fatalf("a lingering lease holds %q, want a", who)
 	}
-	_, release, owned, err := a.acquireLease(ctx, session)
+	_, release, owned, err := a.acquireLease(ctx, "acme", session)
 	if err != nil || !owned {
 		t.Fatalf("taken again from lingering: owned %v, %v", owned, err)
 	}
@@ -130,16 +130,16 @@ func TestLeaseLingers(t *testing.T) {
 	// Lingering, but a step of the session runs at a (and will take it
 	// again): b is told to come back.
 	release(true)
-	unlock, err := a.sessions.Lock(ctx, session.String())
+	unlock, err := a.sessions.Lock(ctx, bus.SessionKey("acme", session))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := b.acquireLease(ctx, session); !errors.Is(err, bus.ErrNotYet) {
+	if _, _, _, err := b.acquireLease(ctx, "acme", session); !errors.Is(err, bus.ErrNotYet) {
 		t.Fatalf("b took a lease while a step of a ran: %v", err)
 	}
 	unlock()
 	// Lingering: b asks for it and gets it.
-	_, releaseB, owned, err := b.acquireLease(ctx, session)
+	_, releaseB, owned, err := b.acquireLease(ctx, "acme", session)
 	if err != nil {
 		t.Fatalf("b cannot take a lease lingering at a: %v", err)
 	}
@@ -153,7 +153,7 @@ func TestLeaseLingers(t *testing.T) {
 
 	// Not asked for: freed by a's keeper within half the lease's TTL.
 	other := uuid.Must(uuid.NewV7())
-	_, release, _, err = a.acquireLease(ctx, other)
+	_, release, _, err = a.acquireLease(ctx, "acme", other)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,13 +3,11 @@ package harness
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
@@ -22,10 +20,24 @@ const MaxPromptBytes = 256 << 10
 // handleRequest validates a client's request and records it in the
 // session's log, which triggers the session's next step. A request that does
 // not validate is given up, and its session records why.
+//
+// Tenant, session and user come from the subject, which the NATS
+// permissions let a credential publish only under its own tenant (and a
+// user's credential only under its own user); a body that says otherwise is
+// refused. A session is its first request's user's: a follow-up from
+// anyone else is refused.
 func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
-	tenant, session, err := bus.ParseSubject(m.Subject)
+	tenant, session, user, err := requestSubject(m.Subject)
 	if err != nil {
 		return bus.Permanent(err)
+	}
+	var probe struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(m.Data, &probe)
+	switch probe.Type {
+	case event.TypeSessionStopped, event.TypeBudgetRaise:
+		return s.handleControl(ctx, tenant, session, user, probe.Type, m.Data)
 	}
 	if err := schemas.Validate(event.TypeRequest, m.Data); err != nil {
 		return bus.Permanent(fmt.Errorf("invalid request: %v", err))
@@ -34,8 +46,14 @@ func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		return bus.Permanent(fmt.Errorf("invalid request: %v", err))
 	}
+	if req.User == "" {
+		req.User = user
+	}
 	if err := checkRequest(&req, tenant, session.String()); err != nil {
 		return bus.Permanent(err)
+	}
+	if req.User != user {
+		return bus.Permanent(fmt.Errorf("invalid request: user %q does not match the subject's %q", req.User, user))
 	}
 	modelName := req.Model
 	if modelName == "" {
@@ -53,6 +71,10 @@ func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
 	return s.withSession(ctx, s.sessions.Lock, tenant, session, func(ctx context.Context, st *state) error {
 		if st.requests[req.ID] {
 			return nil // recorded already: a redelivery or a duplicate
+		}
+		if st.user != "" && st.user != user {
+			// Not the session's to continue; the session goes on as it was.
+			return bus.Permanent(fmt.Errorf("session %s is not user %q's", session, user))
 		}
 		if req.Fork != uuid.Nil {
 			if why, err := s.checkFork(ctx, tenant, session, &req, len(st.requests) > 0); err != nil || why != "" {
@@ -84,20 +106,30 @@ func (s *Service) checkFork(ctx context.Context, tenant string, session uuid.UUI
 	case req.Fork == session:
 		return "fork: a session cannot be a fork of itself", nil
 	}
-	rctx, cancel := bus.Bound(ctx)
-	defer cancel()
-	stream, err := s.js.Stream(rctx, bus.StreamEvents)
-	if err != nil {
-		return "", err
-	}
-	_, err = stream.GetLastMsgForSubject(rctx, bus.SessionLifecycle(tenant, req.Fork))
+	_, found, err := s.logs.First(ctx, tenant, req.Fork, event.TypeSessionRequested)
 	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return fmt.Sprintf("fork: no session %s in tenant %s", req.Fork, tenant), nil
 	case err != nil:
 		return "", fmt.Errorf("look up session %s: %w", req.Fork, err)
+	case !found:
+		return fmt.Sprintf("fork: no session %s in tenant %s", req.Fork, tenant), nil
 	}
 	return "", nil
+}
+
+// requestSubject returns the tenant, session and user a request's subject,
+// requests.<tenant>.<session>.<user token>, names.
+func requestSubject(subject string) (tenant string, session uuid.UUID, user string, err error) {
+	tok := strings.Split(subject, ".")
+	if len(tok) != 4 || tok[0] != "requests" {
+		return "", uuid.Nil, "", fmt.Errorf("%w: %s: want requests.<tenant>.<session>.<user token>", bus.ErrBadSubject, subject)
+	}
+	if tenant, session, err = bus.ParseSubject(subject); err != nil {
+		return "", uuid.Nil, "", err
+	}
+	if user, err = bus.ParseUserToken(tok[3]); err != nil {
+		return "", uuid.Nil, "", fmt.Errorf("%w: %s: %w", bus.ErrBadSubject, subject, err)
+	}
+	return tenant, session, user, nil
 }
 
 func checkRequest(req *event.Request, tenant, session string) error {

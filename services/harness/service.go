@@ -23,6 +23,7 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/lock"
 	"corral.dev/pkg/model"
+	"corral.dev/pkg/sessionlog"
 )
 
 // Service is the harness.
@@ -46,8 +47,9 @@ type Service struct {
 	stopping atomic.Bool
 	skills   *skillIndex
 	log      *slog.Logger
-	events   jetstream.Stream
-	folded   foldCache
+	// logs reads and writes the session logs, as the harness.
+	logs   *sessionlog.Log
+	folded foldCache
 	// sessions serialises this process's work on a session, so that only
 	// one piece of it holds (and renews) the session's lease at a time.
 	sessions lock.Keyed
@@ -65,10 +67,6 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	events, err := js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return nil, err
-	}
 	skills, err := js.ObjectStore(ctx, bus.BucketSkills)
 	if err != nil {
 		return nil, err
@@ -83,14 +81,21 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Metrics != nil {
+		if err := sessionlog.Register(cfg.Metrics); err != nil {
+			return nil, err
+		}
+	}
 	index, err := newSkillIndex(skills)
 	if err != nil {
 		return nil, err
 	}
 	return &Service{
-		skills:     index,
-		cfg:        cfg,
-		events:     events,
+		skills: index,
+		cfg:    cfg,
+		logs: sessionlog.New(js, sessionlog.Options{
+			As: sessionlog.Harness, Reader: "harness", DeadLetters: true, Logger: log.With("service", "harness"),
+		}),
 		js:         js,
 		providers:  cfg.Providers(),
 		leases:     leases,
@@ -127,9 +132,9 @@ func (s *Service) Run(ctx context.Context) error {
 			Config: jetstream.ConsumerConfig{
 				Durable: bus.ConsumerHarnessSteps,
 				FilterSubjects: []string{
-					"events.*.*." + event.Kind(event.TypeSessionRequested),
-					"events.*.*." + event.Kind(event.TypeToolCompleted),
-					"events.*.*." + event.Kind(event.TypeApprovalDecided),
+					sessionlog.KindFilter(event.TypeSessionRequested),
+					sessionlog.KindFilter(event.TypeToolCompleted),
+					sessionlog.KindFilter(event.TypeApprovalDecided),
 				},
 			},
 			Concurrency: s.cfg.Concurrency,
@@ -160,7 +165,7 @@ func (s *Service) refuseRequest(ctx context.Context, m bus.Msg, reason error) er
 	if err != nil || event.CheckTenant(tenant) != nil {
 		return nil
 	}
-	evs, err := bus.ReadAll(ctx, s.js, bus.StreamEvents, bus.SessionEvents(tenant, session))
+	evs, _, err := s.logs.ReadAll(ctx, tenant, session)
 	if err != nil {
 		return err
 	}
@@ -219,7 +224,7 @@ func (s *Service) fail(ctx context.Context, st *state, code, reason string) erro
 // record appends an event to its session's log, deduplicated by msgID; an
 // event recorded already counts as recorded.
 func (s *Service) record(ctx context.Context, ev event.Event, msgID string) error {
-	if err := bus.Record(ctx, s.js, ev, msgID); err != nil && !errors.Is(err, bus.ErrDuplicate) {
+	if err := s.logs.Record(ctx, ev, msgID); err != nil && !errors.Is(err, sessionlog.ErrDuplicate) {
 		return err
 	}
 	return nil

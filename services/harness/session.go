@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -16,6 +15,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
+	"corral.dev/pkg/sessionlog"
 )
 
 type status int
@@ -48,8 +48,9 @@ type state struct {
 	// pending is the last response if it came after the last request and
 	// made tool calls; nil when the model must be asked next or the
 	// session has nothing to do.
-	pending    *event.ModelResponded
-	dispatched map[uuid.UUID]bool
+	pending *event.ModelResponded
+	// dispatched holds the service each call was dispatched to.
+	dispatched map[uuid.UUID]string
 	results    map[uuid.UUID]*event.ToolCompleted
 	// versions holds, for each memory or skill file this session has read
 	// or written, the version it saw last: what its next Write or Edit of
@@ -72,8 +73,9 @@ type state struct {
 	// set when an event was folded in that may not follow it in the log.
 	seq   uint64
 	stale bool
-	// cold is set when this process folded the state from the whole log.
-	cold bool
+	// trust is what the log says of the session that its next event is
+	// judged by: its user, and where each call was dispatched.
+	trust *sessionlog.Session
 	// answered is set when the last response made no tool calls: the
 	// session's answer, to be recorded as completed.
 	answered *event.ModelResponded
@@ -93,56 +95,58 @@ type state struct {
 // are then not folded: the step's first write, conditional on the log
 // ending at the trigger, finds them.
 func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID, owned bool) (*state, error) {
-	st, seq, last := s.folded.get(session)
+	st, seq, last := s.folded.get(tenant, session)
 	if st == nil {
 		st = newState(tenant, session)
-		st.cold = true
 	} else if owned && last {
-		if ev, at := follower(ctx, seq); ev != nil {
-			st.apply(ev)
-			st.seq = at
+		if e, ok := s.follower(ctx, st, seq); ok {
+			st.apply(e.Event)
+			st.seq = e.Seq
 			return st, nil
 		}
 	}
-	msgs, err := bus.ReadAfter(ctx, s.js, s.events, bus.SessionEvents(tenant, session), seq)
+	// What is read is judged, and what is rejected is left out (and
+	// dead-lettered): a step folds only what the harness and the
+	// services each may write.
+	entries, err := s.logs.Read(ctx, st.trust, seq)
 	if err != nil {
 		return nil, fmt.Errorf("load session %s: %w", session, err)
 	}
-	for _, m := range msgs {
-		ev, err := event.Parse(m.Data)
-		if err != nil {
-			// Only Corral's services write the log; an event we cannot
-			// read is a bug or a newer version, and skipping it would
-			// fold a wrong state.
-			return nil, fmt.Errorf("load session %s: seq %d: %w", session, m.StreamSeq, err)
-		}
-		st.apply(ev)
-		seq = m.StreamSeq
+	for _, e := range entries {
+		st.apply(e.Event)
+		seq = e.Seq
 	}
 	st.seq = seq
 	return st, nil
 }
 
 // follower returns the tool result that triggered the step ctx was made
-// for, and its sequence, if it was recorded directly after the event at
-// seq (its After); nil otherwise.
-func follower(ctx context.Context, seq uint64) (*event.ToolCompleted, uint64) {
+// for, judged, if it was recorded directly after the event at seq (its
+// After).
+func (s *Service) follower(ctx context.Context, st *state, seq uint64) (sessionlog.Entry, bool) {
 	m, ok := bus.Delivery(ctx)
-	if !ok || m.StreamSeq <= seq || !strings.HasSuffix(m.Subject, "."+event.Kind(event.TypeToolCompleted)) {
-		return nil, 0
+	if !ok || m.StreamSeq <= seq || !strings.Contains(m.Subject, "."+event.Kind(event.TypeToolCompleted)+".") {
+		return sessionlog.Entry{}, false
 	}
-	var r event.ToolCompleted
-	if json.Unmarshal(m.Data, &r) != nil || r.Type != event.TypeToolCompleted || r.After != seq {
-		return nil, 0 // an offloaded result, say: its stub says nothing of where it follows
+	e, err := s.logs.Judge(ctx, m)
+	if err != nil {
+		return sessionlog.Entry{}, false
 	}
-	return &r, m.StreamSeq
+	r, ok := e.Event.(*event.ToolCompleted)
+	if !ok || r.After != seq || e.Tenant != st.tenant || e.Session != st.session {
+		return sessionlog.Entry{}, false
+	}
+	if s.logs.Admit(ctx, st.trust, e, m.Data) != nil {
+		return sessionlog.Entry{}, false
+	}
+	return e, true
 }
 
 // keep keeps st, which a step is done with, for the session's next step,
 // unless st no longer stands for the log up to st.seq.
 func (s *Service) keep(st *state) {
 	if !st.stale {
-		s.folded.put(st.session, st, st.seq)
+		s.folded.put(st, st.seq)
 	}
 }
 
@@ -153,7 +157,7 @@ func (s *Service) keep(st *state) {
 // is marked stale: the session's next step reads the log again. An event
 // recorded already under msgID counts as recorded (and is not folded in).
 func (s *Service) append(ctx context.Context, st *state, ev event.Event, msgID string) error {
-	if err := s.appendNew(ctx, st, ev, msgID, nil); err != nil && !errors.Is(err, bus.ErrDuplicate) {
+	if err := s.appendNew(ctx, st, ev, msgID, nil); err != nil && !errors.Is(err, sessionlog.ErrDuplicate) {
 		return err
 	}
 	return nil
@@ -161,30 +165,30 @@ func (s *Service) append(ctx context.Context, st *state, ev event.Event, msgID s
 
 // appendNew is [Service.append] for an event that must be new: one
 // recorded already under msgID returns an error wrapping
-// [bus.ErrDuplicate]. unless, if set, changes ev before it is recorded
+// [sessionlog.ErrDuplicate]. unless, if set, changes ev before it is recorded
 // without the condition: ev then says less, having not followed what st
 // was folded from.
 func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgID string, unless func()) error {
 	if !st.stale {
-		seq, err := bus.Append(ctx, s.js, ev, msgID, st.seq)
+		seq, err := s.logs.Append(ctx, ev, msgID, st.seq)
 		if err == nil {
 			st.seq = seq
-			st.apply(ev)
+			st.fold(ev)
 			return nil
 		}
 		// Whatever happened, st no longer surely stands for the log.
 		st.stale = true
-		if !errors.Is(err, bus.ErrNotLast) {
+		if !errors.Is(err, sessionlog.ErrNotLast) {
 			return err
 		}
 	}
 	if unless != nil {
 		unless()
 	}
-	if err := bus.Record(ctx, s.js, ev, msgID); err != nil {
+	if err := s.logs.Record(ctx, ev, msgID); err != nil {
 		return err
 	}
-	st.apply(ev)
+	st.fold(ev)
 	return nil
 }
 
@@ -193,13 +197,21 @@ func newState(tenant string, session uuid.UUID) *state {
 		tenant:     tenant,
 		session:    session,
 		requests:   make(map[uuid.UUID]bool),
-		dispatched: make(map[uuid.UUID]bool),
+		dispatched: make(map[uuid.UUID]string),
 		results:    make(map[uuid.UUID]*event.ToolCompleted),
 		versions:   make(map[string]int64),
 		asked:      make(map[uuid.UUID]bool),
 		decisions:  make(map[uuid.UUID][]*event.ApprovalDecided),
 		byModel:    make(map[string]model.Usage),
+		trust:      sessionlog.NewSession(tenant, session),
 	}
+}
+
+// fold folds in an event the harness itself wrote for st's session: it
+// is what the log now holds, so the session's trust learns from it too.
+func (st *state) fold(ev event.Event) {
+	_ = st.trust.Admit(sessionlog.Address{Tenant: st.tenant, Session: st.session, Type: ev.Head().Type, Writer: sessionlog.Harness}, ev)
+	st.apply(ev)
 }
 
 // clone returns a copy of st that shares only immutable parts (events,
@@ -215,6 +227,7 @@ func (st *state) clone() *state {
 	c.byModel = maps.Clone(st.byModel)
 	c.messages = slices.Clone(st.messages)
 	c.queued = slices.Clone(st.queued)
+	c.trust = st.trust.Clone()
 	return &c
 }
 
@@ -223,7 +236,7 @@ func (st *state) clone() *state {
 // again from the whole log.
 type foldCache struct {
 	mu sync.Mutex
-	m  map[uuid.UUID]foldedState
+	m  map[string]foldedState // by bus.SessionKey
 }
 
 type foldedState struct {
@@ -238,39 +251,41 @@ type foldedState struct {
 
 const foldCacheSize = 4096
 
-func (c *foldCache) get(session uuid.UUID) (_ *state, seq uint64, last bool) {
+func (c *foldCache) get(tenant string, session uuid.UUID) (_ *state, seq uint64, last bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f, ok := c.m[session]
-	if !ok {
+	f, ok := c.m[bus.SessionKey(tenant, session)]
+	if !ok || f.st.tenant != tenant || f.st.session != session {
 		return nil, 0, false
 	}
 	return f.st.clone(), f.seq, f.last
 }
 
-func (c *foldCache) put(session uuid.UUID, st *state, seq uint64) {
+func (c *foldCache) put(st *state, seq uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = make(map[uuid.UUID]foldedState)
+		c.m = make(map[string]foldedState)
 	}
-	if _, ok := c.m[session]; !ok && len(c.m) >= foldCacheSize {
+	key := bus.SessionKey(st.tenant, st.session)
+	if _, ok := c.m[key]; !ok && len(c.m) >= foldCacheSize {
 		for k := range c.m { // drop one at random
 			delete(c.m, k)
 			break
 		}
 	}
-	c.m[session] = foldedState{st: st, seq: seq, last: true}
+	c.m[key] = foldedState{st: st, seq: seq, last: true}
 }
 
 // behind notes that events of the session may have been written after
 // its cached state by a step here that failed or went stale.
-func (c *foldCache) behind(session uuid.UUID) {
+func (c *foldCache) behind(tenant string, session uuid.UUID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f, ok := c.m[session]; ok {
+	key := bus.SessionKey(tenant, session)
+	if f, ok := c.m[key]; ok {
 		f.last = false
-		c.m[session] = f
+		c.m[key] = f
 	}
 }
 
@@ -292,7 +307,10 @@ func (st *state) apply(ev any) {
 	case *event.SessionRequested:
 		st.requests[e.Request] = true
 		st.lastRequest = e.Request
-		st.user, st.model = e.User, e.Model
+		if st.user == "" { // a session's user is its first request's
+			st.user = e.User
+		}
+		st.model = e.Model
 		st.answered = nil
 		prompt := model.Block{Type: model.TextBlock, Text: e.Prompt}
 		if st.pending != nil && st.status == statusRunning {
@@ -315,7 +333,7 @@ func (st *state) apply(ev any) {
 		st.messages = append(st.messages, model.Message{Role: model.Assistant, Content: e.Content})
 		for _, c := range e.Calls {
 			if c.Service != "" {
-				st.dispatched[c.ID] = true
+				st.dispatched[c.ID] = c.Service
 			}
 		}
 		if len(e.Calls) > 0 {
@@ -324,7 +342,7 @@ func (st *state) apply(ev any) {
 			st.answered = e
 		}
 	case *event.ToolDispatched:
-		st.dispatched[e.Call] = true
+		st.dispatched[e.Call] = e.Service
 	case *event.ToolCompleted:
 		st.results[e.Call] = e
 		if e.Service == bus.ServiceSandbox {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
@@ -32,12 +31,12 @@ func (s *Service) handleStep(ctx context.Context, m bus.Msg) error {
 // withSession runs fn on the session's state, folded from its log, under
 // the session's lock in this process (taken with lock) and its lease.
 func (s *Service) withSession(ctx context.Context, lock func(context.Context, string) (func(), error), tenant string, session uuid.UUID, fn func(context.Context, *state) error) error {
-	unlock, err := lock(ctx, session.String())
+	unlock, err := lock(ctx, bus.SessionKey(tenant, session))
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	ctx, release, owned, err := s.acquireLease(ctx, session)
+	ctx, release, owned, err := s.acquireLease(ctx, tenant, session)
 	if err != nil {
 		return err
 	}
@@ -47,7 +46,7 @@ func (s *Service) withSession(ctx context.Context, lock func(context.Context, st
 	}
 	if err != nil || st.stale {
 		// It may have written events after the state kept.
-		s.folded.behind(session)
+		s.folded.behind(tenant, session)
 	}
 	if err != nil {
 		release(false)
@@ -74,8 +73,9 @@ func (s *Service) step(ctx context.Context, st *state) error {
 	case st.pending != nil:
 		if missing := st.missing(); len(missing) > 0 {
 			// Calls dispatched before are queued again only when this
-			// step may follow a crash between their dispatch and queueing.
-			return s.dispatch(ctx, st, missing, st.cold || redelivered(ctx))
+			// step may follow a crash between their dispatch and
+			// queueing: its trigger was delivered before.
+			return s.dispatch(ctx, st, missing, redelivered(ctx))
 		}
 		if err := s.backfillDispatched(ctx, st); err != nil {
 			return err
@@ -110,19 +110,14 @@ func (s *Service) step(ctx context.Context, st *state) error {
 }
 
 // endedSince reports whether the session was stopped or failed after the
-// events st was folded from.
+// events st was folded from (a stop counts only from the session's user).
 func (s *Service) endedSince(ctx context.Context, st *state) (bool, error) {
-	for _, typ := range []string{event.TypeSessionStopped, event.TypeSessionFailed} {
-		rctx, cancel := bus.Bound(ctx)
-		m, err := s.events.GetLastMsgForSubject(rctx, bus.EventSubject(st.tenant, st.session, typ))
-		cancel()
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return false, fmt.Errorf("look for a stop: %w", err)
-		}
-		if m.Sequence > st.seq {
+	entries, err := s.logs.Read(ctx, st.trust.Clone(), st.seq)
+	if err != nil {
+		return false, fmt.Errorf("look for a stop: %w", err)
+	}
+	for _, e := range entries {
+		if e.Type == event.TypeSessionStopped || e.Type == event.TypeSessionFailed {
 			return true, nil
 		}
 	}
@@ -223,9 +218,13 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, r
 	var queue []toQueue
 	for _, c := range calls {
 		input := st.pending.Input(c)
-		if st.dispatched[c.ID] {
+		if st.dispatched[c.ID] != "" {
+			// Queued again only as it would be queued now: the policy
+			// and any reviewer's decision are applied afresh, and only
+			// to a call of the harness's own recorded response.
 			if requeue {
-				if service, memPath, err := checkCall(c.Name, input); err == nil {
+				service, memPath, err := checkCall(c.Name, input)
+				if err == nil && s.decide(st, c, input).verdict == policy.Allow && service == st.dispatched[c.ID] {
 					queue = append(queue, toQueue{s.toolCall(st, c, input, memPath), service})
 					s.metrics.dispatch.WithLabelValues(c.Name, service).Inc()
 				}
@@ -322,7 +321,7 @@ func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call,
 func (s *Service) backfillDispatched(ctx context.Context, st *state) error {
 	for _, c := range st.pending.Calls {
 		input := st.pending.Input(c)
-		if st.dispatched[c.ID] {
+		if st.dispatched[c.ID] != "" {
 			continue
 		}
 		service, _, err := checkCall(c.Name, input)
@@ -332,7 +331,7 @@ func (s *Service) backfillDispatched(ctx context.Context, st *state) error {
 		if err := s.recordDispatched(ctx, st, c, input, service); err != nil {
 			return err
 		}
-		st.dispatched[c.ID] = true
+		st.dispatched[c.ID] = service
 	}
 	return nil
 }

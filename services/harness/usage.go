@@ -12,8 +12,8 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
-	"corral.dev/pkg/model"
 	"corral.dev/pkg/policy"
+	"corral.dev/pkg/sessionlog"
 )
 
 // Daily usage is counted from the session logs into the usage bucket by
@@ -85,8 +85,8 @@ func (s *Service) count(ctx context.Context, rev uint64) (uint64, error) {
 	}
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{
-			"events.*.*." + event.Kind(event.TypeModelResponded),
-			"events.*.*." + event.Kind(event.TypeToolCompleted),
+			sessionlog.KindFilter(event.TypeModelResponded),
+			sessionlog.KindFilter(event.TypeToolCompleted),
 		},
 		InactiveThreshold: 5 * time.Second,
 	}
@@ -159,7 +159,7 @@ func (s *Service) count(ctx context.Context, rev uint64) (uint64, error) {
 			if err != nil {
 				return rev, fmt.Errorf("read the session logs: %w", err)
 			}
-			sp, err := s.spending(ctx, msg.Data(), meta.Sequence.Stream)
+			sp, err := s.spending(ctx, bus.Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: meta.Sequence.Stream})
 			if err != nil {
 				return rev, err
 			}
@@ -188,44 +188,37 @@ type spending struct {
 	u   policy.Usage
 }
 
-// spending returns what a model response or a sandbox call at stream
-// sequence seq adds to its tenant's and user's days.
-func (s *Service) spending(ctx context.Context, data []byte, seq uint64) ([]spending, error) {
-	data, err := bus.Resolve(ctx, s.js, data) // large events are offloaded
-	if err != nil {
-		return nil, fmt.Errorf("count usage of event %d: %w", seq, err)
-	}
-	// Only what counts is decoded, not the responses' content.
-	var e struct {
-		event.Header
-		User       string      `json:"user"`
-		Model      string      `json:"model"`
-		Usage      model.Usage `json:"usage"`
-		Service    string      `json:"service"`
-		DurationMS int64       `json:"duration_ms"`
-	}
-	if err := json.Unmarshal(data, &e); err != nil {
-		// Counting never stops for an event it cannot read.
-		s.log.ErrorContext(ctx, "usage not counted for an event", "stream_seq", seq, "err", err)
+// spending returns what m, a model response or a sandbox call, adds to
+// its tenant's and user's days. An event the session log rejects (one
+// the harness or the sandbox-manager did not write, or whose stored
+// payload is missing) counts nothing, and counting goes on.
+func (s *Service) spending(ctx context.Context, m bus.Msg) ([]spending, error) {
+	e, err := s.logs.Judge(ctx, m)
+	if errors.Is(err, sessionlog.ErrRejected) {
 		return nil, nil
 	}
-	var u policy.Usage
-	switch e.Type {
-	case event.TypeModelResponded:
-		u = s.responseUsage(e.Model, e.Usage)
-	case event.TypeToolCompleted:
-		if e.Service != bus.ServiceSandbox || e.DurationMS == 0 {
+	if err != nil {
+		return nil, fmt.Errorf("count usage of event %d: %w", m.StreamSeq, err)
+	}
+	var (
+		u    policy.Usage
+		user string
+	)
+	switch ev := e.Event.(type) {
+	case *event.ModelResponded:
+		u, user = s.responseUsage(ev.Model, ev.Usage), ev.User
+	case *event.ToolCompleted:
+		if e.Writer != sessionlog.Sandbox || ev.DurationMS <= 0 {
 			return nil, nil
 		}
-		u = policy.Usage{SandboxSeconds: float64(e.DurationMS) / 1000}
+		u, user = policy.Usage{SandboxSeconds: float64(ev.DurationMS) / 1000}, ev.User
 	default:
 		return nil, nil
 	}
-	user, h := e.User, &e.Header
-	day := h.Time.UTC().Format(time.DateOnly)
-	out := []spending{{bus.UsageKey(h.Tenant, day, ""), seq, u}}
+	day := e.Event.Head().Time.UTC().Format(time.DateOnly)
+	out := []spending{{bus.UsageKey(e.Tenant, day, ""), m.StreamSeq, u}}
 	if user != "" {
-		out = append(out, spending{bus.UsageKey(h.Tenant, day, user), seq, u})
+		out = append(out, spending{bus.UsageKey(e.Tenant, day, user), m.StreamSeq, u})
 	}
 	return out, nil
 }
