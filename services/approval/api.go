@@ -2,69 +2,58 @@ package approval
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/micro"
+
+	"corral.dev/pkg/approvalapi"
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
 )
 
-// Subjects of the approval service's API, for the CLI. Each takes and
-// returns JSON.
-const (
-	SubjectList   = "corral.approval.list"
-	SubjectDecide = "corral.approval.decide"
+// Subject, ListRequest, DecideRequest, Response and the error codes are
+// the API's contract, kept in package approvalapi.
+var Subject = approvalapi.Subject
+
+type (
+	ListRequest   = approvalapi.ListRequest
+	DecideRequest = approvalapi.DecideRequest
+	Response      = approvalapi.Response
 )
-
-// ListRequest asks for approvals: pending ones, or with All every one kept.
-type ListRequest struct {
-	Tenant string `json:"tenant,omitempty"`
-	All    bool   `json:"all,omitempty"`
-}
-
-// DecideRequest decides an approval. Token is a reviewer's sign-in token:
-// the decision is theirs. Session is needed only when the ID alone is
-// ambiguous.
-type DecideRequest struct {
-	ID      uuid.UUID `json:"id"`
-	Session uuid.UUID `json:"session,omitzero"`
-	Approve bool      `json:"approve"`
-	Token   string    `json:"token"`
-	Reason  string    `json:"reason,omitempty"`
-}
-
-// Response is the answer to either request.
-type Response struct {
-	Approvals []*Approval `json:"approvals"`
-}
 
 // Error codes of the API.
 const (
-	CodeBadRequest   = "400"
-	CodeUnauthorized = "401"
-	CodeNotFound     = "404"
-	CodeDecided      = "409"
+	CodeBadRequest = approvalapi.CodeBadRequest
+	CodeNotFound   = approvalapi.CodeNotFound
+	CodeDecided    = approvalapi.CodeDecided
 )
 
-// reviewer returns the name of the reviewer whose token this is, or "".
-func (s *Service) reviewer(token string) string {
-	var name string
-	for t, n := range s.cfg.Reviewers {
-		if subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
-			name = n
-		}
+// callerOf returns the tenant and user a request's subject names (see
+// [Subject]).
+func callerOf(subject string) (tenant, user string, err error) {
+	tok := strings.Split(subject, ".")
+	if len(tok) != 5 {
+		return "", "", fmt.Errorf("%s is not a subject of the approval API", subject)
 	}
-	return name
+	if err := event.CheckTenant(tok[2]); err != nil {
+		return "", "", fmt.Errorf("subject %s: %w", subject, err)
+	}
+	user, err = bus.ParseUserToken(tok[3])
+	if err != nil {
+		return "", "", fmt.Errorf("subject %s: %w", subject, err)
+	}
+	return tok[2], user, nil
 }
 
 func (s *Service) serveAPI(ctx context.Context) error {
 	svc, err := micro.AddService(s.js.Conn(), micro.Config{
 		Name:        "corral-approval",
 		Version:     "1.0.0",
-		Description: "approvals, for the corral CLI",
+		Description: "approvals, for the corral CLI and the Slack bridge",
 	})
 	if err != nil {
 		return fmt.Errorf("approval api: %w", err)
@@ -75,12 +64,21 @@ func (s *Service) serveAPI(ctx context.Context) error {
 			_ = r.Error(CodeBadRequest, "malformed request: "+err.Error(), nil)
 			return
 		}
+		tenant, _, err := callerOf(r.Subject())
+		if err != nil {
+			_ = r.Error(CodeBadRequest, err.Error(), nil)
+			return
+		}
+		if req.Tenant != "" && req.Tenant != tenant {
+			_ = r.Error(CodeBadRequest, fmt.Sprintf("the request names tenant %q, but its subject is tenant %q's: a client lists only its own tenant's approvals", req.Tenant, tenant), nil)
+			return
+		}
 		<-s.synced
 		statuses := []string{Pending}
 		if req.All {
 			statuses = nil
 		}
-		_ = r.RespondJSON(Response{Approvals: s.list(req.Tenant, statuses...)})
+		_ = r.RespondJSON(Response{Approvals: s.list(tenant, statuses...)})
 	}
 	decide := func(r micro.Request) {
 		var req DecideRequest
@@ -88,14 +86,16 @@ func (s *Service) serveAPI(ctx context.Context) error {
 			_ = r.Error(CodeBadRequest, "malformed request: "+err.Error(), nil)
 			return
 		}
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		reviewer := s.reviewer(req.Token)
-		if reviewer == "" {
-			_ = r.Error(CodeUnauthorized, ErrNoReviewer.Error(), nil)
+		// Only reviewers' credentials, and the Slack bridge, may publish
+		// here: the subject's user is the reviewer.
+		tenant, reviewer, err := callerOf(r.Subject())
+		if err != nil {
+			_ = r.Error(CodeBadRequest, err.Error(), nil)
 			return
 		}
-		a, err := s.Decide(rctx, Ref{ID: req.ID, Session: req.Session}, req.Approve, reviewer, req.Reason)
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		a, err := s.Decide(rctx, Ref{ID: req.ID, Tenant: tenant, Session: req.Session}, req.Approve, reviewer, req.Reason)
 		var decided *DecidedError
 		switch {
 		case errors.Is(err, ErrAmbiguous):
@@ -103,21 +103,20 @@ func (s *Service) serveAPI(ctx context.Context) error {
 		case errors.As(err, &decided):
 			_ = r.Error(CodeDecided, err.Error(), nil)
 		case errors.Is(err, ErrNotFound):
-			_ = r.Error(CodeNotFound, fmt.Sprintf("no approval %s", req.ID), nil)
+			_ = r.Error(CodeNotFound, fmt.Sprintf("no approval %s in tenant %s", req.ID, tenant), nil)
 		case err != nil && a == nil:
 			_ = r.Error(CodeBadRequest, err.Error(), nil)
 		case err != nil:
-			s.log.WarnContext(rctx, "decide", "id", req.ID, "err", err)
+			s.log.WarnContext(rctx, "decide", "id", req.ID, "tenant", tenant, "err", err)
 			_ = r.Error("500", err.Error(), nil)
 		default:
 			_ = r.RespondJSON(Response{Approvals: []*Approval{a}})
 		}
 	}
-	if err := svc.AddEndpoint("list", micro.HandlerFunc(list), micro.WithEndpointSubject(SubjectList)); err != nil {
-		return fmt.Errorf("approval api: %w", err)
-	}
-	if err := svc.AddEndpoint("decide", micro.HandlerFunc(decide), micro.WithEndpointSubject(SubjectDecide)); err != nil {
-		return fmt.Errorf("approval api: %w", err)
+	for op, h := range map[string]micro.HandlerFunc{bus.OpList: list, bus.OpDecide: decide} {
+		if err := svc.AddEndpoint(op, h, micro.WithEndpointSubject(bus.ApprovalAPI("*", "*", op))); err != nil {
+			return fmt.Errorf("approval api: %w", err)
+		}
 	}
 	<-ctx.Done()
 	return svc.Stop()

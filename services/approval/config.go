@@ -1,13 +1,14 @@
 package approval
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
-
+	"cmp"
 	"crypto/ed25519"
 	"fmt"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"corral.dev/pkg/event"
 )
@@ -24,8 +25,9 @@ type Config struct {
 	// Listen is where the reviewers' web page is served
 	// (CORRAL_APPROVAL_LISTEN); empty serves none.
 	Listen string
-	// Reviewers maps sign-in tokens to reviewers' names
-	// (CORRAL_REVIEWER_TOKENS: "alice=token1,bob=token2").
+	// Reviewers maps the page's sign-in tokens to reviewers' names
+	// (CORRAL_REVIEWER_TOKENS: "alice=token1,bob=token2"). The API takes
+	// no token: its reviewer is its subject's user.
 	Reviewers map[string]string
 	// ReviewerHeader, when set, is a request header an authenticating
 	// proxy in front of the page sets to the signed-in reviewer's name
@@ -49,7 +51,7 @@ type Config struct {
 // offending variable.
 func LoadConfig(getenv func(string) string) (Config, error) {
 	cfg := Config{
-		NATSURL:        or(getenv("CORRAL_NATS_URL"), "nats://127.0.0.1:4222"),
+		NATSURL:        cmp.Or(getenv("CORRAL_NATS_URL"), "nats://127.0.0.1:4222"),
 		Listen:         getenv("CORRAL_APPROVAL_LISTEN"),
 		ReviewerHeader: getenv("CORRAL_REVIEWER_HEADER"),
 		Reviewers:      make(map[string]string),
@@ -86,11 +88,4 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 	}
 	return cfg, nil
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

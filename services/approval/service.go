@@ -5,6 +5,7 @@
 package approval
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -24,6 +25,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
+	"corral.dev/pkg/sessionlog"
 )
 
 // Service is the approval service.
@@ -32,6 +34,9 @@ type Service struct {
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
 	log *slog.Logger
+	// logs reads the session logs, judging every event, and records
+	// decisions as the approval service.
+	logs *sessionlog.Log
 
 	// mu guards items, the bucket as last watched, and changed, closed
 	// and replaced on every change so that watchers of the page wake.
@@ -50,11 +55,15 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", bus.BucketApprovals, err)
 	}
+	log = log.With("service", "approval")
 	s := &Service{
-		cfg:     cfg,
-		js:      js,
-		kv:      kv,
-		log:     log.With("service", "approval"),
+		cfg: cfg,
+		js:  js,
+		kv:  kv,
+		log: log,
+		logs: sessionlog.New(js, sessionlog.Options{
+			As: sessionlog.Approval, Reader: "approval", DeadLetters: true, Logger: log,
+		}),
 		items:   make(map[string]*Approval),
 		changed: make(chan struct{}),
 		synced:  make(chan struct{}),
@@ -76,6 +85,9 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 			return nil, err
 		}
 	}
+	if err := sessionlog.Register(reg); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -90,11 +102,11 @@ func (s *Service) Run(ctx context.Context) error {
 			Config: jetstream.ConsumerConfig{
 				Durable: bus.ConsumerApprovals,
 				FilterSubjects: []string{
-					"events.*.*." + event.Kind(event.TypeApprovalRequested),
-					"events.*.*." + event.Kind(event.TypeBudgetRaise),
-					"events.*.*." + event.Kind(event.TypeSessionStopped),
-					"events.*.*." + event.Kind(event.TypeSessionFailed),
-					"events.*.*." + event.Kind(event.TypeSessionCompleted),
+					sessionlog.KindFilter(event.TypeApprovalRequested),
+					sessionlog.KindFilter(event.TypeBudgetRaise),
+					sessionlog.KindFilter(event.TypeSessionStopped),
+					sessionlog.KindFilter(event.TypeSessionFailed),
+					sessionlog.KindFilter(event.TypeSessionCompleted),
 				},
 			},
 			Concurrency: s.cfg.Concurrency,
@@ -175,43 +187,72 @@ func (s *Service) updates() <-chan struct{} {
 	return s.changed
 }
 
+// handle takes one event of the kinds the service consumes. Each is
+// judged first, by where it is and who wrote it (see [sessionlog]): tenant
+// and session are the subject's, never the body's. A rejected event is
+// returned as it is, so that it is dead-lettered and nothing is kept.
 func (s *Service) handle(ctx context.Context, m bus.Msg) error {
-	data, err := bus.Resolve(ctx, s.js, m.Data) // a large Write is offloaded
+	en, err := s.logs.Judge(ctx, m) // a large Write is offloaded: Judge resolves it
 	if err != nil {
 		return err
 	}
-	ev, err := event.Parse(data)
-	if err != nil {
-		return bus.Permanent(err)
-	}
-	switch e := ev.(type) {
+	switch e := en.Event.(type) {
 	case *event.ApprovalRequested:
-		return s.ask(ctx, e)
+		return s.askCall(ctx, en, e)
 	case *event.BudgetRaise:
-		return s.ask(ctx, &event.ApprovalRequested{
-			Header: e.Header, Call: e.Raise, User: e.User, Tool: event.BudgetTool, Input: e.Limits,
-			ArgsHash: event.ArgsHash(event.BudgetTool, e.Limits), Rule: "budget-raise",
-			Reason: or(e.Reason, "no reason given"),
-		})
+		return s.askRaise(ctx, en, e)
 	case *event.SessionStopped, *event.SessionFailed, *event.SessionCompleted:
-		h := ev.(event.Event).Head()
-		return s.cancel(ctx, h.Tenant, h.Session)
+		return s.cancel(ctx, en.Tenant, en.Session)
 	}
 	return nil
 }
 
-// ask keeps a new approval request, with its session's context.
-func (s *Service) ask(ctx context.Context, e *event.ApprovalRequested) error {
-	a := &Approval{
-		ID: e.Call, Tenant: e.Tenant, Session: e.Session, Turn: e.Turn, User: e.User,
-		Tool: e.Tool, Input: e.Input, ArgsHash: e.ArgsHash, Rule: e.Rule, Why: e.Reason,
-		RequestedAt: e.Time, Status: Pending,
+// askCall keeps a call the harness holds for a reviewer. The service signs
+// only what it shows: the hash a decision carries is computed here from the
+// tool and input on the page, and a request carrying another one (asking
+// about one command and showing another) is refused.
+func (s *Service) askCall(ctx context.Context, en sessionlog.Entry, e *event.ApprovalRequested) error {
+	hash := event.ArgsHash(e.Tool, e.Input)
+	if e.ArgsHash != hash {
+		return sessionlog.Reject(sessionlog.ReasonHash, "approval request for call %s carries args_hash %q, but the %s input it shows hashes to %q", e.Call, e.ArgsHash, e.Tool, hash)
 	}
+	return s.ask(ctx, &Approval{
+		ID: e.Call, Tenant: en.Tenant, Session: en.Session, Turn: e.Turn, User: e.User,
+		Tool: e.Tool, Input: e.Input, ArgsHash: hash, Rule: e.Rule, Why: e.Reason,
+		RequestedAt: e.Time, Status: Pending,
+	})
+}
+
+// askRaise keeps a raise of a session's caps for a reviewer. Only the
+// session's own user may ask for one: the harness records a raise only
+// after checking that, and this checks it again against the session's
+// first request, so that a raise recorded for anyone else is refused.
+func (s *Service) askRaise(ctx context.Context, en sessionlog.Entry, e *event.BudgetRaise) error {
+	first, found, err := s.logs.First(ctx, en.Tenant, en.Session, event.TypeSessionRequested)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return sessionlog.Reject(sessionlog.ReasonWriter, "a raise in session %s of tenant %s, which has no request", en.Session, en.Tenant)
+	}
+	if owner := first.Event.(*event.SessionRequested).User; e.User != owner {
+		return sessionlog.Reject(sessionlog.ReasonWriter, "a raise asked by %q in a session of %q", e.User, owner)
+	}
+	return s.ask(ctx, &Approval{
+		ID: e.Raise, Tenant: en.Tenant, Session: en.Session, User: e.User,
+		Tool: event.BudgetTool, Input: e.Limits, ArgsHash: event.ArgsHash(event.BudgetTool, e.Limits),
+		Rule: "budget-raise", Why: cmp.Or(e.Reason, "no reason given"),
+		RequestedAt: e.Time, Status: Pending,
+	})
+}
+
+// ask keeps a new approval, with its session's context.
+func (s *Service) ask(ctx context.Context, a *Approval) error {
 	if s.cfg.Timeout > 0 {
-		t := e.Time.Add(s.cfg.Timeout)
+		t := a.RequestedAt.Add(s.cfg.Timeout)
 		a.ExpiresAt = &t
 	}
-	if _, err := s.kv.Get(ctx, a.key()); err == nil {
+	if _, err := s.kv.Get(ctx, key(a.Tenant, a.Session, a.ID)); err == nil {
 		return nil // a redelivery
 	}
 	if err := s.addContext(ctx, a); err != nil {
@@ -221,7 +262,7 @@ func (s *Service) ask(ctx context.Context, e *event.ApprovalRequested) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.kv.Create(ctx, a.key(), data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := s.kv.Create(ctx, key(a.Tenant, a.Session, a.ID), data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("keep approval %s: %w", a.ID, err)
 	}
 	s.log.InfoContext(ctx, "approval requested", "id", a.ID, "tenant", a.Tenant, "session", a.Session, "tool", a.Tool, "rule", a.Rule)
@@ -232,21 +273,18 @@ func (s *Service) ask(ctx context.Context, e *event.ApprovalRequested) error {
 const maxSteps = 5
 
 // addContext reads what a reviewer needs from the session's log: the
-// prompt it works on and its last steps.
+// prompt it works on and its last steps. Only events the log accepts are
+// shown.
 func (s *Service) addContext(ctx context.Context, a *Approval) error {
-	msgs, err := bus.ReadAll(ctx, s.js, bus.StreamEvents, bus.SessionEvents(a.Tenant, a.Session))
+	entries, _, err := s.logs.ReadAll(ctx, a.Tenant, a.Session)
 	if err != nil {
 		return err
 	}
 	var steps []Step
 	at := map[uuid.UUID]int{}
 	inputs := map[uuid.UUID]json.RawMessage{}
-	for _, m := range msgs {
-		ev, err := event.Parse(m.Data)
-		if err != nil {
-			continue
-		}
-		switch e := ev.(type) {
+	for _, en := range entries {
+		switch e := en.Event.(type) {
 		case *event.SessionRequested:
 			a.Prompt = e.Prompt
 		case *event.SessionFailed:
@@ -351,27 +389,41 @@ func (s *Service) update(ctx context.Context, k string, fn func(a *Approval) err
 // errUnchanged tells [Service.update] there is nothing to store.
 var errUnchanged = errors.New("unchanged")
 
-// find returns the bucket key of the approval ref names.
+// find returns the bucket key of the approval ref names. An ID found in
+// more than one tenant is refused whatever else ref names: one tenant's
+// session and raise IDs may be another's, and a decision meant for one
+// must never land on the other.
 func (s *Service) find(ctx context.Context, ref Ref) (string, error) {
-	session := "*"
+	tenant, session := "*", "*"
+	if ref.Tenant != "" {
+		if event.CheckTenant(ref.Tenant) != nil {
+			return "", ErrNotFound // and no wildcard in the filter
+		}
+		tenant = ref.Tenant
+	}
 	if ref.Session != uuid.Nil {
 		session = ref.Session.String()
 	}
-	keys, err := s.kv.ListKeysFiltered(ctx, "*."+session+"."+ref.ID.String())
+	keys, err := s.kv.ListKeysFiltered(ctx, tenant+"."+session+"."+ref.ID.String())
 	if err != nil {
 		return "", err
 	}
 	var found []string
+	tenants := map[string]bool{}
 	for k := range keys.Keys() {
 		found = append(found, k)
+		t, _, _ := strings.Cut(k, ".")
+		tenants[t] = true
 	}
-	switch len(found) {
-	case 0:
+	switch {
+	case len(found) == 0:
 		return "", ErrNotFound
-	case 1:
-		return found[0], nil
+	case len(tenants) > 1:
+		return "", fmt.Errorf("%w: it is in more than one tenant", ErrAmbiguous)
+	case len(found) > 1:
+		return "", fmt.Errorf("%w: it is in more than one session: name the session too", ErrAmbiguous)
 	}
-	return "", ErrAmbiguous
+	return found[0], nil
 }
 
 // Decide records reviewer's decision on the approval ref names: approved
@@ -424,10 +476,10 @@ func (s *Service) publish(ctx context.Context, a *Approval) error {
 	if d == nil || d.Verify(pub, a.Tenant, a.Session, a.ID, a.ArgsHash) != nil || d.Approved != (a.Status == Approved) {
 		return fmt.Errorf("approval %s: its decision is not one this service signed: not published", a.ID)
 	}
-	if err := bus.Record(ctx, s.js, d, a.ID.String()+":decided"); err != nil && !errors.Is(err, bus.ErrDuplicate) {
+	if err := s.logs.Record(ctx, d, a.ID.String()+":decided"); err != nil && !errors.Is(err, sessionlog.ErrDuplicate) {
 		return fmt.Errorf("publish decision on %s: %w", a.ID, err)
 	}
-	_, err := s.update(ctx, a.key(), func(a *Approval) error {
+	_, err := s.update(ctx, key(a.Tenant, a.Session, a.ID), func(a *Approval) error {
 		if a.Published {
 			return errUnchanged
 		}
@@ -457,7 +509,7 @@ func (s *Service) sweep(ctx context.Context) error {
 			switch {
 			case a.Status == Pending && a.ExpiresAt != nil && now.After(*a.ExpiresAt):
 				reason := fmt.Sprintf("no reviewer decided within %s", s.cfg.Timeout)
-				_, err = s.Decide(ctx, Ref{ID: a.ID, Session: a.Session}, false, "corral", reason)
+				_, err = s.Decide(ctx, Ref{ID: a.ID, Tenant: a.Tenant, Session: a.Session}, false, "corral", reason)
 			case a.Status != Pending && !a.Published:
 				err = s.publish(ctx, a)
 			}

@@ -4,13 +4,14 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
-	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 )
 
@@ -27,44 +28,33 @@ func TestUnpublishedDecisionIsPublished(t *testing.T) {
 	a.Decision = &event.ApprovalDecided{Header: event.NewHeader(event.TypeApprovalDecided, a.Tenant, a.Session), Call: a.ID, ArgsHash: a.ArgsHash, Reviewer: "grace", Reason: "not now"}
 	a.Decision.Sign(f.svc.cfg.SigningKey)
 	data, _ := json.Marshal(a)
-	if _, err := f.svc.kv.Create(context.Background(), a.key(), data); err != nil {
+	if _, err := f.svc.kv.Create(context.Background(), key(a.Tenant, a.Session, a.ID), data); err != nil {
 		t.Fatal(err)
 	}
-	var msgs []bus.Msg
-	deadline := time.Now().Add(10 * time.Second)
-	for len(msgs) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the decision was never published")
+	var d *event.ApprovalDecided
+	waitFor(t, 10*time.Second, func() error {
+		ds := decisions(t, f.js, "acme", a.Session)
+		if len(ds) == 0 {
+			return errors.New("the decision was never published")
 		}
-		time.Sleep(50 * time.Millisecond)
-		var err error
-		msgs, err = bus.ReadAll(context.Background(), f.js, bus.StreamEvents, bus.EventSubject("acme", a.Session, event.TypeApprovalDecided))
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	var d event.ApprovalDecided
-	if err := json.Unmarshal(msgs[0].Data, &d); err != nil {
-		t.Fatal(err)
-	}
+		d = ds[0]
+		return nil
+	})
 	pub := f.svc.cfg.SigningKey.Public().(ed25519.PublicKey)
 	if err := d.Verify(pub, "acme", a.Session, a.ID, a.ArgsHash); err != nil || d.Approved || d.Reason != "not now" {
 		t.Errorf("published %+v: %v", d, err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		e, err := f.svc.kv.Get(context.Background(), a.key())
+	waitFor(t, 5*time.Second, func() error {
+		e, err := f.svc.kv.Get(context.Background(), key(a.Tenant, a.Session, a.ID))
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		var got Approval
-		_ = json.Unmarshal(e.Value(), &got)
-		if got.Published {
-			break
+		if err := json.Unmarshal(e.Value(), &got); err != nil || !got.Published {
+			return fmt.Errorf("not marked published (%v)", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("not marked published")
-		}
-	}
+		return nil
+	})
 }
 
 func TestConfigRefusesBadSettings(t *testing.T) {

@@ -1,65 +1,29 @@
 package approval
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 
-	"corral.dev/pkg/event"
+	"corral.dev/pkg/approvalapi"
+)
+
+// The approval API's contract (its types, statuses and subjects) is in
+// package approvalapi, which clients import without the service.
+type (
+	Approval = approvalapi.Approval
+	Step     = approvalapi.Step
 )
 
 // Statuses of an [Approval].
 const (
-	Pending   = "pending"
-	Approved  = "approved"
-	Denied    = "denied"
-	Cancelled = "cancelled" // its session stopped or failed first
+	Pending   = approvalapi.Pending
+	Approved  = approvalapi.Approved
+	Denied    = approvalapi.Denied
+	Cancelled = approvalapi.Cancelled
 )
-
-// Approval is one call waiting for, or given, a reviewer's decision, as
-// kept in the approvals bucket under <tenant>.<session>.<call>.
-type Approval struct {
-	ID       uuid.UUID       `json:"id"` // the call's ID
-	Tenant   string          `json:"tenant"`
-	Session  uuid.UUID       `json:"session"`
-	Turn     int             `json:"turn"`
-	User     string          `json:"user"`
-	Tool     string          `json:"tool"`
-	Input    json.RawMessage `json:"input"`
-	ArgsHash string          `json:"args_hash"`
-	Rule     string          `json:"rule"`
-	Why      string          `json:"why"`
-	// Prompt and Steps are the session's context when it asked: the
-	// request it is working on and what it did last.
-	Prompt      string     `json:"prompt"`
-	Steps       []Step     `json:"steps,omitempty"`
-	RequestedAt time.Time  `json:"requested_at"`
-	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
-
-	Status    string    `json:"status"`
-	Reviewer  string    `json:"reviewer,omitempty"`
-	Reason    string    `json:"reason,omitempty"`
-	DecidedAt time.Time `json:"decided_at,omitzero"`
-	// Decision is the decision as signed when it was made: what is
-	// published, and only if its signature verifies, so that an entry
-	// written into the bucket by anyone else publishes nothing. Published
-	// is set once it is in the session's log.
-	Decision  *event.ApprovalDecided `json:"decision,omitempty"`
-	Published bool                   `json:"published,omitempty"`
-}
-
-// Step is one thing the session did before it asked.
-type Step struct {
-	Tool    string `json:"tool"`
-	Summary string `json:"summary"`
-	Result  string `json:"result,omitempty"`
-	IsError bool   `json:"is_error,omitempty"`
-}
-
-func (a *Approval) key() string { return key(a.Tenant, a.Session, a.ID) }
 
 func key(tenant string, session, call uuid.UUID) string {
 	return fmt.Sprintf("%s.%s.%s", tenant, session, call)
@@ -69,18 +33,19 @@ func key(tenant string, session, call uuid.UUID) string {
 var ErrNotFound = errors.New("no such approval")
 
 // ErrAmbiguous is returned for an approval ID found in more than one
-// session (only a raise's ID, which its asker picks, can be): the session
-// must be named too.
-var ErrAmbiguous = errors.New("the approval ID is in more than one session: name the session too")
+// session (only a raise's ID, which its asker picks, can be), or in more
+// than one tenant (session IDs are picked by clients too): the session, or
+// the tenant, must be named too.
+var ErrAmbiguous = errors.New("the approval ID is ambiguous")
 
-// ErrNoReviewer is returned for a decision through the API without a
-// reviewer's token.
-var ErrNoReviewer = errors.New("a decision needs a reviewer's token (CORRAL_REVIEWER_TOKEN)")
-
-// Ref names an approval: its ID, and its session when the ID alone is
-// ambiguous.
+// Ref names an approval: its ID, and its session and tenant when the ID
+// alone is ambiguous.
 type Ref struct {
-	ID      uuid.UUID
+	ID uuid.UUID
+	// Tenant is the approval's tenant: the API's subject's, or the page's
+	// form's. "" (any) only for a form from a page loaded before the page
+	// named tenants; an ID found in more than one tenant is then refused.
+	Tenant  string
 	Session uuid.UUID // uuid.Nil: any
 }
 

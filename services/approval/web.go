@@ -6,6 +6,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"embed"
 	"encoding/base64"
 	"encoding/json"
@@ -199,6 +200,18 @@ func (w *web) checkCSRF(h handler) handler {
 	}
 }
 
+// reviewer returns the name of the reviewer whose sign-in token this is,
+// or "".
+func (s *Service) reviewer(token string) string {
+	var name string
+	for t, n := range s.cfg.Reviewers {
+		if subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
+			name = n
+		}
+	}
+	return name
+}
+
 func (w *web) signInPage(rw http.ResponseWriter, r *http.Request) {
 	w.render(rw, http.StatusOK, "signin.html", map[string]any{"Header": w.s.cfg.ReviewerHeader})
 }
@@ -276,8 +289,17 @@ func (w *web) decide(rw http.ResponseWriter, r *http.Request, rv reviewer) {
 		w.render(rw, http.StatusBadRequest, "page.html", v)
 		return
 	}
+	// The page names the tenant too (a form from a page loaded before it
+	// did may not): find refuses an ID found in more than one tenant.
+	tenant := r.PostFormValue("tenant")
+	if tenant != "" && event.CheckTenant(tenant) != nil {
+		v := w.view(rv)
+		v.Error = "The form names no valid tenant."
+		w.render(rw, http.StatusBadRequest, "page.html", v)
+		return
+	}
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
-	a, err := w.s.Decide(r.Context(), Ref{ID: id, Session: session}, verdict == "approve", rv.name, reason)
+	a, err := w.s.Decide(r.Context(), Ref{ID: id, Tenant: tenant, Session: session}, verdict == "approve", rv.name, reason)
 	var decided *DecidedError
 	switch {
 	case errors.As(err, &decided):
@@ -288,6 +310,10 @@ func (w *web) decide(rw http.ResponseWriter, r *http.Request, rv reviewer) {
 		v := w.view(rv)
 		v.Error = "There is no such approval."
 		w.render(rw, http.StatusNotFound, "page.html", v)
+	case errors.Is(err, ErrAmbiguous):
+		v := w.view(rv)
+		v.Error = "Not decided: " + err.Error() + "."
+		w.render(rw, http.StatusBadRequest, "page.html", v)
 	case err != nil && a == nil:
 		http.Error(rw, err.Error(), http.StatusInternalServerError)
 	default:

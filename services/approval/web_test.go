@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"html"
 	"io"
 	"log/slog"
@@ -17,11 +19,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/sessionlog"
 )
 
 const (
@@ -66,31 +70,80 @@ func start(t *testing.T, mutate func(*Config)) *fixture {
 	return &fixture{svc: svc, js: js, srv: srv}
 }
 
+// record records ev in its session's log as the harness does.
+func (f *fixture) record(t *testing.T, ev event.Event, msgID string) {
+	t.Helper()
+	if err := sessionlog.New(f.js, sessionlog.Options{As: sessionlog.Harness}).Record(context.Background(), ev, msgID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// session records the first request of a new session of user in tenant,
+// as the harness does, and returns the session's ID.
+func (f *fixture) session(t *testing.T, tenant, user string) uuid.UUID {
+	t.Helper()
+	session := uuid.Must(uuid.NewV7())
+	f.sessionAt(t, tenant, session, user)
+	return session
+}
+
+func (f *fixture) sessionAt(t *testing.T, tenant string, session uuid.UUID, user string) {
+	t.Helper()
+	req := &event.SessionRequested{Header: event.NewHeader(event.TypeSessionRequested, tenant, session), Request: uuid.New(), User: user, Model: "openai:x", Prompt: "ship the release"}
+	f.record(t, req, "r"+session.String())
+}
+
 // ask records an approval request as the harness would and waits until
 // the service keeps it.
 func (f *fixture) ask(t *testing.T, tool string, input string) *event.ApprovalRequested {
 	t.Helper()
-	session := uuid.Must(uuid.NewV7())
-	req := &event.SessionRequested{Header: event.NewHeader(event.TypeSessionRequested, "acme", session), Request: uuid.New(), User: "ada", Model: "openai:x", Prompt: "ship the release"}
-	if err := bus.Record(context.Background(), f.js, req, "r"+session.String()); err != nil {
-		t.Fatal(err)
-	}
+	session := f.session(t, "acme", "ada")
 	ev := &event.ApprovalRequested{
 		Header: event.NewHeader(event.TypeApprovalRequested, "acme", session),
 		Call:   uuid.Must(uuid.NewV7()), Turn: 1, User: "ada", Tool: tool, Input: json.RawMessage(input),
 		ArgsHash: event.ArgsHash(tool, json.RawMessage(input)), Rule: "risky-shell", Reason: "pushes code",
 	}
-	if err := bus.Record(context.Background(), f.js, ev, ev.Call.String()+":approval"); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(f.svc.list("acme", Pending)) == 0 || !f.has(ev.Call) {
+	f.record(t, ev, ev.Call.String()+":approval")
+	waitFor(t, 10*time.Second, func() error {
+		if !f.has(ev.Call) {
+			return errors.New("the approval never showed up")
+		}
+		return nil
+	})
+	return ev
+}
+
+// waitFor polls f until it returns nil, failing the test with f's last
+// error once timeout has passed.
+func waitFor(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("the approval never showed up")
+			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return ev
+}
+
+// decisions returns the decisions in a session's log that the log accepts.
+func decisions(t *testing.T, js jetstream.JetStream, tenant string, session uuid.UUID) []*event.ApprovalDecided {
+	t.Helper()
+	entries, _, err := sessionlog.New(js, sessionlog.Options{Reader: "test"}).ReadAll(context.Background(), tenant, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*event.ApprovalDecided
+	for _, en := range entries {
+		if d, ok := en.Event.(*event.ApprovalDecided); ok {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func (f *fixture) has(id uuid.UUID) bool {
@@ -221,17 +274,11 @@ func TestDecisionsNeedTheirCSRFToken(t *testing.T) {
 		t.Errorf("second decision: %d\n%s", code, body)
 	}
 	// The signed decision is in the session's log.
-	msgs, err := bus.ReadAll(context.Background(), f.js, bus.StreamEvents, bus.EventSubject("acme", a.Session, event.TypeApprovalDecided))
-	if err != nil {
-		t.Fatal(err)
+	ds := decisions(t, f.js, "acme", a.Session)
+	if len(ds) != 1 {
+		t.Fatalf("%d decisions in the log, want 1", len(ds))
 	}
-	if len(msgs) != 1 {
-		t.Fatalf("%d decisions in the log, want 1", len(msgs))
-	}
-	var d event.ApprovalDecided
-	if err := json.Unmarshal(msgs[0].Data, &d); err != nil {
-		t.Fatal(err)
-	}
+	d := ds[0]
 	pub := f.svc.cfg.SigningKey.Public().(ed25519.PublicKey)
 	if err := d.Verify(pub, "acme", a.Session, a.Call, a.ArgsHash); err != nil || !d.Approved || d.Reviewer != "alice" {
 		t.Errorf("decision %+v: %v", d, err)
@@ -352,46 +399,65 @@ func TestLargeCallIsHeld(t *testing.T) {
 	}
 }
 
-// The API takes decisions only with a reviewer's token, in the name the
-// token belongs to; an ID found in two sessions needs its session.
-func TestAPIDecisionsNeedAReviewerToken(t *testing.T) {
+// apiCall sends req to the approval API on subject and returns its answer,
+// or the error code and description it answered with.
+func (f *fixture) apiCall(t *testing.T, subject string, req any) (resp Response, code, desc string) {
+	t.Helper()
+	data, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The service may not have added its endpoints yet.
+	var msg *nats.Msg
+	waitFor(t, 5*time.Second, func() error {
+		msg, err = f.js.Conn().Request(subject, data, 5*time.Second)
+		if errors.Is(err, nats.ErrNoResponders) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("request on %s: %v", subject, err)
+	}
+	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return Response{}, code, msg.Header.Get("Nats-Service-Error")
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		t.Fatalf("answer on %s: %v", subject, err)
+	}
+	return resp, "", ""
+}
+
+// The API decides in the name of its subject's user, with no token; an ID
+// found in two sessions needs its session.
+func TestAPIDecisionsAreTheSubjectUsers(t *testing.T) {
 	f := start(t, nil)
 	a := f.ask(t, "Bash", `{"command":"git push"}`)
-	nc := f.js.Conn()
-	call := func(req DecideRequest) (string, string) {
-		t.Helper()
-		data, _ := json.Marshal(req)
-		msg, err := nc.Request(SubjectDecide, data, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return msg.Header.Get("Nats-Service-Error-Code"), msg.Header.Get("Nats-Service-Error") + string(msg.Data)
-	}
-	if code, _ := call(DecideRequest{ID: a.Call, Approve: true}); code != CodeUnauthorized {
-		t.Errorf("no token: code %q, want %s", code, CodeUnauthorized)
-	}
-	if code, _ := call(DecideRequest{ID: a.Call, Approve: true, Token: "not-a-reviewer-token"}); code != CodeUnauthorized {
-		t.Errorf("wrong token: code %q, want %s", code, CodeUnauthorized)
+	// A subject that names no user is refused.
+	if _, code, desc := f.apiCall(t, bus.ApprovalAPI("acme", "bob", bus.OpDecide), DecideRequest{ID: a.Call, Approve: true}); code != CodeBadRequest {
+		t.Errorf("a subject with no user token: %q %s, want %s", code, desc, CodeBadRequest)
 	}
 	// A raise asked in another session under the same ID makes the ID
 	// ambiguous: a decision must say which.
-	other := uuid.Must(uuid.NewV7())
+	other := f.session(t, "acme", "mallory")
 	raise := &event.BudgetRaise{Header: event.NewHeader(event.TypeBudgetRaise, "acme", other), Raise: a.Call, User: "mallory", Limits: json.RawMessage(`{"steps":5}`)}
-	if err := bus.Record(context.Background(), f.js, raise, "raise"); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(f.svc.list("acme", Pending)) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the raise never showed up")
+	f.record(t, raise, "raise")
+	waitFor(t, 10*time.Second, func() error {
+		if n := len(f.svc.list("acme", Pending)); n < 2 {
+			return fmt.Errorf("%d pending, want the raise too", n)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	decide := Subject("acme", "bob", bus.OpDecide)
+	if _, code, desc := f.apiCall(t, decide, DecideRequest{ID: a.Call, Approve: true}); code != CodeBadRequest || !strings.Contains(desc, "more than one session") {
+		t.Errorf("ambiguous ID: %q %s", code, desc)
 	}
-	if code, body := call(DecideRequest{ID: a.Call, Approve: true, Token: bobToken}); code != CodeBadRequest || !strings.Contains(body, "more than one session") {
-		t.Errorf("ambiguous ID: %q %s", code, body)
+	resp, code, desc := f.apiCall(t, decide, DecideRequest{ID: a.Call, Session: other, Approve: false, Reason: "no"})
+	if code != "" {
+		t.Fatalf("deny the raise: %q %s", code, desc)
 	}
-	if code, body := call(DecideRequest{ID: a.Call, Session: other, Approve: false, Token: bobToken, Reason: "no"}); code != "" {
-		t.Fatalf("deny the raise: %q %s", code, body)
+	if len(resp.Approvals) != 1 || resp.Approvals[0].Reviewer != "bob" || resp.Approvals[0].Status != Denied {
+		t.Errorf("answer = %s, want the raise denied by bob", brief(resp.Approvals))
 	}
 	got := f.svc.list("acme", Pending)
 	if len(got) != 1 || got[0].Session != a.Session {
@@ -399,6 +465,10 @@ func TestAPIDecisionsNeedAReviewerToken(t *testing.T) {
 	}
 	if decided := f.svc.list("acme", Denied); len(decided) != 1 || decided[0].Reviewer != "bob" || decided[0].Tool != event.BudgetTool {
 		t.Errorf("denied = %+v, want the raise, by bob", decided)
+	}
+	// A second decision is refused, saying who decided first.
+	if _, code, desc := f.apiCall(t, Subject("acme", "alice", bus.OpDecide), DecideRequest{ID: a.Call, Session: other, Approve: true}); code != CodeDecided || !strings.Contains(desc, "by bob") {
+		t.Errorf("second decision: %q %s, want %s naming bob", code, desc, CodeDecided)
 	}
 }
 
@@ -417,7 +487,7 @@ func TestForgedEntryPublishesNothing(t *testing.T) {
 	a.Decision = &event.ApprovalDecided{Header: event.NewHeader(event.TypeApprovalDecided, a.Tenant, a.Session), Call: a.ID, ArgsHash: a.ArgsHash, Approved: true, Reviewer: "mallory"}
 	a.Decision.Sign(other)
 	data, _ := json.Marshal(a)
-	if _, err := f.svc.kv.Create(context.Background(), a.key(), data); err != nil {
+	if _, err := f.svc.kv.Create(context.Background(), key(a.Tenant, a.Session, a.ID), data); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // ten sweeps

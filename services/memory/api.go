@@ -11,22 +11,38 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/micro"
 
+	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/tool"
 )
 
-// Subjects of the memory service's API, for people managing memories and
-// skills with the CLI. Each takes and returns JSON.
+// Operations of the memory API: the last token of its subjects.
 const (
-	SubjectList   = "corral.memory.ls"
-	SubjectGet    = "corral.memory.cat"
-	SubjectPut    = "corral.memory.put"
-	SubjectRemove = "corral.memory.rm"
+	OpList   = "ls"
+	OpGet    = "cat"
+	OpPut    = "put"
+	OpRemove = "rm"
 )
 
-// APIRequest is a request to the API.
+// Subject is where a client acting as user of tenant asks for op (one of
+// [OpList], [OpGet], [OpPut], [OpRemove]):
+//
+//	corral.memory.<tenant>.<user token>.<op>
+//
+// with the user as a [bus.UserToken]. The service takes tenant and user
+// from the subject, never from the body: the NATS permissions let a client
+// publish only for its own tenant, and a user's credential only as its own
+// user, so the subject says whose memories a request reads and writes
+// (/memories/private is the subject's user's) and who wrote them.
+func Subject(tenant, user, op string) string {
+	return bus.MemoryAPI(tenant, bus.UserToken(user), op)
+}
+
+// APIRequest is a request to the API, sent on its op's [Subject]. Tenant
+// and User may be left empty: they are the subject's. A request naming
+// another tenant or user than its subject's is refused.
 type APIRequest struct {
-	Tenant string `json:"tenant"`
+	Tenant string `json:"tenant,omitempty"`
 	User   string `json:"user,omitempty"`
 	Path   string `json:"path"`
 	// Content is what put writes.
@@ -64,45 +80,76 @@ func (s *Service) serveAPI(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("memory api: %w", err)
 	}
-	for subject, fn := range map[string]func(context.Context, *APIRequest) (*APIResponse, error){
-		SubjectList:   s.apiList,
-		SubjectGet:    s.apiGet,
-		SubjectPut:    s.apiPut,
-		SubjectRemove: s.apiRemove,
+	for op, fn := range map[string]func(context.Context, caller, *APIRequest) (*APIResponse, error){
+		OpList:   s.apiList,
+		OpGet:    s.apiGet,
+		OpPut:    s.apiPut,
+		OpRemove: s.apiRemove,
 	} {
-		name := subject[strings.LastIndexByte(subject, '.')+1:]
-		err := svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
+		err := svc.AddEndpoint(op, micro.HandlerFunc(func(r micro.Request) {
 			var req APIRequest
 			if err := json.Unmarshal(r.Data(), &req); err != nil {
 				_ = r.Error("400", "malformed request: "+err.Error(), nil)
 				return
 			}
-			if err := event.CheckTenant(req.Tenant); err != nil {
+			c, err := callerOf(r.Subject(), &req)
+			if err != nil {
 				_ = r.Error("400", err.Error(), nil)
 				return
 			}
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			resp, err := fn(rctx, &req)
+			resp, err := fn(rctx, c, &req)
 			if err != nil {
 				code := "500"
 				var bad *badRequest
 				if errors.As(err, &bad) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrTooMany) {
 					code = "400"
 				} else {
-					s.log.WarnContext(rctx, "memory api", "subject", subject, "err", err)
+					s.log.WarnContext(rctx, "memory api", "subject", r.Subject(), "err", err)
 				}
 				_ = r.Error(code, err.Error(), nil)
 				return
 			}
 			_ = r.RespondJSON(resp)
-		}), micro.WithEndpointSubject(subject))
+		}), micro.WithEndpointSubject(bus.MemoryAPI("*", "*", op)))
 		if err != nil {
 			return fmt.Errorf("memory api: %w", err)
 		}
 	}
 	<-ctx.Done()
 	return svc.Stop()
+}
+
+// caller is whom a request comes from: the tenant and user its subject
+// names, which the NATS permissions vouch for.
+type caller struct{ tenant, user string }
+
+// callerOf returns the caller of a request on subject (see [Subject]). A
+// request whose body names another tenant or user is refused: it asks for
+// what its sender may not have, and answering it as the subject's would
+// hide that.
+func callerOf(subject string, req *APIRequest) (caller, error) {
+	tok := strings.Split(subject, ".")
+	if len(tok) != 5 {
+		return caller{}, badf("%s is not a subject of the memory API", subject)
+	}
+	c := caller{tenant: tok[2]}
+	if err := event.CheckTenant(c.tenant); err != nil {
+		return caller{}, badf("subject %s: %v", subject, err)
+	}
+	user, err := bus.ParseUserToken(tok[3])
+	if err != nil {
+		return caller{}, badf("subject %s: %v", subject, err)
+	}
+	c.user = user
+	if req.Tenant != "" && req.Tenant != c.tenant {
+		return caller{}, badf("the request names tenant %q, but its subject is tenant %q's: a client asks only for its own tenant", req.Tenant, c.tenant)
+	}
+	if req.User != "" && req.User != c.user {
+		return caller{}, badf("the request names user %q, but its subject is user %q's: a client asks only as its own user", req.User, c.user)
+	}
+	return c, nil
 }
 
 // badRequest is a request the API refuses as written.
@@ -116,12 +163,12 @@ func apiFile(f File) APIFile {
 	return APIFile{Path: f.Path, Owner: f.Owner, Size: f.Size, Version: f.Version, UpdatedBy: f.UpdatedBy, UpdatedAt: f.UpdatedAt, Content: f.Content}
 }
 
-func (s *Service) apiList(ctx context.Context, req *APIRequest) (*APIResponse, error) {
+func (s *Service) apiList(ctx context.Context, c caller, req *APIRequest) (*APIResponse, error) {
 	p := req.Path
 	if p == "" || p == "/" {
 		p = "/"
 	} else {
-		k, err := keyFor(req.Tenant, req.User, p)
+		k, err := keyFor(c.tenant, c.user, p)
 		if err != nil {
 			return nil, badf("%v", err)
 		}
@@ -131,7 +178,7 @@ func (s *Service) apiList(ctx context.Context, req *APIRequest) (*APIResponse, e
 		}
 		p += "/"
 	}
-	fs, err := s.store.List(ctx, req.Tenant, req.User, p)
+	fs, err := s.store.List(ctx, c.tenant, c.user, p)
 	if err != nil {
 		return nil, err
 	}
@@ -142,8 +189,8 @@ func (s *Service) apiList(ctx context.Context, req *APIRequest) (*APIResponse, e
 	return resp, nil
 }
 
-func (s *Service) apiGet(ctx context.Context, req *APIRequest) (*APIResponse, error) {
-	k, err := keyFor(req.Tenant, req.User, req.Path)
+func (s *Service) apiGet(ctx context.Context, c caller, req *APIRequest) (*APIResponse, error) {
+	k, err := keyFor(c.tenant, c.user, req.Path)
 	if err != nil {
 		return nil, badf("%v", err)
 	}
@@ -157,8 +204,8 @@ func (s *Service) apiGet(ctx context.Context, req *APIRequest) (*APIResponse, er
 // apiPut writes a file over whatever version is there when it is read: a
 // person's put replaces the file, but a change made between that read and
 // the write is still not overwritten silently.
-func (s *Service) apiPut(ctx context.Context, req *APIRequest) (*APIResponse, error) {
-	k, err := keyFor(req.Tenant, req.User, req.Path)
+func (s *Service) apiPut(ctx context.Context, c caller, req *APIRequest) (*APIResponse, error) {
+	k, err := keyFor(c.tenant, c.user, req.Path)
 	if err != nil {
 		return nil, badf("%v", err)
 	}
@@ -177,7 +224,7 @@ func (s *Service) apiPut(ctx context.Context, req *APIRequest) (*APIResponse, er
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	f, err := s.store.Put(ctx, Write{Key: k, Content: req.Content, Expect: expect, By: byUser(req), Op: req.Op, MaxFiles: s.cfg.MaxFiles})
+	f, err := s.store.Put(ctx, Write{Key: k, Content: req.Content, Expect: expect, By: c.user, Op: req.Op, MaxFiles: s.cfg.MaxFiles})
 	if err != nil {
 		return nil, err
 	}
@@ -188,8 +235,8 @@ func (s *Service) apiPut(ctx context.Context, req *APIRequest) (*APIResponse, er
 	return &APIResponse{Files: []APIFile{apiFile(f)}}, nil
 }
 
-func (s *Service) apiRemove(ctx context.Context, req *APIRequest) (*APIResponse, error) {
-	k, err := keyFor(req.Tenant, req.User, req.Path)
+func (s *Service) apiRemove(ctx context.Context, c caller, req *APIRequest) (*APIResponse, error) {
+	k, err := keyFor(c.tenant, c.user, req.Path)
 	if err != nil {
 		return nil, badf("%v", err)
 	}
@@ -198,7 +245,7 @@ func (s *Service) apiRemove(ctx context.Context, req *APIRequest) (*APIResponse,
 	}
 	keys := []Key{k}
 	if req.Recursive {
-		fs, err := s.store.List(ctx, req.Tenant, req.User, k.Path+"/")
+		fs, err := s.store.List(ctx, c.tenant, c.user, k.Path+"/")
 		if err != nil {
 			return nil, err
 		}
@@ -227,7 +274,7 @@ func (s *Service) apiRemove(ctx context.Context, req *APIRequest) (*APIResponse,
 		// One op per file, derived from the request's, so a retried
 		// request removes each file once.
 		op := uuid.NewSHA1(req.Op, []byte(key.Path))
-		if err := s.store.Delete(ctx, Write{Key: key, Expect: cur.Version, By: byUser(req), Op: op}); err != nil {
+		if err := s.store.Delete(ctx, Write{Key: key, Expect: cur.Version, By: c.user, Op: op}); err != nil {
 			return nil, err
 		}
 		removed++
@@ -246,11 +293,4 @@ func (s *Service) skillsChanged(ctx context.Context, k Key) error {
 		return s.publishSkills(ctx, k.Tenant)
 	}
 	return nil
-}
-
-func byUser(req *APIRequest) string {
-	if req.User == "" {
-		return "cli"
-	}
-	return req.User
 }

@@ -14,6 +14,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/lock"
 	"corral.dev/pkg/metrics"
+	"corral.dev/pkg/sessionlog"
 )
 
 // Service is the memory service.
@@ -24,6 +25,9 @@ type Service struct {
 	store  Store
 	skills jetstream.ObjectStore
 	log    *slog.Logger
+	// logs records the calls' results in their sessions' logs, as the
+	// memory service.
+	logs *sessionlog.Log
 	// publishing serialises the publishing of each tenant's skills.
 	publishing lock.Keyed
 	// calls times the tool calls, by tool and outcome.
@@ -72,7 +76,12 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, store Store, l
 	if err := reg.Register(calls); err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, js: js, nc: js.Conn(), store: store, skills: skills, log: log.With("service", "memory"), calls: calls}, nil
+	if err := sessionlog.Register(reg); err != nil {
+		return nil, err
+	}
+	log = log.With("service", "memory")
+	logs := sessionlog.New(js, sessionlog.Options{As: sessionlog.Memory, Reader: "memory", DeadLetters: true, Logger: log})
+	return &Service{cfg: cfg, js: js, nc: js.Conn(), store: store, skills: skills, log: log, logs: logs, calls: calls}, nil
 }
 
 // Run consumes memory tool calls and answers the CLI's requests until ctx
@@ -88,7 +97,7 @@ func (s *Service) Run(ctx context.Context) error {
 			},
 			Concurrency: s.cfg.Concurrency,
 			Handler:     s.handleCall,
-			OnGiveUp:    bus.GiveUpCall(s.js, "memory service"),
+			OnGiveUp:    s.logs.GiveUpCall(bus.ServiceMemory),
 			AckDelay:    bus.ToolAckDelay,
 			Grace:       s.cfg.ShutdownGrace,
 			Logger:      s.log,

@@ -64,7 +64,8 @@ type Write struct {
 	// Expect is the version the file must be at: 0 for a file that must
 	// not exist yet (or was deleted).
 	Expect int64
-	// By names who writes: the user, or the CLI's operator.
+	// By names who writes: the user of the tool call's session, or the
+	// user an API request's subject names.
 	By string
 	// Op identifies the operation (the tool call's ID). A write whose Op
 	// was applied already returns the version it made and changes nothing,

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -27,13 +26,14 @@ const (
 	maxGrepMatches   = 500
 )
 
+// handleCall runs one call on /memories or /skills and records its result.
+// The call's tenant and session are its subject's ([bus.DecodeToolCall]
+// refuses a body naming others). Its user is the body's: only the harness
+// may publish calls, and it names the session's user.
 func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
-	var c event.ToolCall
-	if err := json.Unmarshal(m.Data, &c); err != nil {
-		return bus.Permanent(fmt.Errorf("decode tool call: %w", err))
-	}
-	if err := event.CheckTenant(c.Tenant); err != nil {
-		return bus.Permanent(err)
+	c, err := bus.DecodeToolCall(m)
+	if err != nil {
+		return err // rejected: dead-lettered
 	}
 	start := time.Now()
 	res := event.ToolCompleted{
@@ -43,7 +43,7 @@ func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
 		Service: bus.ServiceMemory,
 		User:    c.User,
 	}
-	out, err := s.run(ctx, &c)
+	out, err := s.run(ctx, c)
 	if err != nil {
 		return fmt.Errorf("%s call %s: %w", c.Name, c.Call, err)
 	}
@@ -55,7 +55,7 @@ func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
 	}
 	s.calls.WithLabelValues(c.Name, outcome).Observe(time.Since(start).Seconds())
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", out.isError)
-	return bus.RecordResult(ctx, s.js, &res, c.After)
+	return s.logs.RecordResult(ctx, &res, c.After)
 }
 
 // result is what a call tells the model, and the file version it saw.

@@ -23,6 +23,7 @@ func Run(t *testing.T, newStore func(t *testing.T) memory.Store) {
 		{"CreateAndGet", testCreateAndGet},
 		{"ExpectedVersion", testExpectedVersion},
 		{"OpAppliedOnce", testOpAppliedOnce},
+		{"OpsOfTenantsApart", testOpsOfTenantsApart},
 		{"DeleteKeepsHistory", testDeleteKeepsHistory},
 		{"Scopes", testScopes},
 		{"Grep", testGrep},
@@ -110,6 +111,23 @@ func testOpAppliedOnce(t *testing.T, s memory.Store) {
 	}
 	if h[0].Op != w.Op || h[0].ChangedBy != "ada" || h[0].Version != a.Version {
 		t.Errorf("change = %+v, want op %s by ada at v%d", h[0], w.Op, a.Version)
+	}
+}
+
+// testOpsOfTenantsApart: an operation ID is one tenant's. Another tenant's
+// write under the same ID (a client picks the ID of a CLI operation) is a
+// write of its own, neither refused nor taken for the first.
+func testOpsOfTenantsApart(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	op := uuid.New()
+	for _, tenant := range []string{"acme", "initech"} {
+		k := memory.Key{Tenant: tenant, Path: "/memories/notes.md"}
+		if _, err := s.Put(ctx, memory.Write{Key: k, Content: tenant + "'s", By: "ada", Op: op}); err != nil {
+			t.Fatalf("Put in %s: %v", tenant, err)
+		}
+		if f, err := s.Get(ctx, k); err != nil || f.Content != tenant+"'s" {
+			t.Errorf("%s's file = %q, %v", tenant, f.Content, err)
+		}
 	}
 }
 
