@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
-	"corral.dev/pkg/event"
 )
 
 // Placement: a session's sandbox lives on one node. Any node may receive a
@@ -37,22 +36,23 @@ type placement struct {
 	places   jetstream.KeyValue
 	log      *slog.Logger
 
-	// forget is called for each session placed here afresh: whatever
-	// this node knew of its workspace may be out of date.
-	forget func(uuid.UUID)
+	// forget is called with the [bus.SessionKey] of each session placed
+	// here afresh: whatever this node knew of its workspace may be out of
+	// date.
+	forget func(key string)
 
 	mu sync.Mutex
-	// owned are the sessions placed here, known without asking the
-	// bucket while the lease is surely held, with the revision of their
-	// placement; cleared when it may have lapsed.
-	owned map[uuid.UUID]uint64
+	// owned are the sessions placed here, by [bus.SessionKey], known
+	// without asking the bucket while the lease is surely held, with the
+	// revision of their placement; cleared when it may have lapsed.
+	owned map[string]uint64
 	// held is when the last renewal that succeeded was sent: the lease
 	// runs at least NodeLeaseTTL from then.
 	held time.Time
 	rev  uint64 // the lease's revision, 0 when it is to be made anew
 }
 
-func newPlacement(ctx context.Context, js jetstream.JetStream, node, instance string, forget func(uuid.UUID), log *slog.Logger) (*placement, error) {
+func newPlacement(ctx context.Context, js jetstream.JetStream, node, instance string, forget func(key string), log *slog.Logger) (*placement, error) {
 	nodes, err := js.KeyValue(ctx, bus.BucketNodes)
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", bus.BucketNodes, err)
@@ -61,7 +61,7 @@ func newPlacement(ctx context.Context, js jetstream.JetStream, node, instance st
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", bus.BucketPlacements, err)
 	}
-	p := &placement{node: node, instance: instance, nodes: nodes, places: places, forget: forget, log: log, owned: make(map[uuid.UUID]uint64)}
+	p := &placement{node: node, instance: instance, nodes: nodes, places: places, forget: forget, log: log, owned: make(map[string]uint64)}
 	if err := p.renew(ctx); err != nil {
 		return nil, err
 	}
@@ -100,8 +100,8 @@ func (p *placement) renew(ctx context.Context) error {
 // lapsed forgets the sessions owned: another node may have taken any of
 // them over. The caller holds p.mu.
 func (p *placement) lapsed() {
-	for session := range p.owned {
-		p.forget(session)
+	for key := range p.owned {
+		p.forget(key)
 	}
 	clear(p.owned)
 	p.rev = 0
@@ -133,19 +133,20 @@ func (p *placement) sure() bool {
 	return time.Since(p.held) < bus.NodeLeaseTTL/2
 }
 
-// owns reports whether a session is placed here, as far as this node
-// surely knows.
-func (p *placement) owns(session uuid.UUID) bool {
-	_, ok := p.ownedAt(session)
+// owns reports whether the session whose [bus.SessionKey] is key is
+// placed here, as far as this node surely knows.
+func (p *placement) owns(key string) bool {
+	_, ok := p.ownedAt(key)
 	return ok
 }
 
-// ownedAt returns the revision of the session's placement here, if it is
-// placed here as far as this node surely knows.
-func (p *placement) ownedAt(session uuid.UUID) (uint64, bool) {
+// ownedAt returns the revision of the placement here of the session whose
+// [bus.SessionKey] is key, if it is placed here as far as this node surely
+// knows.
+func (p *placement) ownedAt(key string) (uint64, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rev, ok := p.owned[session]
+	rev, ok := p.owned[key]
 	return rev, ok && p.sure()
 }
 
@@ -162,7 +163,8 @@ type placed struct {
 
 // route returns where a session's call runs.
 func (p *placement) route(ctx context.Context, tenant string, session uuid.UUID) (placed, error) {
-	if rev, ok := p.ownedAt(session); ok {
+	owned := bus.SessionKey(tenant, session)
+	if rev, ok := p.ownedAt(owned); ok {
 		return placed{rev: rev}, nil
 	}
 	key := bus.PlacementKey(tenant, session)
@@ -203,10 +205,10 @@ func (p *placement) route(ctx context.Context, tenant string, session uuid.UUID)
 		if !p.sure() {
 			return placed{}, bus.NotYet(time.Second, fmt.Errorf("place session %s: node %s is renewing its lease", session, p.node))
 		}
-		if _, ok := p.owned[session]; !ok {
-			p.forget(session)
+		if _, ok := p.owned[owned]; !ok {
+			p.forget(owned)
 		}
-		p.owned[session] = rev
+		p.owned[owned] = rev
 		return placed{fresh: true, rev: rev}, nil
 	}
 	return placed{}, bus.NotYet(0, fmt.Errorf("place session %s: its placement keeps changing", session))
@@ -215,7 +217,7 @@ func (p *placement) route(ctx context.Context, tenant string, session uuid.UUID)
 // release forgets a session placed here, and its placement.
 func (p *placement) release(ctx context.Context, tenant string, session uuid.UUID) {
 	p.mu.Lock()
-	delete(p.owned, session)
+	delete(p.owned, bus.SessionKey(tenant, session))
 	p.mu.Unlock()
 	key := bus.PlacementKey(tenant, session)
 	rctx, cancel := bus.Bound(ctx)
@@ -244,8 +246,12 @@ type forwardReply struct {
 	Permanent bool `json:"permanent,omitempty"`
 }
 
-// deliveredHeader carries the call's delivery count to the owner.
-const deliveredHeader = "Corral-Delivered"
+// Headers of a forwarded call: its delivery count, and the subject it was
+// delivered on, which alone says whose call it is.
+const (
+	deliveredHeader = "Corral-Delivered"
+	subjectHeader   = "Corral-Subject"
+)
 
 // forward has owner run the call and waits until it has recorded the
 // result. While it waits it watches the owner's lease: if the owner dies,
@@ -255,6 +261,7 @@ func (s *Service) forward(ctx context.Context, owner string, m bus.Msg) error {
 	msg := nats.NewMsg(bus.NodeSubject(owner))
 	msg.Data = m.Data
 	msg.Header.Set(deliveredHeader, strconv.FormatUint(m.Delivered, 10))
+	msg.Header.Set(subjectHeader, m.Subject)
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type answer struct {
@@ -324,13 +331,13 @@ func (s *Service) serveForwarded(ctx context.Context) error {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			delivered, _ := strconv.ParseUint(msg.Header.Get(deliveredHeader), 10, 64)
-			err := s.runForwarded(base, msg.Data, delivered)
+			err := s.runForwarded(base, bus.Msg{Subject: msg.Header.Get(subjectHeader), Data: msg.Data, Delivered: delivered})
 			switch {
 			case err == nil:
 				reply(forwardReply{})
 			case errors.Is(err, bus.ErrNotYet):
 				reply(forwardReply{Error: err.Error(), Retry: true})
-			case errors.Is(err, bus.ErrPermanent):
+			case errors.Is(err, bus.ErrPermanent), errors.Is(err, bus.ErrRejected):
 				reply(forwardReply{Error: err.Error(), Permanent: true})
 			default:
 				reply(forwardReply{Error: err.Error()})
@@ -349,13 +356,11 @@ func (s *Service) serveForwarded(ctx context.Context) error {
 }
 
 // runForwarded runs a call another node forwarded here, if the session is
-// still placed here.
-func (s *Service) runForwarded(ctx context.Context, data []byte, delivered uint64) error {
-	var c event.ToolCall
-	if err := json.Unmarshal(data, &c); err != nil {
-		return bus.Permanent(fmt.Errorf("decode a forwarded call: %w", err))
-	}
-	if err := s.checkCall(&c); err != nil {
+// still placed here. The call is checked against the subject it was
+// delivered on, as the forwarder checked it.
+func (s *Service) runForwarded(ctx context.Context, m bus.Msg) error {
+	c, err := bus.DecodeToolCall(m)
+	if err != nil {
 		return err
 	}
 	at, err := s.place.route(ctx, c.Tenant, c.Session)
@@ -365,5 +370,5 @@ func (s *Service) runForwarded(ctx context.Context, data []byte, delivered uint6
 	if at.owner != "" {
 		return bus.NotYet(0, fmt.Errorf("session %s is placed on node %s", c.Session, at.owner))
 	}
-	return s.runHere(ctx, &c, delivered > 1, at)
+	return s.runHere(ctx, c, m.Delivered > 1, at)
 }

@@ -39,10 +39,12 @@ func placedOn(t *testing.T, js jetstream.JetStream, session uuid.UUID) string {
 	return string(e.Value())
 }
 
-// callMsg is a call as a node receives it from the shared queue.
-func callMsg(t *testing.T, session uuid.UUID, command string) bus.Msg {
+// callMsg is a call as a node receives it from the shared queue; its
+// response is recorded, as the harness records it before it dispatches.
+func callMsg(t *testing.T, js jetstream.JetStream, session uuid.UUID, command string) bus.Msg {
 	t.Helper()
 	c := event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "acme", session), Call: uuid.Must(uuid.NewV7()), Turn: 1, User: "ada", Name: "Bash", Input: json.RawMessage(fmt.Sprintf(`{"command":%q}`, command))}
+	responded(t, js, "acme", session, c.Call, c.Name)
 	data, err := json.Marshal(&c)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +116,7 @@ func TestForwardedThenTakenOver(t *testing.T) {
 	// queue would.
 	b := newNode(t, js, nil)
 	t.Cleanup(b.driver.Close)
-	if err := b.handleCall(ctx, callMsg(t, session, "echo two >> f")); err != nil {
+	if err := b.handleCall(ctx, callMsg(t, js, session, "echo two >> f")); err != nil {
 		t.Fatalf("forwarded call: %v", err)
 	}
 	if n := testutil.ToFloat64(b.metrics.forwarded); n != 1 {
@@ -133,7 +135,7 @@ func TestForwardedThenTakenOver(t *testing.T) {
 	}
 
 	stopA() // a clean stop gives the node's lease up at once
-	if err := b.handleCall(ctx, callMsg(t, session, "cat f")); err != nil {
+	if err := b.handleCall(ctx, callMsg(t, js, session, "cat f")); err != nil {
 		t.Fatalf("call after the owner stopped: %v", err)
 	}
 	rs = resultsOf(t, js, session, 3)
@@ -159,7 +161,7 @@ func TestFailedSnapshotKeepsTheWorkspace(t *testing.T) {
 	t.Cleanup(a.driver.Close)
 	run := func(svc *Service, session uuid.UUID, command string) string {
 		t.Helper()
-		m := callMsg(t, session, command)
+		m := callMsg(t, js, session, command)
 		if err := svc.handleCall(ctx, m); err != nil {
 			t.Fatalf("%s: %v", command, err)
 		}
@@ -185,7 +187,7 @@ func TestFailedSnapshotKeepsTheWorkspace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		svc.snaps.failed(session, at.rev)
+		svc.snaps.failed("acme", session, at.rev)
 	}
 
 	lapsed := uuid.Must(uuid.NewV7())
@@ -216,7 +218,7 @@ func TestFailedSnapshotKeepsTheWorkspace(t *testing.T) {
 	if data, err := os.ReadFile(filepath.Join(w, "f")); err != nil || string(data) != "one\ntwo\n" {
 		t.Errorf("the snapshot after the restart holds f = %q, %v; want both lines", data, err)
 	}
-	if b.snaps.isDirty(restarted) {
+	if b.snaps.isDirty("acme", restarted) {
 		t.Error("the session is still noted as not snapshotted")
 	}
 

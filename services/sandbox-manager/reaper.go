@@ -2,14 +2,11 @@ package sandboxmanager
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
@@ -66,7 +63,7 @@ func (s *Service) reapOnce(ctx context.Context) int {
 // reports whether it did. It holds the session's lock, so no call runs
 // (or snapshots the workspace) meanwhile.
 func (s *Service) reapOne(ctx context.Context, tenant string, session uuid.UUID, dir string) bool {
-	unlock, err := s.sessions.Lock(ctx, session.String())
+	unlock, err := s.sessions.Lock(ctx, bus.SessionKey(tenant, session))
 	if err != nil {
 		return false
 	}
@@ -79,46 +76,41 @@ func (s *Service) reapOne(ctx context.Context, tenant string, session uuid.UUID,
 		return false
 	}
 	if err := s.driver.Destroy(tenant, session); err != nil {
-		s.log.WarnContext(ctx, "reap workspace", "session", session, "err", err)
+		s.log.WarnContext(ctx, "reap workspace", "tenant", tenant, "session", session, "err", err)
 		return false
 	}
 	if s.snaps != nil {
-		s.snaps.gone(session)
+		s.snaps.gone(tenant, session)
 		if dropSnapshot {
 			s.snaps.drop(ctx, tenant, session)
 		}
 	}
 	s.place.release(ctx, tenant, session)
 	s.metrics.reaped.WithLabelValues(why).Inc()
-	s.log.DebugContext(ctx, "workspace reaped", "session", session, "why", why)
+	s.log.DebugContext(ctx, "workspace reaped", "tenant", tenant, "session", session, "why", why)
 	return true
 }
 
 // unneeded says why a session's workspace here may go ("" if it may not),
 // and whether its snapshot may go too.
 func (s *Service) unneeded(ctx context.Context, tenant string, session uuid.UUID, dir string) (why string, dropSnapshot bool) {
-	rctx, cancel := bus.Bound(ctx)
-	defer cancel()
-	// The session's lifecycle events: requested, completed, stopped, failed.
-	last, err := s.events.GetLastMsgForSubject(rctx, bus.SessionLifecycle(tenant, session))
+	// The session's last lifecycle event the log accepts: one the
+	// harness wrote, on the subject of this tenant's session.
+	last, ok, err := s.lastLifecycle(ctx, tenant, session)
 	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return "no_session", true
 	case err != nil:
 		return "", false
-	}
-	data, err := bus.Resolve(rctx, s.js, last.Data)
-	if err != nil {
-		return "", false
-	}
-	var h event.Header
-	if json.Unmarshal(data, &h) == nil && (h.Type == event.TypeSessionStopped || h.Type == event.TypeSessionFailed) {
+	case !ok:
+		return "no_session", true
+	case last.Type == event.TypeSessionStopped || last.Type == event.TypeSessionFailed:
 		return "ended", false
 	}
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
 	if e, err := s.place.places.Get(rctx, bus.PlacementKey(tenant, session)); err == nil && string(e.Value()) != s.place.node {
 		return "moved", false
 	}
-	if fi, err := os.Stat(dir); err == nil && s.snaps != nil && !s.snaps.isDirty(session) && time.Since(fi.ModTime()) > s.cfg.WorkspaceTTL {
+	if fi, err := os.Stat(dir); err == nil && s.snaps != nil && !s.snaps.isDirty(tenant, session) && time.Since(fi.ModTime()) > s.cfg.WorkspaceTTL {
 		return "idle", false
 	}
 	return "", false

@@ -17,6 +17,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/sessionlog"
 )
 
 // A sandbox-manager starting over a data directory its predecessor left
@@ -28,18 +29,11 @@ func TestReaperCleansUpWhatAPredecessorLeft(t *testing.T) {
 	workspace := func(session uuid.UUID) string {
 		return filepath.Join(data, "workspaces", "acme", session.String())
 	}
-	record := func(session uuid.UUID, ev event.Event) {
-		t.Helper()
-		h := ev.Head()
-		if err := bus.Publish(ctx, js, bus.EventSubject("acme", session, h.Type), h.ID.String(), ev); err != nil {
-			t.Fatal(err)
-		}
-	}
 	requested := func(session uuid.UUID) {
-		record(session, &event.SessionRequested{Header: event.NewHeader(event.TypeSessionRequested, "acme", session), Request: uuid.New(), User: "ada", Model: "openai:gpt-test", Prompt: "p"})
+		record(t, js, sessionlog.Harness, &event.SessionRequested{Header: event.NewHeader(event.TypeSessionRequested, "acme", session), Request: uuid.New(), User: "ada", Model: "openai:gpt-test", Prompt: "p"})
 	}
 	sessions := map[string]uuid.UUID{}
-	for _, name := range []string{"unknown", "stopped", "failed", "moved", "idle", "live"} {
+	for _, name := range []string{"unknown", "stopped", "failed", "moved", "idle", "live", "forged"} {
 		session := uuid.Must(uuid.NewV7())
 		sessions[name] = session
 		if err := os.MkdirAll(workspace(session), 0o755); err != nil {
@@ -52,10 +46,15 @@ func TestReaperCleansUpWhatAPredecessorLeft(t *testing.T) {
 			requested(session)
 		}
 	}
-	record(sessions["stopped"], &event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, "acme", sessions["stopped"]), By: "ada"})
-	record(sessions["failed"], &event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, "acme", sessions["failed"]), Code: event.CodeModelError, Reason: "boom"})
+	record(t, js, sessionlog.Harness, &event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, "acme", sessions["stopped"]), By: "ada"})
+	record(t, js, sessionlog.Harness, &event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, "acme", sessions["failed"]), Code: event.CodeModelError, Reason: "boom"})
 	// A later event of another kind does not hide the stop.
-	record(sessions["stopped"], &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", sessions["stopped"]), Call: uuid.New(), Name: "Bash", Output: "Killed"})
+	call := uuid.Must(uuid.NewV7())
+	responded(t, js, "acme", sessions["stopped"], call, "Bash")
+	record(t, js, sessionlog.Sandbox, &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", sessions["stopped"]), Call: call, Name: "Bash", Output: "Killed", Service: bus.ServiceSandbox})
+	// A stop the harness did not write (the sandbox-manager's own
+	// credentials may publish on the sandbox's token) ends nothing.
+	record(t, js, sessionlog.Sandbox, &event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, "acme", sessions["forged"]), By: "ada"})
 	places, err := js.KeyValue(ctx, bus.BucketPlacements)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +79,7 @@ func TestReaperCleansUpWhatAPredecessorLeft(t *testing.T) {
 	waitFor(t, 10*time.Second, func() error {
 		for name, session := range sessions {
 			_, err := os.Stat(workspace(session))
-			if kept := err == nil; kept != (name == "live") {
+			if kept := err == nil; kept != (name == "live" || name == "forged") {
 				return fmt.Errorf("workspace of the %s session kept: %v", name, kept)
 			}
 		}

@@ -12,12 +12,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/lock"
+	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/tool"
 	"corral.dev/services/sandbox-manager/internal/sandbox"
 )
@@ -30,13 +30,16 @@ type Service struct {
 	calls  jetstream.KeyValue
 	skills jetstream.ObjectStore
 	log    *slog.Logger
-	// sessions serialises the calls of each session.
+	// logs reads and writes the session logs: every event read is judged
+	// by its subject and writer, and results are written as the sandbox.
+	logs *sessionlog.Log
+	// sessions serialises the calls of each session, by
+	// [bus.SessionKey].
 	sessions lock.Keyed
 	stops    stops
 	metrics  *serviceMetrics
 	snaps    *snapshots // nil when snapshots are off
 	place    *placement
-	events   jetstream.Stream
 }
 
 // New returns a sandbox-manager using js, whose streams [bus.Setup] has
@@ -51,14 +54,14 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("open object store %s: %w", bus.BucketSkills, err)
 	}
-	events, err := js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return nil, fmt.Errorf("open stream %s: %w", bus.StreamEvents, err)
-	}
-	s := &Service{cfg: cfg, js: js, calls: calls, skills: skills, events: events, log: log.With("service", "sandbox-manager")}
+	s := &Service{cfg: cfg, js: js, calls: calls, skills: skills, log: log.With("service", "sandbox-manager")}
+	s.logs = sessionlog.New(js, sessionlog.Options{As: sessionlog.Sandbox, Reader: "sandbox-manager", DeadLetters: true, Logger: s.log})
 	reg := cfg.Metrics
 	if reg == nil {
 		reg = prometheus.NewRegistry()
+	}
+	if err := sessionlog.Register(reg); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	s.metrics = newMetrics(reg, s)
 	d, err := sandbox.New(sandbox.Config{
@@ -86,11 +89,11 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		if err != nil {
 			return nil, fmt.Errorf("open object store %s: %w", bus.BucketWorkspaces, err)
 		}
-		if s.snaps, err = newSnapshots(store, filepath.Join(cfg.DataDir, "unsnapshotted")); err != nil {
+		if s.snaps, err = newSnapshots(store, filepath.Join(cfg.DataDir, "unsnapshotted"), filepath.Join(cfg.DataDir, "workspaces")); err != nil {
 			return nil, fmt.Errorf("snapshots: %w", err)
 		}
 	}
-	forget := func(uuid.UUID) {}
+	forget := func(string) {}
 	if s.snaps != nil {
 		forget = s.snaps.forget
 	}
@@ -125,9 +128,12 @@ func (s *Service) Run(ctx context.Context) error {
 		Concurrency: s.cfg.Concurrency,
 		// A call may wait for its session's earlier calls, and then run
 		// up to the longest Bash timeout, which kills it first.
-		Timeout:  3*tool.MaxTimeoutMillis*time.Millisecond + time.Minute,
-		Handler:  s.handleCall,
-		OnGiveUp: bus.GiveUpCall(s.js, "sandbox"),
+		Timeout: 3*tool.MaxTimeoutMillis*time.Millisecond + time.Minute,
+		Handler: s.handleCall,
+		// A call that can never run is answered with an error result; a
+		// rejected one (its body and subject disagree) speaks for no
+		// session and is only dead-lettered.
+		OnGiveUp: s.logs.GiveUpCall(bus.ServiceSandbox),
 		AckDelay: bus.ToolAckDelay,
 		Grace:    s.cfg.ShutdownGrace,
 		Logger:   s.log,

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
 )
 
 // Snapshots: after every call that may have changed files, the session's
@@ -49,12 +50,13 @@ type fileEntry struct {
 type snapshots struct {
 	store jetstream.ObjectStore
 	mu    sync.Mutex
-	// seq is the sequence of the snapshot each local workspace matches.
+	// seq is the sequence of the snapshot each local workspace matches,
+	// by [bus.SessionKey], as every per-session entry here is.
 	// The caches are bounded, the least recently used entries forgotten:
 	// a session forgotten in seq restores from its own snapshot at its
 	// next call, which is right, only slower; a hash or blob forgotten is
 	// looked up again.
-	seq *lru.Cache[uuid.UUID, uint64]
+	seq *lru.Cache[string, uint64]
 	// hashes caches each local file's hash by size and mtime, so that a
 	// snapshot hashes only what changed.
 	hashes *lru.Cache[string, cachedHash]
@@ -63,11 +65,12 @@ type snapshots struct {
 	// taken holds, for each session, the hash of the file list of the
 	// snapshot this node took last: a call that changed nothing takes
 	// none.
-	taken *lru.Cache[uuid.UUID, [32]byte]
+	taken *lru.Cache[string, [32]byte]
 	// dirty are the sessions whose last snapshot failed, with the revision
 	// of their placement here then: their workspace here is the only
-	// up-to-date copy. dir keeps a note of each on disk, read back at start.
-	dirty map[uuid.UUID]uint64
+	// up-to-date copy. dir keeps a note of each on disk,
+	// <dir>/<tenant>/<session>, read back at start.
+	dirty map[string]uint64
 	dir   string
 }
 
@@ -78,38 +81,77 @@ type cachedHash struct {
 }
 
 // newSnapshots returns the snapshots kept in store; dir holds the notes of
-// snapshots that failed (see [snapshots.failed]).
-func newSnapshots(store jetstream.ObjectStore, dir string) (*snapshots, error) {
+// snapshots that failed (see [snapshots.failed]), and workspaces the
+// workspaces, <tenant>/<session>, for the notes of an older version.
+func newSnapshots(store jetstream.ObjectStore, dir, workspaces string) (*snapshots, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	notes, err := os.ReadDir(dir)
+	if err := moveOldNotes(dir, workspaces); err != nil {
+		return nil, err
+	}
+	notes, err := filepath.Glob(filepath.Join(dir, "*", "*"))
 	if err != nil {
 		return nil, err
 	}
-	dirty := make(map[uuid.UUID]uint64)
-	for _, n := range notes {
-		session, err := uuid.Parse(n.Name())
-		if err != nil {
+	dirty := make(map[string]uint64)
+	for _, p := range notes {
+		tenant := filepath.Base(filepath.Dir(p))
+		session, err := uuid.Parse(filepath.Base(p))
+		if err != nil || event.CheckTenant(tenant) != nil {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(dir, n.Name()))
+		data, err := os.ReadFile(p)
 		if err != nil {
 			return nil, err
 		}
 		if rev, err := strconv.ParseUint(string(data), 10, 64); err == nil {
-			dirty[session] = rev
+			dirty[bus.SessionKey(tenant, session)] = rev
 		}
 	}
 	return &snapshots{
 		store:  store,
 		dir:    dir,
-		seq:    mustLRU[uuid.UUID, uint64](1 << 16),
+		seq:    mustLRU[string, uint64](1 << 16),
 		hashes: mustLRU[string, cachedHash](1 << 17),
 		stored: mustLRU[string, struct{}](1 << 17),
-		taken:  mustLRU[uuid.UUID, [32]byte](1 << 16),
+		taken:  mustLRU[string, [32]byte](1 << 16),
 		dirty:  dirty,
 	}, nil
+}
+
+// moveOldNotes moves the notes an older version kept by session alone,
+// <dir>/<session>, to <dir>/<tenant>/<session>, when exactly one tenant
+// has a workspace of that session here; a note that could stand for
+// several tenants' workspaces (session IDs are the clients' choice) or for
+// none is dropped: the session restores from its last snapshot.
+func moveOldNotes(dir, workspaces string) error {
+	notes, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, n := range notes {
+		session, err := uuid.Parse(n.Name())
+		if err != nil || n.IsDir() {
+			continue
+		}
+		old := filepath.Join(dir, n.Name())
+		owners, _ := filepath.Glob(filepath.Join(workspaces, "*", session.String()))
+		if len(owners) == 1 {
+			tenant := filepath.Base(filepath.Dir(owners[0]))
+			if err := os.MkdirAll(filepath.Join(dir, tenant), 0o700); err != nil {
+				return err
+			}
+			if err := os.Rename(old, filepath.Join(dir, tenant, session.String())); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.Remove(old); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // mustLRU returns an LRU cache of size entries; size is a constant above 0.
@@ -164,14 +206,15 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 		return 0, size, err
 	}
 	sum := sha256.Sum256(files)
+	key := bus.SessionKey(tenant, session)
 	s.mu.Lock()
-	if last, ok := s.taken.Get(session); ok && last == sum {
-		if seq, _ := s.seq.Get(session); seq > 0 {
+	if last, ok := s.taken.Get(key); ok && last == sum {
+		if seq, _ := s.seq.Get(key); seq > 0 {
 			s.mu.Unlock()
 			return seq, size, nil // nothing changed since this node's last snapshot
 		}
 	}
-	prev, _ := s.seq.Get(session)
+	prev, _ := s.seq.Get(key)
 	m.Seq = prev + 1
 	s.mu.Unlock()
 	data, err := json.Marshal(&m)
@@ -188,9 +231,9 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 		return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
 	}
 	s.mu.Lock()
-	s.seq.Add(session, m.Seq)
-	s.taken.Add(session, sum)
-	s.clean(session)
+	s.seq.Add(key, m.Seq)
+	s.taken.Add(key, sum)
+	s.clean(tenant, session)
 	s.mu.Unlock()
 	return m.Seq, size, nil
 }
@@ -256,10 +299,10 @@ func (s *snapshots) latest(ctx context.Context, tenant string, session uuid.UUID
 }
 
 // current reports whether the local workspace matches the snapshot seq.
-func (s *snapshots) current(session uuid.UUID, seq uint64) bool {
+func (s *snapshots) current(tenant string, session uuid.UUID, seq uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	have, _ := s.seq.Get(session)
+	have, _ := s.seq.Get(bus.SessionKey(tenant, session))
 	return have == seq
 }
 
@@ -268,48 +311,55 @@ func (s *snapshots) current(session uuid.UUID, seq uint64) bool {
 // is the only up-to-date copy. It is noted on disk too, so that this node,
 // restarted or back from a lapse of its lease, keeps that workspace rather
 // than restore an older snapshot over it.
-func (s *snapshots) failed(session uuid.UUID, rev uint64) {
+func (s *snapshots) failed(tenant string, session uuid.UUID, rev uint64) {
+	key := bus.SessionKey(tenant, session)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.dirty[session] = rev
-	s.taken.Remove(session) // the next call snapshots again, changed or not
-	_ = os.WriteFile(s.failedFile(session), []byte(strconv.FormatUint(rev, 10)), 0o644)
+	s.dirty[key] = rev
+	s.taken.Remove(key) // the next call snapshots again, changed or not
+	p := s.failedFile(tenant, session)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err == nil {
+		_ = os.WriteFile(p, []byte(strconv.FormatUint(rev, 10)), 0o644)
+	}
 }
 
 // failedAt returns the placement revision at which the last snapshot of
 // session taken here failed, if it did.
-func (s *snapshots) failedAt(session uuid.UUID) (uint64, bool) {
+func (s *snapshots) failedAt(tenant string, session uuid.UUID) (uint64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rev, ok := s.dirty[session]
+	rev, ok := s.dirty[bus.SessionKey(tenant, session)]
 	return rev, ok
 }
 
 // clean notes that the workspace here matches a snapshot. The caller holds
 // s.mu.
-func (s *snapshots) clean(session uuid.UUID) {
-	if _, ok := s.dirty[session]; ok {
-		delete(s.dirty, session)
-		_ = os.Remove(s.failedFile(session))
+func (s *snapshots) clean(tenant string, session uuid.UUID) {
+	key := bus.SessionKey(tenant, session)
+	if _, ok := s.dirty[key]; ok {
+		delete(s.dirty, key)
+		_ = os.Remove(s.failedFile(tenant, session))
 	}
 }
 
-func (s *snapshots) failedFile(session uuid.UUID) string {
-	return filepath.Join(s.dir, session.String())
+// failedFile is the note of a session's failed snapshot, per tenant: one
+// tenant's session ID may be another's.
+func (s *snapshots) failedFile(tenant string, session uuid.UUID) string {
+	return filepath.Join(s.dir, tenant, session.String())
 }
 
 // isDirty reports whether the last snapshot of session failed.
-func (s *snapshots) isDirty(session uuid.UUID) bool {
-	_, failed := s.failedAt(session)
+func (s *snapshots) isDirty(tenant string, session uuid.UUID) bool {
+	_, failed := s.failedAt(tenant, session)
 	return failed
 }
 
 // known reports whether the node knows which snapshot the local
 // workspace matches.
-func (s *snapshots) known(session uuid.UUID) bool {
+func (s *snapshots) known(tenant string, session uuid.UUID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.seq.Contains(session)
+	return s.seq.Contains(bus.SessionKey(tenant, session))
 }
 
 // restore replaces the workspace dir with the session's last snapshot.
@@ -323,7 +373,8 @@ func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUI
 		return 0, fmt.Errorf("restore %s: %w", session, err)
 	}
 	// Until it is whole, the workspace here matches no snapshot.
-	s.forget(session)
+	key := bus.SessionKey(tenant, session)
+	s.forget(key)
 	if err := os.RemoveAll(dir); err != nil {
 		return 0, err
 	}
@@ -354,9 +405,9 @@ func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUI
 		return 0, err
 	}
 	s.mu.Lock()
-	s.seq.Add(session, m.Seq)
-	s.taken.Add(session, sha256.Sum256(files))
-	s.clean(session)
+	s.seq.Add(key, m.Seq)
+	s.taken.Add(key, sha256.Sum256(files))
+	s.clean(tenant, session)
 	s.mu.Unlock()
 	return m.Seq, nil
 }
@@ -411,10 +462,10 @@ func (s *snapshots) fork(ctx context.Context, tenant string, from, to uuid.UUID)
 
 // mark records that the local workspace of session matches snapshot seq
 // (0: none was taken).
-func (s *snapshots) mark(session uuid.UUID, seq uint64) {
+func (s *snapshots) mark(tenant string, session uuid.UUID, seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.seq.Add(session, seq)
+	s.seq.Add(bus.SessionKey(tenant, session), seq)
 }
 
 // drop deletes a session's snapshot manifest. The files it names stay:
@@ -424,25 +475,26 @@ func (s *snapshots) drop(ctx context.Context, tenant string, session uuid.UUID) 
 	defer cancel()
 	_ = s.store.Delete(rctx, manifestName(tenant, session))
 	s.mu.Lock()
-	s.clean(session)
+	s.clean(tenant, session)
 	s.mu.Unlock()
 }
 
-// forget drops what the node knows of a session whose workspace is gone.
-func (s *snapshots) forget(session uuid.UUID) {
+// forget drops what the node knows of the session whose
+// [bus.SessionKey] is key: its workspace is gone, or may be out of date.
+func (s *snapshots) forget(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.seq.Remove(session)
-	s.taken.Remove(session)
+	s.seq.Remove(key)
+	s.taken.Remove(key)
 }
 
 // gone forgets a session whose workspace here was removed, and the note of
 // its failed snapshot, if any, which stood for that workspace. (A session
 // merely placed afresh is forgotten but keeps its note: see
 // [snapshots.failed].)
-func (s *snapshots) gone(session uuid.UUID) {
-	s.forget(session)
+func (s *snapshots) gone(tenant string, session uuid.UUID) {
+	s.forget(bus.SessionKey(tenant, session))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.clean(session)
+	s.clean(tenant, session)
 }

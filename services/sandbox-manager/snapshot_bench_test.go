@@ -42,7 +42,7 @@ func newTestSnapshots(tb testing.TB) *snapshots {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	snaps, err := newSnapshots(store, tb.TempDir())
+	snaps, err := newSnapshots(store, tb.TempDir(), tb.TempDir())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func benchFull(b *testing.B, total int, restore bool) {
 	b.ResetTimer()
 	for range b.N {
 		if restore {
-			s.forget(session)
+			s.forget(bus.SessionKey("bench", session))
 			if _, err := s.restore(ctx, "bench", session, filepath.Join(b.TempDir(), "w")); err != nil {
 				b.Fatal(err)
 			}
@@ -131,7 +131,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err != nil || seq != 1 {
 		t.Fatalf("take: %d, %v", seq, err)
 	}
-	other, err := newSnapshots(s.store, t.TempDir()) // another node
+	other, err := newSnapshots(s.store, t.TempDir(), t.TempDir()) // another node
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if blobs := len(names) - 1; blobs != files-1 {
 		t.Errorf("%d blobs for %d files of which two are the same", blobs, files)
 	}
-	if !other.current(session, seq) {
+	if !other.current("acme", session, seq) {
 		t.Error("the restoring node does not know it is current")
 	}
 }
@@ -213,13 +213,13 @@ func TestSnapshotUploadsWhatAFailedUploadLeftOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.stored.Remove(hash)
-	s.failed(session, 1)
+	s.failed("acme", session, 1)
 
 	if _, _, err := s.take(ctx, "acme", session, dir); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "w")
-	again, err := newSnapshots(s.store, t.TempDir())
+	again, err := newSnapshots(s.store, t.TempDir(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/sessionlog"
 )
 
 // errStopped is the cause of a call cancelled because its session was
@@ -20,11 +21,12 @@ var errStopped = errors.New("session stopped")
 
 // stops tracks the running call of each session, so that stopping the
 // session kills it, and the sessions stopped lately, so that their calls
-// still queued are not run.
+// still queued are not run. Both are by [bus.SessionKey]: one tenant's
+// session ID may be another's.
 type stops struct {
 	mu      sync.Mutex
-	running map[uuid.UUID]context.CancelCauseFunc
-	stopped map[uuid.UUID]stopInfo
+	running map[string]context.CancelCauseFunc
+	stopped map[string]stopInfo
 }
 
 type stopInfo struct {
@@ -35,53 +37,58 @@ type stopInfo struct {
 // stoppedFor is how long a stop is remembered.
 const stoppedFor = time.Hour
 
-// start registers the running call of session and returns its context,
-// cancelled when the session is stopped, and the func that unregisters it;
-// or the reason the session was stopped, if it was.
-func (t *stops) start(ctx context.Context, session uuid.UUID) (context.Context, func(), string) {
+// start registers the running call of the session whose key is key and
+// returns its context, cancelled when the session is stopped, and the
+// func that unregisters it; or the reason the session was stopped, if it
+// was.
+func (t *stops) start(ctx context.Context, key string) (context.Context, func(), string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if st, ok := t.stopped[session]; ok {
+	if st, ok := t.stopped[key]; ok {
 		return nil, nil, st.why
 	}
 	if t.running == nil {
-		t.running = make(map[uuid.UUID]context.CancelCauseFunc)
+		t.running = make(map[string]context.CancelCauseFunc)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	t.running[session] = cancel
+	t.running[key] = cancel
 	return ctx, func() {
 		t.mu.Lock()
-		delete(t.running, session)
+		delete(t.running, key)
 		t.mu.Unlock()
 		cancel(nil)
 	}, ""
 }
 
-// stop kills the running call of session, if any, and remembers why.
-func (t *stops) stop(session uuid.UUID, why string) {
+// stop kills the running call of the session whose key is key, if any,
+// and remembers why.
+func (t *stops) stop(key, why string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped == nil {
-		t.stopped = make(map[uuid.UUID]stopInfo)
+		t.stopped = make(map[string]stopInfo)
 	}
 	now := time.Now()
-	for id, st := range t.stopped {
+	for k, st := range t.stopped {
 		if now.Sub(st.at) > stoppedFor {
-			delete(t.stopped, id)
+			delete(t.stopped, k)
 		}
 	}
-	t.stopped[session] = stopInfo{why: why, at: now}
-	if cancel := t.running[session]; cancel != nil {
+	t.stopped[key] = stopInfo{why: why, at: now}
+	if cancel := t.running[key]; cancel != nil {
 		cancel(errStopped)
 	}
 }
 
 // resume forgets a stop: a follow-up request restarted the session.
-func (t *stops) resume(session uuid.UUID) {
+func (t *stops) resume(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.stopped, session)
+	delete(t.stopped, key)
 }
+
+// lifecycle are the types of a session's lifecycle events.
+var lifecycle = []string{event.TypeSessionRequested, event.TypeSessionCompleted, event.TypeSessionStopped, event.TypeSessionFailed}
 
 // watchStops kills the running call and destroys the sandbox of each
 // session that is stopped or fails, and ends the sandbox of each session
@@ -89,17 +96,20 @@ func (t *stops) resume(session uuid.UUID) {
 // the session logs: an ordered consumer rides through reconnects, and a
 // restarted instance reads the last [stoppedFor] again, so a stop made
 // while it was down still keeps the session's queued calls from running.
+// Each event is judged by the session log ([sessionlog.Log.Judge]): only
+// one its subject names, written by the harness (which records a stop
+// only for the session's own user), is acted on, and only on the tenant
+// and session of its subject.
 func (s *Service) watchStops(ctx context.Context) error {
+	var filters []string
+	for _, typ := range lifecycle {
+		filters = append(filters, sessionlog.KindFilter(typ))
+	}
 	var cons jetstream.Consumer
 	for {
 		var err error
 		cons, err = s.js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{
-				"events.*.*." + event.Kind(event.TypeSessionStopped),
-				"events.*.*." + event.Kind(event.TypeSessionFailed),
-				"events.*.*." + event.Kind(event.TypeSessionRequested),
-				"events.*.*." + event.Kind(event.TypeSessionCompleted),
-			},
+			FilterSubjects:    filters,
 			DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
 			OptStartTime:      ptr(time.Now().Add(-stoppedFor)),
 			InactiveThreshold: time.Minute,
@@ -122,8 +132,8 @@ func (s *Service) watchStops(ctx context.Context) error {
 	defer stop()
 	// What is read back at start counts only as each session's last word:
 	// a session stopped and then continued keeps its workspace.
-	replay := make(map[uuid.UUID]any)
-	var order []uuid.UUID
+	replay := make(map[string]sessionlog.Entry)
+	var order []string
 	caughtUp := false
 	if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 {
 		caughtUp = true
@@ -137,22 +147,29 @@ func (s *Service) watchStops(ctx context.Context) error {
 			s.log.WarnContext(ctx, "watch session stops", "err", err)
 			continue
 		}
-		ev := s.sessionEvent(ctx, m.Data())
-		if ev == nil {
+		meta, merr := m.Metadata()
+		var seq uint64
+		if merr == nil {
+			seq = meta.Sequence.Stream
+		}
+		e, ok := s.judge(ctx, bus.Msg{Subject: m.Subject(), Data: m.Data(), StreamSeq: seq})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if ok && caughtUp {
+			s.apply(e)
 			continue
 		}
-		if caughtUp {
-			s.apply(ev)
-			continue
+		if ok {
+			key := bus.SessionKey(e.Tenant, e.Session)
+			if _, seen := replay[key]; !seen {
+				order = append(order, key)
+			}
+			replay[key] = e
 		}
-		h := ev.(event.Event).Head()
-		if _, ok := replay[h.Session]; !ok {
-			order = append(order, h.Session)
-		}
-		replay[h.Session] = ev
-		if meta, err := m.Metadata(); err == nil && meta.NumPending == 0 {
-			for _, id := range order {
-				s.apply(replay[id])
+		if !caughtUp && merr == nil && meta.NumPending == 0 {
+			for _, key := range order {
+				s.apply(replay[key])
 			}
 			replay, order, caughtUp = nil, nil, true
 		}
@@ -161,54 +178,66 @@ func (s *Service) watchStops(ctx context.Context) error {
 
 func ptr[T any](v T) *T { return &v }
 
-// sessionEvent reads a session lifecycle event from the log.
-func (s *Service) sessionEvent(ctx context.Context, data []byte) any {
-	data, err := bus.Resolve(ctx, s.js, data)
-	if err != nil {
-		return nil
+// judge judges one lifecycle event read from the log, and reports whether
+// it is to be acted on. A rejected event is skipped (the log counted and
+// dead-lettered it); one that cannot be judged yet (the payloads store out
+// of reach) is tried again until it can, or until ctx is done: a stop must
+// not be missed.
+func (s *Service) judge(ctx context.Context, m bus.Msg) (sessionlog.Entry, bool) {
+	for {
+		e, err := s.logs.Judge(ctx, m)
+		switch {
+		case err == nil:
+			return e, true
+		case errors.Is(err, sessionlog.ErrRejected):
+			return sessionlog.Entry{}, false
+		}
+		s.log.WarnContext(ctx, "read a session event", "subject", m.Subject, "stream_seq", m.StreamSeq, "err", err)
+		select {
+		case <-ctx.Done():
+			return sessionlog.Entry{}, false
+		case <-time.After(time.Second):
+		}
 	}
-	ev, err := event.Parse(data)
-	if err != nil {
-		return nil
-	}
-	return ev
 }
 
-// apply acts on a session's stop, failure, completion or new request.
-func (s *Service) apply(ev any) {
+// apply acts on a session's stop, failure, completion or new request, e,
+// which the log accepted: its tenant and session are its subject's.
+func (s *Service) apply(e sessionlog.Entry) {
+	tenant, session := e.Tenant, e.Session
+	key := bus.SessionKey(tenant, session)
 	var why string
-	switch e := ev.(type) {
+	switch ev := e.Event.(type) {
 	case *event.SessionCompleted:
-		if s.driver.Active(e.Tenant, e.Session) {
-			go s.endCompleted(e.Tenant, e.Session)
+		if s.driver.Active(tenant, session) {
+			go s.endCompleted(tenant, session)
 		}
 		return
 	case *event.SessionStopped:
-		why = fmt.Sprintf("the session was stopped by %s", e.By)
-		if e.Reason != "" {
-			why += ": " + e.Reason
+		why = fmt.Sprintf("the session was stopped by %s", ev.By)
+		if ev.Reason != "" {
+			why += ": " + ev.Reason
 		}
 	case *event.SessionFailed:
-		why = "the session failed: " + e.Reason
+		why = "the session failed: " + ev.Reason
 	case *event.SessionRequested:
-		s.stops.resume(e.Session)
+		s.stops.resume(key)
 		return
 	default:
 		return
 	}
-	h := ev.(event.Event).Head()
-	s.stops.stop(h.Session, why)
+	s.stops.stop(key, why)
 	go func() {
 		if s.snaps != nil {
 			// A follow-up restores the workspace from its snapshot.
-			s.snaps.gone(h.Session)
+			s.snaps.gone(tenant, session)
 		}
-		if err := s.driver.Destroy(h.Tenant, h.Session); err != nil {
-			s.log.Warn("destroy sandbox", "session", h.Session, "err", err)
+		if err := s.driver.Destroy(tenant, session); err != nil {
+			s.log.Warn("destroy sandbox", "tenant", tenant, "session", session, "err", err)
 			return
 		}
-		s.place.release(context.Background(), h.Tenant, h.Session)
-		s.log.Info("sandbox destroyed", "session", h.Session, "why", why)
+		s.place.release(context.Background(), tenant, session)
+		s.log.Info("sandbox destroyed", "tenant", tenant, "session", session, "why", why)
 	}()
 }
 
@@ -218,22 +247,39 @@ func (s *Service) apply(ev any) {
 // meanwhile.
 func (s *Service) endCompleted(tenant string, session uuid.UUID) {
 	ctx := context.Background()
-	unlock, err := s.sessions.Lock(ctx, session.String())
+	unlock, err := s.sessions.Lock(ctx, bus.SessionKey(tenant, session))
 	if err != nil {
 		return
 	}
 	defer unlock()
-	rctx, rcancel := bus.Bound(ctx)
-	last, err := s.events.GetLastMsgForSubject(rctx, bus.SessionLifecycle(tenant, session))
-	rcancel()
+	last, ok, err := s.lastLifecycle(ctx, tenant, session)
 	if err != nil {
-		s.log.Warn("end the sandbox of a completed session", "session", session, "err", err)
+		s.log.Warn("end the sandbox of a completed session", "tenant", tenant, "session", session, "err", err)
 		return
 	}
-	if ev, ok := s.sessionEvent(ctx, last.Data).(*event.SessionCompleted); !ok || ev.Session != session {
+	if !ok || last.Type != event.TypeSessionCompleted {
 		return // continued since
 	}
 	if s.driver.Stop(tenant, session) {
-		s.log.Info("sandbox stopped", "session", session, "why", "the session completed")
+		s.log.Info("sandbox stopped", "tenant", tenant, "session", session, "why", "the session completed")
 	}
+}
+
+// lastLifecycle returns a session's last lifecycle event that the log
+// accepts (requested, completed, stopped or failed), and false when it has
+// none. Each kind's last is read on its own, which reads one event unless
+// it is rejected, rather than the whole session.
+func (s *Service) lastLifecycle(ctx context.Context, tenant string, session uuid.UUID) (sessionlog.Entry, bool, error) {
+	var last sessionlog.Entry
+	found := false
+	for _, typ := range lifecycle {
+		e, ok, err := s.logs.Last(ctx, tenant, session, typ)
+		if err != nil {
+			return sessionlog.Entry{}, false, err
+		}
+		if ok && (!found || e.Seq > last.Seq) {
+			last, found = e, true
+		}
+	}
+	return last, found, nil
 }

@@ -2,7 +2,6 @@ package sandboxmanager
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,6 +14,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/tool"
 )
 
@@ -36,12 +36,11 @@ func repeatable(name string) bool {
 // handleCall takes one tool call from the shared queue: it runs it here if
 // its session is placed here (or placed nowhere yet, or on a node that is
 // gone), and forwards it to the node its session is placed on otherwise.
+// A call whose body names another tenant or session than its subject is
+// rejected: returned as it is, it is dead-lettered and answers no session.
 func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
-	var c event.ToolCall
-	if err := json.Unmarshal(m.Data, &c); err != nil {
-		return bus.Permanent(fmt.Errorf("decode %s: %w", m.Subject, err))
-	}
-	if err := s.checkCall(&c); err != nil {
+	c, err := bus.DecodeToolCall(m)
+	if err != nil {
 		return err
 	}
 	at, err := s.place.route(ctx, c.Tenant, c.Session)
@@ -51,17 +50,7 @@ func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
 	if at.owner != "" {
 		return s.forward(ctx, at.owner, m)
 	}
-	return s.runHere(ctx, &c, m.Delivered > 1, at)
-}
-
-func (s *Service) checkCall(c *event.ToolCall) error {
-	if c.Type != event.TypeToolCall {
-		return bus.Permanent(fmt.Errorf("message type %q is not %s", c.Type, event.TypeToolCall))
-	}
-	if err := event.CheckTenant(c.Tenant); err != nil {
-		return bus.Permanent(err)
-	}
-	return nil
+	return s.runHere(ctx, c, m.Delivered > 1, at)
 }
 
 // runHere runs one tool call of a session placed here and records its
@@ -81,12 +70,13 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 	// The mark is set and checked under the session's lock: calls of a
 	// session run one at a time, and a second copy of a call waits here
 	// until the first has recorded its result.
-	unlock, err := s.sessions.Lock(ctx, c.Session.String())
+	key := bus.SessionKey(c.Tenant, c.Session)
+	unlock, err := s.sessions.Lock(ctx, key)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if !s.place.owns(c.Session) {
+	if !s.place.owns(key) {
 		// Released while this call waited (the reaper, a stop, a lapse
 		// of the node's lease): deliver it again, to be placed afresh.
 		return bus.NotYet(0, fmt.Errorf("session %s is no longer placed here", c.Session))
@@ -127,7 +117,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		res.Output, res.IsError = "Error: "+err.Error(), true
 		return s.record(ctx, c, &res, moved)
 	}
-	callCtx, done, stopped := s.stops.start(ctx, c.Session)
+	callCtx, done, stopped := s.stops.start(ctx, key)
 	if stopped != "" {
 		res.Output, res.IsError = "Not run: "+stopped+".", true
 		return s.record(ctx, c, &res, moved)
@@ -174,7 +164,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 				// The workspace here is still right; another node taking
 				// the session over would start from the snapshot before.
 				s.log.WarnContext(ctx, "snapshot", "session", c.Session, "err", err)
-				s.snaps.failed(c.Session, at.rev)
+				s.snaps.failed(c.Tenant, c.Session, at.rev)
 				size = workspaceSize(dir)
 			} else {
 				s.metrics.snapshots.Observe(time.Since(start).Seconds())
@@ -193,15 +183,17 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 	return s.record(ctx, c, &res, moved)
 }
 
-// recorded reports whether the call's result is in its session's log.
+// recorded reports whether the call's result is in its session's log:
+// one the sandbox wrote, for the call the harness dispatched to it (the
+// log's verified read); anything else in the log under the call's ID is
+// no result of ours.
 func (s *Service) recorded(ctx context.Context, c *event.ToolCall) (bool, error) {
-	msgs, err := bus.ReadAll(ctx, s.js, bus.StreamEvents, bus.EventSubject(c.Tenant, c.Session, event.TypeToolCompleted))
+	entries, _, err := s.logs.ReadAll(ctx, c.Tenant, c.Session)
 	if err != nil {
 		return false, err
 	}
-	for _, m := range msgs {
-		var r event.ToolCompleted
-		if json.Unmarshal(m.Data, &r) == nil && r.Call == c.Call {
+	for _, e := range entries {
+		if r, ok := e.Event.(*event.ToolCompleted); ok && e.Writer == sessionlog.Sandbox && r.Call == c.Call {
 			return true, nil
 		}
 	}
@@ -214,27 +206,22 @@ func (s *Service) record(ctx context.Context, c *event.ToolCall, r *event.ToolCo
 	if note != "" {
 		r.Output = note + "\n" + r.Output
 	}
-	return bus.RecordResult(ctx, s.js, r, c.After)
+	return s.logs.RecordResult(ctx, r, c.After)
 }
 
-// forkOf returns the session a session's first request forked, if any.
+// forkOf returns the session a session's first request forked, if any: the
+// first request the harness recorded, never one written by anyone else.
 func (s *Service) forkOf(ctx context.Context, tenant string, session uuid.UUID) (uuid.UUID, error) {
-	rctx, cancel := bus.Bound(ctx)
-	defer cancel()
-	m, err := s.events.GetMsg(rctx, 1, jetstream.WithGetMsgSubject(bus.EventSubject(tenant, session, event.TypeSessionRequested)))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	e, ok, err := s.logs.First(ctx, tenant, session, event.TypeSessionRequested)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("read the first request of %s: %w", session, err)
+	}
+	if !ok {
 		return uuid.Nil, nil
 	}
-	if err != nil {
-		return uuid.Nil, fmt.Errorf("read the first request of %s: %w", session, err)
-	}
-	data, err := bus.Resolve(rctx, s.js, m.Data)
-	if err != nil {
-		return uuid.Nil, err
-	}
-	var r event.SessionRequested
-	if err := json.Unmarshal(data, &r); err != nil {
-		return uuid.Nil, fmt.Errorf("read the first request of %s: %w", session, err)
+	r, ok := e.Event.(*event.SessionRequested)
+	if !ok {
+		return uuid.Nil, nil
 	}
 	return r.Fork, nil
 }
@@ -262,16 +249,16 @@ func workspaceSize(dir string) int64 {
 // whose last snapshot here failed while it was placed here at the very
 // placement it has now: its workspace here is newer than any snapshot.
 func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, at placed) (string, error) {
-	if s.snaps == nil || !at.fresh && s.snaps.known(c.Session) {
+	if s.snaps == nil || !at.fresh && s.snaps.known(c.Tenant, c.Session) {
 		return "", nil
 	}
 	seq, err := s.snaps.latest(ctx, c.Tenant, c.Session)
 	if err != nil {
 		return "", err
 	}
-	if rev, ok := s.snaps.failedAt(c.Session); ok && rev == at.rev {
+	if rev, ok := s.snaps.failedAt(c.Tenant, c.Session); ok && rev == at.rev {
 		if _, err := os.Stat(s.driver.Workspace(c.Tenant, c.Session)); err == nil {
-			s.snaps.mark(c.Session, seq) // taken again at the next call
+			s.snaps.mark(c.Tenant, c.Session, seq) // taken again at the next call
 			return "", nil
 		}
 	}
@@ -283,7 +270,7 @@ func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, at place
 			return "", err
 		}
 		if fork == uuid.Nil {
-			s.snaps.mark(c.Session, 0)
+			s.snaps.mark(c.Tenant, c.Session, 0)
 			return "", nil
 		}
 		if seq, err = s.snaps.fork(ctx, c.Tenant, fork, c.Session); err != nil {
@@ -291,11 +278,11 @@ func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, at place
 		}
 		note = fmt.Sprintf("Note: this session is a fork of session %s: /workspace starts as that session's workspace was at its last snapshot.", fork)
 		if seq == 0 {
-			s.snaps.mark(c.Session, 0)
+			s.snaps.mark(c.Tenant, c.Session, 0)
 			return fmt.Sprintf("Note: this session is a fork of session %s, which had no files in /workspace to start from.", fork), nil
 		}
 	}
-	if s.snaps.current(c.Session, seq) {
+	if s.snaps.current(c.Tenant, c.Session, seq) {
 		return "", nil
 	}
 	start := time.Now()

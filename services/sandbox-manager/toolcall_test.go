@@ -3,6 +3,7 @@ package sandboxmanager
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/sessionlog"
 )
 
 func waitFor(t *testing.T, timeout time.Duration, f func() error) {
@@ -86,37 +88,83 @@ func newNode(t *testing.T, js jetstream.JetStream, env map[string]string) *Servi
 	return svc
 }
 
-// dispatch puts a call on the queue under msgID, as a harness would.
-func dispatch(t *testing.T, js jetstream.JetStream, session uuid.UUID, call uuid.UUID, name, input, msgID string) {
+// record writes ev to its session's log as writer w.
+func record(t *testing.T, js jetstream.JetStream, w sessionlog.Writer, ev event.Event) {
 	t.Helper()
-	c := event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "acme", session), Call: call, Turn: 1, User: "ada", Name: name, Input: json.RawMessage(input)}
-	if err := bus.Publish(context.Background(), js, bus.ToolSubject(bus.ServiceSandbox, "acme", session), msgID, &c); err != nil {
+	h := ev.Head()
+	err := sessionlog.New(js, sessionlog.Options{As: w, Reader: "test"}).Record(context.Background(), ev, h.ID.String())
+	if err != nil {
 		t.Fatal(err)
 	}
 }
 
-// resultsOf waits until n results are recorded for the session, and returns them.
+// responded records, as the harness does before it dispatches a call, a
+// response of the model holding call, dispatched to the sandbox: a result
+// is believed only for a call so dispatched. A call dispatched again has
+// its response recorded once.
+func responded(t *testing.T, js jetstream.JetStream, tenant string, session, call uuid.UUID, name string) {
+	t.Helper()
+	r := event.ModelResponded{Header: event.NewHeader(event.TypeModelResponded, tenant, session), Turn: 1, Model: "openai:gpt-test", StopReason: "tool_use",
+		Calls: []event.Call{{ID: call, ToolUseID: "t-" + call.String(), Name: name, Service: bus.ServiceSandbox}}}
+	err := sessionlog.New(js, sessionlog.Options{As: sessionlog.Harness, Reader: "test"}).Record(context.Background(), &r, call.String()+":response")
+	if err != nil && !errors.Is(err, sessionlog.ErrDuplicate) {
+		t.Fatal(err)
+	}
+}
+
+// dispatch puts a call of tenant acme on the queue under msgID, as a
+// harness would.
+func dispatch(t *testing.T, js jetstream.JetStream, session uuid.UUID, call uuid.UUID, name, input, msgID string) {
+	t.Helper()
+	dispatchIn(t, js, "acme", session, call, name, input, msgID)
+}
+
+// dispatchIn is dispatch for a session of tenant.
+func dispatchIn(t *testing.T, js jetstream.JetStream, tenant string, session uuid.UUID, call uuid.UUID, name, input, msgID string) {
+	t.Helper()
+	responded(t, js, tenant, session, call, name)
+	c := event.ToolCall{Header: event.NewHeader(event.TypeToolCall, tenant, session), Call: call, Turn: 1, User: "ada", Name: name, Input: json.RawMessage(input)}
+	if err := bus.Publish(context.Background(), js, bus.ToolSubject(bus.ServiceSandbox, tenant, session), msgID, &c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// resultsOf waits until n results are recorded for a session of tenant
+// acme, and returns them.
 func resultsOf(t *testing.T, js jetstream.JetStream, session uuid.UUID, n int) []event.ToolCompleted {
+	t.Helper()
+	return resultsIn(t, js, "acme", session, n)
+}
+
+// resultsIn waits until n results the session log accepts are recorded
+// for a session of tenant, and returns them.
+func resultsIn(t *testing.T, js jetstream.JetStream, tenant string, session uuid.UUID, n int) []event.ToolCompleted {
 	t.Helper()
 	var out []event.ToolCompleted
 	waitFor(t, 15*time.Second, func() error {
-		msgs, err := bus.ReadAll(context.Background(), js, bus.StreamEvents, bus.EventSubject("acme", session, event.TypeToolCompleted))
-		if err != nil {
-			return err
-		}
-		if len(msgs) < n {
-			return fmt.Errorf("%d results, want %d", len(msgs), n)
-		}
-		out = out[:0]
-		for _, m := range msgs {
-			var r event.ToolCompleted
-			if err := json.Unmarshal(m.Data, &r); err != nil {
-				return err
-			}
-			out = append(out, r)
+		out = results(t, js, tenant, session)
+		if len(out) < n {
+			return fmt.Errorf("%d results, want %d", len(out), n)
 		}
 		return nil
 	})
+	return out
+}
+
+// results returns the results the session log accepts of a session of
+// tenant.
+func results(t *testing.T, js jetstream.JetStream, tenant string, session uuid.UUID) []event.ToolCompleted {
+	t.Helper()
+	entries, _, err := sessionlog.New(js, sessionlog.Options{Reader: "test"}).ReadAll(context.Background(), tenant, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []event.ToolCompleted
+	for _, e := range entries {
+		if r, ok := e.Event.(*event.ToolCompleted); ok {
+			out = append(out, *r)
+		}
+	}
 	return out
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,19 +14,20 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/sessionlog"
 )
 
 // follow reads the log of session from after the last event whose effect
 // in its thread is done, and posts each event's, until the thread is no
 // longer open or ctx is done. Failures are retried with a growing delay.
-func (s *Service) follow(ctx context.Context, session uuid.UUID) {
+func (s *Service) follow(ctx context.Context, session sessionRef) {
 	delay := time.Second
 	for ctx.Err() == nil {
 		err := s.followOnce(ctx, session)
 		if err == nil || ctx.Err() != nil {
 			return
 		}
-		s.log.WarnContext(ctx, "follow session, will retry", "session", session, "err", err, "in", delay)
+		s.log.WarnContext(ctx, "follow session, will retry", "tenant", session.Tenant, "session", session.ID, "err", err, "in", delay)
 		select {
 		case <-ctx.Done():
 			return
@@ -41,7 +41,16 @@ func (s *Service) follow(ctx context.Context, session uuid.UUID) {
 // read again to see whether it is still open.
 const pollFor = 30 * time.Second
 
-func (s *Service) followOnce(ctx context.Context, session uuid.UUID) error {
+// followed are the kinds of events whose effect shows in a thread; a
+// session's lifecycle events are all of its session.* ones.
+var followed = []string{
+	event.TypeToolDispatched,
+	event.TypeModelResponded, // which dispatches most calls
+	event.TypeApprovalRequested,
+	event.TypeApprovalDecided,
+}
+
+func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
 	t, _, err := s.store.get(ctx, session)
 	if errors.Is(err, errNoThread) {
 		return nil
@@ -52,22 +61,24 @@ func (s *Service) followOnce(ctx context.Context, session uuid.UUID) error {
 	if !t.open(time.Now()) {
 		return nil
 	}
-	prefix := strings.TrimSuffix(bus.SessionEvents(t.Tenant, session), ">")
+	// The filters name the tenant and session of the thread, and every
+	// event read is judged by its subject: a body naming another tenant,
+	// session or type, or an event its writer may not write, posts
+	// nothing.
+	filters := []string{bus.SessionLifecycle(session.Tenant, session.ID)}
+	for _, typ := range followed {
+		filters = append(filters, sessionlog.SessionKind(session.Tenant, session.ID, typ))
+	}
 	cons, err := s.js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{
-			prefix + "session.>",
-			prefix + event.Kind(event.TypeToolDispatched),
-			prefix + event.Kind(event.TypeModelResponded), // which dispatches most calls
-			prefix + "approval.>",
-		},
+		FilterSubjects:    filters,
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       t.Seq + 1,
 		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
-		return fmt.Errorf("follow session %s: %w", session, err)
+		return fmt.Errorf("follow session %s: %w", session.key(), err)
 	}
-	log := s.log.With("session", session)
+	log := s.log.With("tenant", session.Tenant, "session", session.ID)
 	log.DebugContext(ctx, "following session", "from", t.Seq+1)
 	for {
 		wait := pollFor
@@ -91,25 +102,27 @@ func (s *Service) followOnce(ctx context.Context, session uuid.UUID) error {
 				}
 				continue
 			}
-			return fmt.Errorf("follow session %s: %w", session, err)
+			return fmt.Errorf("follow session %s: %w", session.key(), err)
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
-			return fmt.Errorf("follow session %s: %w", session, err)
+			return fmt.Errorf("follow session %s: %w", session.key(), err)
 		}
 		seq := meta.Sequence.Stream
 		if seq <= t.Seq {
 			continue
 		}
 		var ev any
-		data, err := bus.Resolve(ctx, s.js, msg.Data())
-		if err == nil {
-			ev, err = event.Parse(data)
-		}
-		if err != nil {
-			// Not an event this bridge can read: it posts nothing for it.
-			log.ErrorContext(ctx, "unreadable event skipped", "stream_seq", seq, "err", err)
-			ev = nil
+		e, err := s.logs.Judge(ctx, bus.Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: seq})
+		switch {
+		case err == nil:
+			ev = e.Event
+		case errors.Is(err, sessionlog.ErrRejected):
+			// Counted and logged by the Log; the thread shows nothing of
+			// it, and goes on past it.
+		default:
+			// Its stored payload is out of reach for now: read it again.
+			return fmt.Errorf("follow session %s: %w", session.key(), err)
 		}
 		if t, err = s.handle(ctx, t, ev, seq, meta.NumPending); err != nil {
 			return err
@@ -208,7 +221,7 @@ func (s *Service) handle(ctx context.Context, t *thread, ev any, seq, pending ui
 	if err != nil {
 		s.log.ErrorContext(ctx, "slack refused a message; going on without it", "session", t.Session, "stream_seq", seq, "err", err)
 	}
-	return s.store.update(ctx, t.Session, nil, func(t *thread) {
+	return s.store.update(ctx, t.ref(), nil, func(t *thread) {
 		if change != nil && t.Seq < seq {
 			change(t)
 		}
@@ -290,7 +303,7 @@ func (s *Service) postOnce(ctx context.Context, t *thread, seq uint64, m message
 		}
 	} else {
 		var err error
-		if _, err = s.store.update(ctx, t.Session, nil, func(t *thread) { t.Posting = seq }); err != nil {
+		if _, err = s.store.update(ctx, t.ref(), nil, func(t *thread) { t.Posting = seq }); err != nil {
 			return "", err
 		}
 		t.Posting = seq

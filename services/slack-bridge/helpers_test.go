@@ -16,6 +16,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/sessionlog"
 	slackbridge "corral.dev/services/slack-bridge"
 	"corral.dev/services/slack-bridge/slacktest"
 )
@@ -138,6 +139,22 @@ func (f *fixture) start(t *testing.T) {
 // them off their work queue.
 func (f *fixture) requests(t *testing.T) []event.Request {
 	t.Helper()
+	var out []event.Request
+	for _, r := range f.requestMsgs(t) {
+		out = append(out, r.Request)
+	}
+	return out
+}
+
+// requestMsg is a published request and its subject.
+type requestMsg struct {
+	Subject string
+	event.Request
+}
+
+// requestMsgs returns the requests published so far with their subjects.
+func (f *fixture) requestMsgs(t *testing.T) []requestMsg {
+	t.Helper()
 	ctx := context.Background()
 	stream, err := f.js.Stream(ctx, bus.StreamRequests)
 	if err != nil {
@@ -147,14 +164,14 @@ func (f *fixture) requests(t *testing.T) []event.Request {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []event.Request
+	var out []requestMsg
 	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
 		m, err := stream.GetMsg(ctx, seq)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var r event.Request
-		if err := json.Unmarshal(m.Data, &r); err != nil {
+		r := requestMsg{Subject: m.Subject}
+		if err := json.Unmarshal(m.Data, &r.Request); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, r)
@@ -165,7 +182,8 @@ func (f *fixture) requests(t *testing.T) []event.Request {
 // record appends ev to its session's log, as the harness would.
 func (f *fixture) record(t *testing.T, ev event.Event) {
 	t.Helper()
-	if err := bus.Record(context.Background(), f.js, ev, ev.Head().ID.String()); err != nil {
+	l := sessionlog.New(f.js, sessionlog.Options{As: sessionlog.Harness})
+	if err := l.Record(context.Background(), ev, ev.Head().ID.String()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -198,18 +198,23 @@ func (s *Service) ask(ctx context.Context, q question) error {
 	}
 	tenant := s.cfg.tenant(q.Team)
 	session := SessionID(q.Team, q.Channel, q.ThreadTS)
+	ref := sessionRef{Tenant: tenant, ID: session}
 	req := RequestID(q.Team, q.Channel, q.TS)
 	now := time.Now().UTC()
 	var seen bool
-	_, err := s.store.update(ctx, session, func() (*thread, error) {
+	owner := UserPrefix + q.User
+	_, err := s.store.update(ctx, ref, func() (*thread, error) {
 		// A new thread's session is followed from the log's end now:
 		// nothing older is the thread's.
 		info, err := s.events.Info(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("stream info: %w", err)
 		}
-		return &thread{Session: session, Tenant: tenant, Team: q.Team, Channel: q.Channel, TS: q.ThreadTS, Seq: info.State.LastSeq}, nil
+		return &thread{Session: session, Tenant: tenant, Team: q.Team, Channel: q.Channel, TS: q.ThreadTS, Seq: info.State.LastSeq, User: owner}, nil
 	}, func(t *thread) {
+		if t.User != "" {
+			owner = t.User
+		}
 		if seen = t.seen(req); seen {
 			return
 		}
@@ -224,20 +229,27 @@ func (s *Service) ask(ctx context.Context, q question) error {
 		return err
 	}
 	if !seen {
+		prompt := q.Text
+		if owner != UserPrefix+q.User {
+			// Someone else in the thread: the session stays its
+			// starter's, and the model is told who wrote.
+			prompt = fmt.Sprintf("(<@%s> writes in the thread:) %s", q.User, q.Text)
+		}
 		ev := event.Request{
 			Header: event.Header{Type: event.TypeRequest, ID: req, Time: now, Tenant: tenant, Session: session},
-			User:   UserPrefix + q.User,
+			User:   owner,
 			Model:  s.cfg.Model,
-			Prompt: q.Text,
+			Prompt: prompt,
 		}
 		// The request's ID is its message ID: a second publish is dropped,
 		// and the harness ignores a request already in the session's log.
-		if err := bus.Publish(ctx, s.js, bus.RequestSubject(tenant, session), req.String(), &ev); err != nil {
+		// The subject names the user: the harness takes it from there.
+		if err := bus.Publish(ctx, s.js, bus.RequestSubject(tenant, session, ev.User), req.String(), &ev); err != nil {
 			return err
 		}
 		s.log.InfoContext(ctx, "slack request", "tenant", tenant, "session", session, "request", req, "user", ev.User)
 	}
-	s.followLater(ctx, session)
+	s.followLater(ctx, ref)
 	return nil
 }
 

@@ -12,7 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/slack-go/slack"
 
-	"corral.dev/services/approval"
+	"corral.dev/pkg/approvalapi"
+	"corral.dev/pkg/bus"
 )
 
 // handleInteraction takes clicks on the Approve and Deny buttons. Slack is
@@ -91,21 +92,18 @@ func (s *Service) decide(ctx context.Context, c click) {
 		tell("That button does not name an approval of this thread; nothing was decided.")
 		return
 	}
-	req := approval.DecideRequest{ID: call, Session: session, Approve: c.Approve, Token: string(s.cfg.ReviewerToken), Reason: decisionReason(name, c.User)}
-	a, code, err := s.requestDecision(ctx, req)
+	req := approvalapi.DecideRequest{ID: call, Session: session, Approve: c.Approve, Reason: decisionReason(name, c.User)}
+	a, code, err := s.requestDecision(ctx, approvalapi.Subject(s.cfg.tenant(c.Team), name, bus.OpDecide), req)
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "approval decided in slack", "call", call, "status", a.Status, "reviewer", name)
 		uerr := s.slack.update(ctx, message{Channel: c.Channel, TS: c.TS, Text: "Approval decided",
-			Blocks: decidedBlocks(callText(a.Tool, a.Input, a.Rule, a.Why), decisionText(a.Status == approval.Approved, a.Reviewer, a.Reason))})
+			Blocks: decidedBlocks(callText(a.Tool, a.Input, a.Rule, a.Why), decisionText(a.Status == approvalapi.Approved, a.Reviewer, a.Reason))})
 		if uerr != nil {
 			log.WarnContext(ctx, "show the decision", "err", uerr)
 		}
-	case code == approval.CodeDecided:
+	case code == approvalapi.CodeDecided:
 		tell(esc(err.Error()))
-	case code == approval.CodeUnauthorized:
-		log.ErrorContext(ctx, "the approval service refused the bridge's reviewer token (CORRAL_SLACK_REVIEWER_TOKEN)")
-		tell("Corral's approval service does not take this bridge's reviewer token; nothing was decided. Decide on the reviewers' page, and tell whoever runs the bridge.")
 	default:
 		log.WarnContext(ctx, "approval click", "call", call, "err", err)
 		tell("Nothing was decided: " + esc(err.Error()))
@@ -117,7 +115,7 @@ func (s *Service) decide(ctx context.Context, c click) {
 // starting answers soon, and one that has not yet read the approval's
 // request from the session's log (the button went up as soon as the
 // bridge read it) knows it soon: both are asked again until decideWait.
-func (s *Service) requestDecision(ctx context.Context, req approval.DecideRequest) (*approval.Approval, string, error) {
+func (s *Service) requestDecision(ctx context.Context, subject string, req approvalapi.DecideRequest) (*approvalapi.Approval, string, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return nil, "", err
@@ -126,7 +124,7 @@ func (s *Service) requestDecision(ctx context.Context, req approval.DecideReques
 	defer cancel()
 	nc := s.js.Conn()
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		msg, err := nc.RequestWithContext(ctx, approval.SubjectDecide, data)
+		msg, err := nc.RequestWithContext(ctx, subject, data)
 		var code string
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
@@ -136,13 +134,13 @@ func (s *Service) requestDecision(ctx context.Context, req approval.DecideReques
 		case msg.Header.Get("Nats-Service-Error") != "":
 			code, err = msg.Header.Get("Nats-Service-Error-Code"), errors.New(msg.Header.Get("Nats-Service-Error"))
 		default:
-			var resp approval.Response
+			var resp approvalapi.Response
 			if err := json.Unmarshal(msg.Data, &resp); err != nil || len(resp.Approvals) == 0 {
 				return nil, "", fmt.Errorf("approval service: unreadable answer")
 			}
 			return resp.Approvals[0], "", nil
 		}
-		if code != "" && code != approval.CodeNotFound {
+		if code != "" && code != approvalapi.CodeNotFound {
 			return nil, code, err
 		}
 		select {

@@ -18,10 +18,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/sessionlog"
 )
 
 // Service is the Slack bridge.
@@ -29,13 +29,16 @@ type Service struct {
 	cfg    Config
 	js     jetstream.JetStream
 	events jetstream.Stream
-	store  store
-	slack  *webAPI
-	log    *slog.Logger
+	// logs judges every event the bridge reads: it posts only what the
+	// session's log accepts, never what a body says about itself.
+	logs  *sessionlog.Log
+	store store
+	slack *webAPI
+	log   *slog.Logger
 
 	// wake carries sessions to follow to Run's loop, which owns the
 	// followers.
-	wake chan uuid.UUID
+	wake chan sessionRef
 	// work carries what a request leaves to be done after Slack has its
 	// answer (a click's decision) to Run's workers.
 	work chan func(ctx context.Context)
@@ -60,12 +63,15 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		cfg:    cfg,
 		js:     js,
 		events: events,
-		store:  store{kv},
-		slack:  &webAPI{base: cfg.APIURL, token: cfg.BotToken, hc: &http.Client{Timeout: 30 * time.Second}, log: log},
-		log:    log,
-		wake:   make(chan uuid.UUID, 64),
-		work:   make(chan func(context.Context), 64),
-		addr:   make(chan string, 1),
+		// A client: no dead letters (it may not publish there), and it
+		// reads as a client may.
+		logs:  sessionlog.New(js, sessionlog.Options{Reader: "slack-bridge", Client: true, Logger: log}),
+		store: store{kv},
+		slack: &webAPI{base: cfg.APIURL, token: cfg.BotToken, hc: &http.Client{Timeout: 30 * time.Second}, log: log},
+		log:   log,
+		wake:  make(chan sessionRef, 64),
+		work:  make(chan func(context.Context), 64),
+		addr:  make(chan string, 1),
 	}, nil
 }
 
@@ -119,16 +125,18 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		s.log.WarnContext(ctx, "resume threads", "err", err)
 	}
-	following := make(map[uuid.UUID]bool) // session → woken again meanwhile
-	done := make(chan uuid.UUID)
-	start := func(session uuid.UUID) {
-		if again, ok := following[session]; ok {
+	// Keyed by tenant and session: a session ID alone may be another
+	// tenant's too.
+	following := make(map[string]bool) // session key → woken again meanwhile
+	done := make(chan sessionRef)
+	start := func(session sessionRef) {
+		if again, ok := following[session.key()]; ok {
 			if !again {
-				following[session] = true
+				following[session.key()] = true
 			}
 			return
 		}
-		following[session] = false
+		following[session.key()] = false
 		wg.Go(func() {
 			s.follow(ctx, session)
 			select {
@@ -150,8 +158,8 @@ func (s *Service) Run(ctx context.Context) error {
 		case session := <-s.wake:
 			start(session)
 		case session := <-done:
-			again := following[session]
-			delete(following, session)
+			again := following[session.key()]
+			delete(following, session.key())
 			if again {
 				// Woken while it was ending: it may have missed a request.
 				start(session)
@@ -161,7 +169,7 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // followLater asks Run to follow session's thread.
-func (s *Service) followLater(ctx context.Context, session uuid.UUID) {
+func (s *Service) followLater(ctx context.Context, session sessionRef) {
 	select {
 	case s.wake <- session:
 	case <-ctx.Done():

@@ -14,8 +14,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
+	"corral.dev/pkg/approvalapi"
+	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
-	"corral.dev/services/approval"
 	slackbridge "corral.dev/services/slack-bridge"
 	"corral.dev/services/slack-bridge/slacktest"
 )
@@ -133,7 +134,9 @@ func TestMentionsAndDirectMessagesMakeRequests(t *testing.T) {
 		prompt  string
 	}{
 		{thread, "slack:U1", "list the files"},
-		{thread, "slack:U2", "and their sizes"},
+		// The thread is U1's session: U2's follow-up is a request of
+		// U1's, saying who wrote it.
+		{thread, "slack:U1", "(<@U2> writes in the thread:) and their sizes"},
 		{slackbridge.SessionID(team, "D1", dm), "slack:U1", "hello"},
 	}
 	for i, w := range want {
@@ -243,7 +246,7 @@ func TestPostInterruptedByACrashIsNotRepeated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := "thread." + req.Session.String()
+	key := "thread.acme." + req.Session.String()
 	e, err := kv.Get(context.Background(), key)
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +282,7 @@ func TestPostInterruptedByACrashIsNotRepeated(t *testing.T) {
 
 func TestApprovalShownAndClickByUnmappedUserRefused(t *testing.T) {
 	f := newFixture(t, map[string]string{"CORRAL_SLACK_REVIEWERS": "U0GRACE:grace", "CORRAL_SLACK_REVIEWER_TOKEN": "slack-token-0123456789"})
-	decisions, err := f.js.Conn().SubscribeSync(approval.SubjectDecide)
+	decisions, err := f.js.Conn().SubscribeSync(bus.ApprovalAPI("*", "*", bus.OpDecide))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,21 +340,23 @@ func TestClickBeforeTheApprovalServiceKnowsIt(t *testing.T) {
 		Tool: "Bash", Input: input, ArgsHash: event.ArgsHash("Bash", input), Rule: "risky-shell", Reason: "the command pushes code"})
 
 	// An approval service that learns of the approval at its third ask.
-	asked := make(chan approval.DecideRequest, 10)
-	sub, err := f.js.Conn().Subscribe(approval.SubjectDecide, func(m *nats.Msg) {
-		var dr approval.DecideRequest
+	asked := make(chan approvalapi.DecideRequest, 10)
+	subjects := make(chan string, 10)
+	sub, err := f.js.Conn().Subscribe(bus.ApprovalAPI("*", "*", bus.OpDecide), func(m *nats.Msg) {
+		subjects <- m.Subject
+		var dr approvalapi.DecideRequest
 		_ = json.Unmarshal(m.Data, &dr)
 		asked <- dr
 		reply := nats.NewMsg(m.Reply)
 		if len(asked) < 3 {
 			reply.Header.Set("Nats-Service-Error", fmt.Sprintf("no approval %s", dr.ID))
-			reply.Header.Set("Nats-Service-Error-Code", approval.CodeNotFound)
+			reply.Header.Set("Nats-Service-Error-Code", approvalapi.CodeNotFound)
 		} else {
-			status := approval.Approved
+			status := approvalapi.Approved
 			if !dr.Approve {
-				status = approval.Denied
+				status = approvalapi.Denied
 			}
-			reply.Data, _ = json.Marshal(approval.Response{Approvals: []*approval.Approval{{ID: dr.ID, Session: dr.Session, Tool: "Bash", Input: input,
+			reply.Data, _ = json.Marshal(approvalapi.Response{Approvals: []*approvalapi.Approval{{ID: dr.ID, Session: dr.Session, Tool: "Bash", Input: input,
 				Rule: "risky-shell", Status: status, Reviewer: "slack", Reason: dr.Reason}}})
 		}
 		_ = m.RespondMsg(reply)
@@ -382,8 +387,11 @@ func TestClickBeforeTheApprovalServiceKnowsIt(t *testing.T) {
 		t.Errorf("the approval service was asked %d times, want 3", len(asked))
 	}
 	dr := <-asked
-	if dr.ID != call || dr.Session != req.Session || dr.Approve || dr.Token != "slack-token-0123456789" || !strings.Contains(dr.Reason, "grace") {
-		t.Errorf("decide request %+v: want a denial of call %s with the bridge's token, naming grace", dr, call)
+	if dr.ID != call || dr.Session != req.Session || dr.Approve || !strings.Contains(dr.Reason, "grace") {
+		t.Errorf("decide request %+v: want a denial of call %s, naming grace", dr, call)
+	}
+	if got, want := <-subjects, approvalapi.Subject(req.Tenant, "grace", bus.OpDecide); got != want {
+		t.Errorf("decide request on %s, want %s (grace, in the session's tenant)", got, want)
 	}
 	if e := f.slack.Ephemerals("U0GRACE"); len(e) != 0 {
 		t.Errorf("the reviewer was told %q", slacktest.Texts(e))

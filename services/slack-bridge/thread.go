@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -48,7 +49,7 @@ func Setup(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, err
 }
 
 // thread is a Slack thread and the session it is, as kept in [Bucket]
-// under thread.<session>.
+// under thread.<tenant>.<session>.
 type thread struct {
 	Session uuid.UUID `json:"session"`
 	Tenant  string    `json:"tenant"`
@@ -56,6 +57,10 @@ type thread struct {
 	Channel string    `json:"channel"`
 	// TS is the thread's ts: its first message's.
 	TS string `json:"ts"`
+	// User is the session's user: who started the thread. Everyone's
+	// follow-ups in the thread are requests of this user, the only one
+	// the harness lets continue the session.
+	User string `json:"user,omitempty"`
 
 	// Seq is the stream sequence of the last event of the session whose
 	// effect in Slack is done.
@@ -92,6 +97,9 @@ type approvalMsg struct {
 
 // maxSeen is how many of the last requests a thread remembers.
 const maxSeen = 32
+
+// ref names the thread's session.
+func (t *thread) ref() sessionRef { return sessionRef{Tenant: t.Tenant, ID: t.Session} }
 
 // seen reports whether the session's log showed request req.
 func (t *thread) seen(req uuid.UUID) bool { return slices.Contains(t.Seen, req) }
@@ -132,7 +140,17 @@ func (t *thread) expiry() time.Time {
 	return last.Add(waitFor)
 }
 
-func threadKey(session uuid.UUID) string { return "thread." + session.String() }
+// sessionRef names a session: by its ID alone it could be another
+// tenant's.
+type sessionRef struct {
+	Tenant string
+	ID     uuid.UUID
+}
+
+// key is the session's key in maps and in [Bucket] ([bus.SessionKey]).
+func (r sessionRef) key() string { return bus.SessionKey(r.Tenant, r.ID) }
+
+func threadKey(r sessionRef) string { return "thread." + r.key() }
 
 // store reads and changes threads in [Bucket].
 type store struct{ kv jetstream.KeyValue }
@@ -140,27 +158,27 @@ type store struct{ kv jetstream.KeyValue }
 // errNoThread is returned for a session that is no Slack thread.
 var errNoThread = errors.New("no such thread")
 
-func (s store) get(ctx context.Context, session uuid.UUID) (*thread, uint64, error) {
-	e, err := s.kv.Get(ctx, threadKey(session))
+func (s store) get(ctx context.Context, r sessionRef) (*thread, uint64, error) {
+	e, err := s.kv.Get(ctx, threadKey(r))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, errNoThread
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("thread %s: %w", session, err)
+		return nil, 0, fmt.Errorf("thread %s: %w", r.key(), err)
 	}
 	var t thread
 	if err := json.Unmarshal(e.Value(), &t); err != nil {
-		return nil, 0, fmt.Errorf("thread %s: %w", session, err)
+		return nil, 0, fmt.Errorf("thread %s: %w", r.key(), err)
 	}
 	return &t, e.Revision(), nil
 }
 
-// update applies fn to the thread of session and stores it, retrying when
-// it changed in between. With init, a missing thread is made by init and
-// then changed by fn; without, it is errNoThread.
-func (s store) update(ctx context.Context, session uuid.UUID, init func() (*thread, error), fn func(t *thread)) (*thread, error) {
+// update applies fn to the thread of session r and stores it, retrying
+// when it changed in between. With init, a missing thread is made by init
+// and then changed by fn; without, it is errNoThread.
+func (s store) update(ctx context.Context, r sessionRef, init func() (*thread, error), fn func(t *thread)) (*thread, error) {
 	for {
-		t, rev, err := s.get(ctx, session)
+		t, rev, err := s.get(ctx, r)
 		if errors.Is(err, errNoThread) && init != nil {
 			if t, err = init(); err != nil {
 				return nil, err
@@ -173,33 +191,38 @@ func (s store) update(ctx context.Context, session uuid.UUID, init func() (*thre
 		if err != nil {
 			return nil, err
 		}
-		_, err = bus.Swap(ctx, s.kv, threadKey(session), data, rev)
+		_, err = bus.Swap(ctx, s.kv, threadKey(r), data, rev)
 		if bus.Conflict(err) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("store thread %s: %w", session, err)
+			return nil, fmt.Errorf("store thread %s: %w", r.key(), err)
 		}
 		return t, nil
 	}
 }
 
 // open returns the sessions of the threads that are open.
-func (s store) open(ctx context.Context) ([]uuid.UUID, error) {
-	keys, err := s.kv.ListKeysFiltered(ctx, "thread.*")
+func (s store) open(ctx context.Context) ([]sessionRef, error) {
+	keys, err := s.kv.ListKeysFiltered(ctx, "thread.*.*")
 	if err != nil {
 		return nil, fmt.Errorf("list threads: %w", err)
 	}
-	var out []uuid.UUID
+	var out []sessionRef
 	now := time.Now()
 	for k := range keys.Keys() {
-		id, err := uuid.Parse(k[len("thread."):])
+		tok := strings.Split(k, ".")
+		if len(tok) != 3 {
+			continue
+		}
+		id, err := uuid.Parse(tok[2])
 		if err != nil {
 			continue
 		}
-		t, _, err := s.get(ctx, id)
+		r := sessionRef{Tenant: tok[1], ID: id}
+		t, _, err := s.get(ctx, r)
 		if err == nil && t.open(now) {
-			out = append(out, id)
+			out = append(out, r)
 		}
 	}
 	return out, nil

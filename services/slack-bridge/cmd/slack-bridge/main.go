@@ -20,6 +20,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/logger"
 	"corral.dev/pkg/metrics"
+	"corral.dev/pkg/sessionlog"
 	slackbridge "corral.dev/services/slack-bridge"
 )
 
@@ -47,5 +48,9 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	return metrics.With(ctx, getenv("CORRAL_METRICS_LISTEN"), metrics.NewRegistry(), metrics.Connected(nc), log, svc.Run)
+	reg := metrics.NewRegistry()
+	if err := sessionlog.Register(reg); err != nil {
+		return err
+	}
+	return metrics.With(ctx, getenv("CORRAL_METRICS_LISTEN"), reg, metrics.Connected(nc), log, svc.Run)
 }

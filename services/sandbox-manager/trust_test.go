@@ -1,0 +1,283 @@
+package sandboxmanager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/sessionlog"
+)
+
+// A session ID is the client's choice, so tenant acme can name a session
+// of tenant beta; what a message's body says of tenant and session is
+// never believed. These tests are the attacks of issue 17.
+
+// running reports whether a call of a session of tenant runs on svc.
+func running(svc *Service, tenant string, session uuid.UUID) bool {
+	svc.stops.mu.Lock()
+	defer svc.stops.mu.Unlock()
+	_, ok := svc.stops.running[bus.SessionKey(tenant, session)]
+	return ok
+}
+
+// stoppedHere reports whether svc read a stop of a session of tenant.
+func stoppedHere(svc *Service, tenant string, session uuid.UUID) bool {
+	svc.stops.mu.Lock()
+	defer svc.stops.mu.Unlock()
+	_, ok := svc.stops.stopped[bus.SessionKey(tenant, session)]
+	return ok
+}
+
+// stopSession records a stop of a session, as the harness does for the
+// session's user.
+func stopSession(t *testing.T, js jetstream.JetStream, tenant string, session uuid.UUID) {
+	t.Helper()
+	record(t, js, sessionlog.Harness, &event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, tenant, session), By: "ada"})
+}
+
+// forge publishes ev on subject as it is, as a credential that may publish
+// there could.
+func forge(t *testing.T, js jetstream.JetStream, subject string, ev any) {
+	t.Helper()
+	if err := bus.Publish(context.Background(), js, subject, uuid.NewString(), ev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// resultOf returns the result of call among rs.
+func resultOf(t *testing.T, rs []event.ToolCompleted, call uuid.UUID) event.ToolCompleted {
+	t.Helper()
+	for _, r := range rs {
+		if r.Call == call {
+			return r
+		}
+	}
+	t.Fatalf("no result of call %s among %d", call, len(rs))
+	return event.ToolCompleted{}
+}
+
+// A stop published under one tenant's subject whose body names another
+// tenant's session neither kills that session's running call nor touches
+// its workspace: the watcher acts on the tenant and session of the
+// subject, and only on an event the log accepts.
+func TestStopOfAnotherTenantsSessionIsIgnored(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	svc, _ := startNode(t, js, nil)
+	victim := uuid.Must(uuid.NewV7())
+	call := uuid.Must(uuid.NewV7())
+	dispatchIn(t, js, "beta", victim, call, "Bash", `{"command":"touch started; sleep 4; echo done"}`, "victim")
+	waitFor(t, 15*time.Second, func() error {
+		if !running(svc, "beta", victim) {
+			return errors.New("beta's call is not running")
+		}
+		return nil
+	})
+
+	// Stops of beta's session, each on a subject of acme's: of one of its
+	// sessions, and of its own session of the same ID.
+	forged := event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, "beta", victim), By: "mallory"}
+	forge(t, js, sessionlog.Subject("acme", uuid.Must(uuid.NewV7()), event.TypeSessionStopped, sessionlog.Harness), &forged)
+	forge(t, js, sessionlog.Subject("acme", victim, event.TypeSessionStopped, sessionlog.Harness), &forged)
+	// A stop recorded after them: once it is read, so were they.
+	barrier := uuid.Must(uuid.NewV7())
+	stopSession(t, js, "acme", barrier)
+	waitFor(t, 10*time.Second, func() error {
+		if !stoppedHere(svc, "acme", barrier) {
+			return errors.New("the stop after the forged ones is not read yet")
+		}
+		return nil
+	})
+	if stoppedHere(svc, "beta", victim) {
+		t.Error("beta's session is stopped here")
+	}
+	if !running(svc, "beta", victim) {
+		t.Error("beta's call no longer runs after the forged stops")
+	}
+
+	r := resultOf(t, resultsIn(t, js, "beta", victim, 1), call)
+	if r.IsError || strings.TrimSpace(r.Output) != "done" {
+		t.Errorf("beta's call = %+v; want it run to its end", r)
+	}
+	if _, err := os.Stat(filepath.Join(svc.driver.Workspace("beta", victim), "started")); err != nil {
+		t.Errorf("beta's workspace: %v; want it kept", err)
+	}
+}
+
+// A tool call on the subject of a session of acme whose body names a
+// session of beta is rejected, whether it comes from the queue or is
+// forwarded by another node: it runs nothing anywhere, and it is
+// dead-lettered without an error result in either session.
+func TestToolCallNamingAnotherTenantIsRejected(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	svc, _ := startNode(t, js, nil)
+	victim := uuid.Must(uuid.NewV7())
+	call := uuid.Must(uuid.NewV7())
+	// A call of beta's dispatched to the sandbox, so that a result of it
+	// would be believed.
+	responded(t, js, "beta", victim, call, "Bash")
+	c := event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "beta", victim), Call: call, Turn: 1, User: "ada", Name: "Bash", Input: json.RawMessage(`{"command":"touch pwned"}`)}
+	data, err := json.Marshal(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := bus.ToolSubject(bus.ServiceSandbox, "acme", victim)
+	m := bus.Msg{Subject: subject, Data: data, Delivered: 1}
+
+	if err := svc.handleCall(ctx, m); !errors.Is(err, bus.ErrRejected) {
+		t.Errorf("handleCall = %v, want it rejected", err)
+	}
+	if err := svc.runForwarded(ctx, m); !errors.Is(err, bus.ErrRejected) {
+		t.Errorf("runForwarded = %v, want it rejected", err)
+	}
+	if err := bus.Publish(ctx, js, subject, "forged", &c); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, func() error {
+		dead, err := bus.ReadAll(ctx, js, bus.StreamDeadLetter, "deadletter."+bus.StreamTools+".>")
+		if err != nil {
+			return err
+		}
+		if len(dead) == 0 {
+			return errors.New("the forged call is not dead-lettered")
+		}
+		return nil
+	})
+	for _, tenant := range []string{"acme", "beta"} {
+		if _, err := os.Stat(svc.driver.Workspace(tenant, victim)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the workspace of %s's session: %v; want none", tenant, err)
+		}
+		if rs := results(t, js, tenant, victim); len(rs) != 0 {
+			t.Errorf("%s's session has results %+v; want none", tenant, rs)
+		}
+	}
+}
+
+// Two tenants' sessions of the same ID are two sessions: their calls run
+// at once, each in its own workspace, and a stop of one leaves the other
+// running, and free to take calls.
+func TestSameSessionIDInTwoTenants(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	svc, _ := startNode(t, js, nil)
+	session := uuid.Must(uuid.NewV7())
+
+	// Placed here as one tenant's, the session is not placed here as the
+	// other's.
+	if _, err := svc.place.route(ctx, "acme", session); err != nil {
+		t.Fatal(err)
+	}
+	if svc.place.owns(bus.SessionKey("beta", session)) {
+		t.Error("beta's session is placed here when acme's is")
+	}
+	if at, err := svc.place.route(ctx, "beta", session); err != nil || !at.fresh {
+		t.Errorf("placing beta's session = %+v, %v; want it placed afresh", at, err)
+	}
+
+	// Each call marks its workspace while it runs: both marks at once
+	// show the two calls ran at once, under locks of their own.
+	acme, beta := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	dispatchIn(t, js, "acme", session, acme, "Bash", `{"command":"echo acme > who; touch running; sleep 30"}`, "acme")
+	dispatchIn(t, js, "beta", session, beta, "Bash", `{"command":"echo beta > who; touch running; sleep 4; rm running; cat who"}`, "beta")
+	waitFor(t, 15*time.Second, func() error {
+		for _, tenant := range []string{"acme", "beta"} {
+			if _, err := os.Stat(filepath.Join(svc.driver.Workspace(tenant, session), "running")); err != nil {
+				return fmt.Errorf("%s's call is not running: %v", tenant, err)
+			}
+		}
+		return nil
+	})
+
+	stopSession(t, js, "acme", session)
+	if r := resultOf(t, resultsIn(t, js, "acme", session, 1), acme); !strings.HasPrefix(r.Output, "Killed") {
+		t.Errorf("acme's call = %+v; want it killed", r)
+	}
+	if r := resultOf(t, resultsIn(t, js, "beta", session, 1), beta); r.IsError || strings.TrimSpace(r.Output) != "beta" {
+		t.Errorf("beta's call = %+v; want it run to its end in its own workspace", r)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		if _, err := os.Stat(svc.driver.Workspace("acme", session)); !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("acme's workspace: %v; want it destroyed", err)
+		}
+		return nil
+	})
+
+	next := uuid.Must(uuid.NewV7())
+	dispatchIn(t, js, "beta", session, next, "Bash", `{"command":"cat who"}`, "beta-next")
+	if r := resultOf(t, resultsIn(t, js, "beta", session, 2), next); r.IsError || strings.TrimSpace(r.Output) != "beta" {
+		t.Errorf("beta's call after acme's stop = %+v; want it run on its workspace", r)
+	}
+}
+
+// The notes of failed snapshots are per tenant; an older version's note,
+// kept by session alone, is moved to the one tenant with a workspace of
+// that session here, and dropped when it could stand for several.
+func TestFailedSnapshotNotesArePerTenant(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	store, err := js.ObjectStore(context.Background(), bus.BucketWorkspaces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes, workspaces := t.TempDir(), t.TempDir()
+	s, err := newSnapshots(store, notes, workspaces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	session := uuid.Must(uuid.NewV7())
+	s.failed("acme", session, 3)
+	if s.isDirty("beta", session) {
+		t.Error("beta's session is noted when acme's snapshot failed")
+	}
+
+	only, shared := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	for _, w := range []string{"beta/" + only.String(), "acme/" + shared.String(), "beta/" + shared.String()} {
+		if err := os.MkdirAll(filepath.Join(workspaces, w), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []uuid.UUID{only, shared} {
+		if err := os.WriteFile(filepath.Join(notes, id.String()), []byte("5"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, err := newSnapshots(store, notes, workspaces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		tenant  string
+		session uuid.UUID
+		rev     uint64
+		dirty   bool
+	}{
+		{"acme", session, 3, true},
+		{"beta", session, 0, false},
+		{"beta", only, 5, true},
+		{"acme", only, 0, false},
+		{"acme", shared, 0, false},
+		{"beta", shared, 0, false},
+	}
+	for _, tc := range tests {
+		rev, dirty := again.failedAt(tc.tenant, tc.session)
+		if rev != tc.rev || dirty != tc.dirty {
+			t.Errorf("failedAt(%s, %s) = %d, %v; want %d, %v", tc.tenant, tc.session, rev, dirty, tc.rev, tc.dirty)
+		}
+	}
+	for _, id := range []uuid.UUID{only, shared} {
+		if _, err := os.Stat(filepath.Join(notes, id.String())); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the old note of %s: %v; want it gone", id, err)
+		}
+	}
+}
