@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/sessionlog"
 )
 
 func bash(command string) modeltest.Call {
@@ -88,16 +88,18 @@ func signingKey(t *testing.T, data string) ed25519.PrivateKey {
 	return k
 }
 
-// publish records ev in its session's log as if it came from a service.
+// publish records ev in its session's log as if it came from the service
+// that writes its kind.
 func (p *platform) publish(t *testing.T, ev event.Event, msgID string) {
 	t.Helper()
-	nc, err := nats.Connect(p.url)
+	nc, err := p.connect()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	if err := bus.Record(context.Background(), js, ev, msgID); err != nil {
+	w := sessionlog.Writer(sessionlog.Writers(ev.Head().Type)[0])
+	if err := sessionlog.New(js, sessionlog.Options{As: w}).Record(context.Background(), ev, msgID); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -105,7 +107,7 @@ func (p *platform) publish(t *testing.T, ev event.Event, msgID string) {
 // eventsWhere returns every event of every session that keep accepts.
 func (p *platform) eventsWhere(t *testing.T, keep func(ev any) bool) []event.Event {
 	t.Helper()
-	nc, err := nats.Connect(p.url)
+	nc, err := p.connect()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +118,9 @@ func (p *platform) eventsWhere(t *testing.T, keep func(ev any) bool) []event.Eve
 		t.Fatal(err)
 	}
 	var out []event.Event
-	for _, m := range msgs {
-		ev, err := event.Parse(m.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, ev := range judged(t, js, msgs) {
 		if keep(ev) {
-			out = append(out, ev.(event.Event))
+			out = append(out, ev)
 		}
 	}
 	return out
@@ -167,13 +165,13 @@ func TestApprovalsFromTheCLI(t *testing.T) {
 	replayed := forge(realKey, asked.ArgsHash, id)
 	replayed.Session = uuid.Must(uuid.NewV7())
 	replayed.Sign(realKey)
-	nc, err := nats.Connect(p.url)
+	nc, err := p.connect()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	if err := bus.Publish(context.Background(), js, bus.EventSubject("acme", session, event.TypeApprovalDecided), "replayed", replayed); err != nil {
+	if err := bus.Publish(context.Background(), js, sessionlog.Subject("acme", session, event.TypeApprovalDecided, sessionlog.Approval), "replayed", replayed); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second)
@@ -184,7 +182,7 @@ func TestApprovalsFromTheCLI(t *testing.T) {
 		t.Fatalf("approval %s no longer pending after forged decisions:\n%s", id, listing)
 	}
 
-	code, stdout, stderr := p.corral(t, "approve", id.String())
+	code, stdout, stderr := p.corral(t, "approve", "--tenant", "acme", "--user", "grace", id.String())
 	if code != 0 {
 		t.Fatalf("corral approve exited %d: %s", code, stderr)
 	}
@@ -196,7 +194,7 @@ func TestApprovalsFromTheCLI(t *testing.T) {
 	wantIn(t, "answer", r.stdout, "git push would go here")
 
 	// A second decision is refused, saying who decided.
-	code, _, stderr = p.corral(t, "deny", id.String(), "--reason", "too late", "--token", heidiToken)
+	code, _, stderr = p.corral(t, "deny", "--tenant", "acme", "--user", "heidi", id.String(), "--reason", "too late")
 	if code != 1 {
 		t.Errorf("deny after approve exited %d, want 1", code)
 	}
@@ -204,10 +202,10 @@ func TestApprovalsFromTheCLI(t *testing.T) {
 
 	run = p.runBackground(t, "acme", "deny it")
 	id2, _ := p.pending(t, "acme")
-	if code, _, stderr := p.corral(t, "deny", id2.String()); code != 2 || !strings.Contains(stderr, "--reason") {
+	if code, _, stderr := p.corral(t, "deny", "--tenant", "acme", id2.String()); code != 2 || !strings.Contains(stderr, "--reason") {
 		t.Errorf("deny without a reason: exit %d, %s", code, stderr)
 	}
-	if code, _, stderr := p.corral(t, "deny", id2.String(), "--reason", "never force-push main"); code != 0 {
+	if code, _, stderr := p.corral(t, "deny", "--tenant", "acme", "--user", "grace", id2.String(), "--reason", "never force-push main"); code != 0 {
 		t.Fatalf("corral deny exited %d: %s", code, stderr)
 	}
 	r = wait(t, run)
@@ -216,12 +214,12 @@ func TestApprovalsFromTheCLI(t *testing.T) {
 	}
 	wantIn(t, "answer", r.stdout, "a reviewer (grace) denied this call", "never force-push main")
 
-	code, stdout, _ = p.corral(t, "approvals", "--all")
+	code, stdout, _ = p.corral(t, "approvals", "--tenant", "acme", "--all")
 	if code != 0 {
 		t.Fatalf("corral approvals --all exited %d", code)
 	}
 	wantIn(t, "corral approvals --all", stdout, "approved by grace", "denied by grace")
-	if code, _, stderr := p.corral(t, "approve", uuid.NewString()); code != 1 || !strings.Contains(stderr, "no approval") {
+	if code, _, stderr := p.corral(t, "approve", "--tenant", "acme", uuid.NewString()); code != 1 || !strings.Contains(stderr, "no approval") {
 		t.Errorf("approve of an unknown ID: exit %d, %s", code, stderr)
 	}
 }
@@ -245,7 +243,7 @@ func TestApprovalCancelledWhenTheSessionStops(t *testing.T) {
 		return ok && r.Call == id
 	})
 	session := evs[0].Head().Session
-	if code, stdout, stderr := p.corral(t, "stop", session.String(), "--by", "grace"); code != 0 || !strings.Contains(stdout, "stopped") {
+	if code, stdout, stderr := p.corral(t, "stop", "--tenant", "acme", session.String(), "--by", "grace"); code != 0 || !strings.Contains(stdout, "stopped") {
 		t.Fatalf("corral stop: exit %d, %s%s", code, stdout, stderr)
 	}
 	r := wait(t, run)
@@ -254,13 +252,13 @@ func TestApprovalCancelledWhenTheSessionStops(t *testing.T) {
 	}
 	wantIn(t, "corral run", r.stderr, "stopped by grace")
 	waitFor(t, 10*time.Second, func() error {
-		_, stdout, _ := p.corral(t, "approvals", "--all")
+		_, stdout, _ := p.corral(t, "approvals", "--tenant", "acme", "--all")
 		if !strings.Contains(stdout, "cancelled") {
 			return fmt.Errorf("not cancelled yet:\n%s", stdout)
 		}
 		return nil
 	})
-	if code, _, stderr := p.corral(t, "approve", id.String()); code != 1 || !strings.Contains(stderr, "cancelled") {
+	if code, _, stderr := p.corral(t, "approve", "--tenant", "acme", "--user", "grace", id.String()); code != 1 || !strings.Contains(stderr, "cancelled") {
 		t.Errorf("approve after stop: exit %d, %s", code, stderr)
 	}
 }
@@ -284,7 +282,7 @@ func TestStopKillsTheRunningCall(t *testing.T) {
 	})
 	asked := len(p.model.Requests())
 	stopped := time.Now()
-	if code, _, stderr := p.corral(t, "stop", session.String(), "--by", "grace", "--reason", "wrong repo"); code != 0 {
+	if code, _, stderr := p.corral(t, "stop", "--tenant", "acme", session.String(), "--by", "grace", "--reason", "wrong repo"); code != 0 {
 		t.Fatalf("corral stop exited %d: %s", code, stderr)
 	}
 	r := wait(t, run)
@@ -319,7 +317,7 @@ func TestStopKillsTheRunningCall(t *testing.T) {
 	if n := len(p.model.Requests()); n != asked {
 		t.Errorf("the model was asked %d more times after the stop", n-asked)
 	}
-	if code, stdout, _ := p.corral(t, "stop", session.String()); code != 0 || !strings.Contains(stdout, "stopped already") {
+	if code, stdout, _ := p.corral(t, "stop", "--tenant", "acme", session.String()); code != 0 || !strings.Contains(stdout, "stopped already") {
 		t.Errorf("second stop: exit %d, %q", code, stdout)
 	}
 }

@@ -62,7 +62,7 @@ func TestApprovalSurvivesAKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = svc.Wait()
-	if code, _, stderr := p.corral(t, "approvals"); code == 0 || !strings.Contains(stderr, "approval service is not running") {
+	if code, _, stderr := p.corral(t, "approvals", "--tenant", "acme"); code == 0 || !strings.Contains(stderr, "approval service is not running") {
 		t.Errorf("corral approvals with the service down: exit %d, %s", code, stderr)
 	}
 
@@ -71,7 +71,7 @@ func TestApprovalSurvivesAKill(t *testing.T) {
 	if again != id {
 		t.Fatalf("after the restart the pending approval is %s, want %s:\n%s", again, id, listing)
 	}
-	if code, _, stderr := p.corral(t, "approve", id.String()); code != 0 {
+	if code, _, stderr := p.corral(t, "approve", "--tenant", "acme", "--user", "grace", id.String()); code != 0 {
 		t.Fatalf("corral approve exited %d: %s", code, stderr)
 	}
 	r := wait(t, run)

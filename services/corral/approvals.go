@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,15 +12,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"corral.dev/pkg/approvalapi"
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/policy"
-	"corral.dev/services/approval"
-	sandboxmanager "corral.dev/services/sandbox-manager"
+	"corral.dev/pkg/sessionlog"
 )
 
 func (e *env) approvalsCmd() *cobra.Command {
-	var url, tenant string
+	var url, tenant, user string
 	var all bool
 	cmd := &cobra.Command{
 		Use:   "approvals",
@@ -32,8 +30,8 @@ func (e *env) approvalsCmd() *cobra.Command {
 or on the reviewers' web page.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var resp approval.Response
-			err := e.request(cmd.Context(), url, "approval service", approval.SubjectList, approval.ListRequest{Tenant: tenant, All: all}, &resp)
+			var resp approvalapi.Response
+			err := e.request(cmd.Context(), url, "approval service", approvalapi.Subject(tenant, user, bus.OpList), approvalapi.ListRequest{All: all}, &resp)
 			if err != nil {
 				return err
 			}
@@ -58,14 +56,15 @@ or on the reviewers' web page.`,
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's (default: every tenant's)")
+	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "your tenant, whose approvals these are (CORRAL_TENANT)")
+	cmd.Flags().StringVar(&user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "you (CORRAL_USER)")
 	cmd.Flags().BoolVar(&all, "all", false, "list decided approvals too")
 	cmd.AddCommand(e.keygenCmd())
 	return cmd
 }
 
 func (e *env) decideCmd(approve bool) *cobra.Command {
-	var url, token, reason, session string
+	var url, tenant, user, reason, session string
 	use, short := "approve ID", "Approve a held tool call: it runs"
 	if !approve {
 		use, short = "deny ID --reason R", "Deny a held tool call: the model gets the reason instead"
@@ -75,16 +74,15 @@ func (e *env) decideCmd(approve bool) *cobra.Command {
 		Short: short,
 		Long: short + `.
 
-The decision is made in the name of the reviewer whose token --token (or
-CORRAL_REVIEWER_TOKEN) gives; with neither, the token corral dev made for its
-reviewer is used, if there is one.`,
+The decision is made in the name of --user (CORRAL_USER): a reviewer's
+credential decides as the user it names, an operator's as any.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := uuid.Parse(args[0])
 			if err != nil {
 				return &exitError{2, fmt.Errorf("%q is not an approval ID (corral approvals lists them)", args[0])}
 			}
-			req := approval.DecideRequest{ID: id, Approve: approve, Reason: reason, Token: token}
+			req := approvalapi.DecideRequest{ID: id, Approve: approve, Reason: reason}
 			if session != "" {
 				if req.Session, err = uuid.Parse(session); err != nil {
 					return &exitError{2, fmt.Errorf("--session %q is not a session ID", session)}
@@ -93,14 +91,8 @@ reviewer is used, if there is one.`,
 			if !approve && strings.TrimSpace(reason) == "" {
 				return &exitError{2, fmt.Errorf("say why with --reason: the model reads it")}
 			}
-			if req.Token == "" {
-				req.Token = devReviewerToken()
-			}
-			if req.Token == "" {
-				return &exitError{2, fmt.Errorf("a decision needs a reviewer's token: --token or CORRAL_REVIEWER_TOKEN")}
-			}
-			var resp approval.Response
-			if err := e.request(cmd.Context(), url, "approval service", approval.SubjectDecide, req, &resp); err != nil {
+			var resp approvalapi.Response
+			if err := e.request(cmd.Context(), url, "approval service", approvalapi.Subject(tenant, user, bus.OpDecide), req, &resp); err != nil {
 				return err
 			}
 			a := resp.Approvals[0]
@@ -109,121 +101,167 @@ reviewer is used, if there is one.`,
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	cmd.Flags().StringVar(&token, "token", e.getenv("CORRAL_REVIEWER_TOKEN"), "your reviewer token (CORRAL_REVIEWER_TOKEN)")
+	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "your tenant (CORRAL_TENANT)")
+	cmd.Flags().StringVar(&user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "you, the reviewer (CORRAL_USER)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why; the model reads it when the call is denied")
 	cmd.Flags().StringVar(&session, "session", "", "the approval's session, when its ID is in more than one")
 	return cmd
 }
 
-// devReviewerToken is the token `corral dev` made for its reviewer in its
-// default data directory, or "".
-func devReviewerToken() string {
-	dir, err := sandboxmanager.DefaultDataDir()
-	if err != nil {
-		return ""
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "reviewer.token"))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
 func (e *env) stopCmd() *cobra.Command {
-	var url, by, reason string
+	var url, tenant, by, reason string
 	cmd := &cobra.Command{
 		Use:   "stop SESSION",
 		Short: "Stop a session: kill its running tool call and destroy its sandbox",
 		Long: `Stops a session at once: the harness asks the model nothing more, the
 running tool call is killed and the session's sandbox destroyed. A follow-up
-request starts the session again, in a fresh sandbox.`,
+request starts the session again, in a fresh sandbox.
+
+The stop is a request as the session's user, which the harness records in
+the session's log; the command returns once it has.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			session, err := uuid.Parse(args[0])
 			if err != nil {
 				return &exitError{2, fmt.Errorf("%q is not a session ID", args[0])}
+			}
+			if err := event.CheckTenant(tenant); err != nil {
+				return &exitError{2, err}
 			}
 			nc, js, err := e.connect(url)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			return stopSession(cmd.Context(), js, session, by, reason, e)
+			return e.stopSession(cmd.Context(), js, tenant, session, by, reason)
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	cmd.Flags().StringVar(&by, "by", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "who stops it (CORRAL_USER)")
+	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "the session's tenant (CORRAL_TENANT)")
+	cmd.Flags().StringVar(&by, "by", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "who stops it, for the log (CORRAL_USER)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the log")
 	return cmd
 }
 
-// sessionEnd reads a session's log: its tenant, how it last ended
-// ("completed", "failed", "stopped", or "" while it runs) and the sequence
-// of its last event.
-func sessionEnd(ctx context.Context, js jetstream.JetStream, session uuid.UUID) (tenant, ended string, last uint64, err error) {
-	if err := checkPlatform(ctx, js, "the platform"); err != nil {
-		return "", "", 0, err
-	}
-	msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents("*", session))
-	if err != nil {
-		return "", "", 0, err
-	}
-	if len(msgs) == 0 {
-		return "", "", 0, &exitError{1, fmt.Errorf("no session %s", session)}
-	}
-	for _, m := range msgs {
-		ev, err := event.Parse(m.Data)
-		if err != nil {
-			continue
-		}
-		tenant = ev.(event.Event).Head().Tenant
-		switch ev.(type) {
-		case *event.SessionRequested:
-			ended = ""
-		case *event.SessionCompleted:
-			ended = "completed"
-		case *event.SessionFailed:
-			ended = "failed"
-		case *event.SessionStopped:
-			ended = "stopped"
-		}
-	}
-	return tenant, ended, msgs[len(msgs)-1].StreamSeq, nil
+// sessionState is what a session's log says of it.
+type sessionState struct {
+	// sess has folded the log up to last; its User is the session's.
+	sess *sessionlog.Session
+	// ended is how the session last ended: "completed", "failed",
+	// "stopped", or "" while it runs.
+	ended string
+	// last is the stream sequence of the last event read.
+	last uint64
 }
 
-func stopSession(ctx context.Context, js jetstream.JetStream, session uuid.UUID, by, reason string, e *env) error {
-	tenant, ended, last, err := sessionEnd(ctx, js, session)
+// readSession reads a session's log through l.
+func readSession(ctx context.Context, js jetstream.JetStream, l *sessionlog.Log, tenant string, session uuid.UUID) (*sessionState, error) {
+	if err := checkPlatform(ctx, js, "the platform", tenant); err != nil {
+		return nil, err
+	}
+	entries, sess, err := l.ReadAll(ctx, tenant, session)
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) == 0 {
+		return nil, &exitError{1, fmt.Errorf("no session %s in tenant %s", session, tenant)}
+	}
+	st := &sessionState{sess: sess, last: entries[len(entries)-1].Seq}
+	for _, en := range entries {
+		switch en.Event.(type) {
+		case *event.SessionRequested:
+			st.ended = ""
+		case *event.SessionCompleted:
+			st.ended = "completed"
+		case *event.SessionFailed:
+			st.ended = "failed"
+		case *event.SessionStopped:
+			st.ended = "stopped"
+		}
+	}
+	return st, nil
+}
+
+// controlNamespace is the UUID namespace of the IDs of stops, derived from
+// the session and the last event of its log.
+var controlNamespace = uuid.MustParse("a0d7e27d-460b-4df8-82c1-d15bad671738")
+
+func (e *env) stopSession(ctx context.Context, js jetstream.JetStream, tenant string, session uuid.UUID, by, reason string) error {
+	l := e.sessionLog(js)
+	st, err := readSession(ctx, js, l, tenant, session)
 	if err != nil {
 		return err
 	}
-	if ended != "" {
-		fmt.Fprintf(e.stdout, "session %s has %s already\n", session, ended)
+	if st.ended != "" {
+		fmt.Fprintf(e.stdout, "session %s has %s already\n", session, st.ended)
 		return nil
 	}
 	ev := event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, tenant, session), By: by, Reason: reason}
-	// One stop per stretch of the log: a retried stop is dropped, and a
+	// One stop per stretch of the log: its ID (the request's message ID,
+	// and the harness records it once per ID) is the same for every stop
+	// after the same last event, so a retried stop is dropped, and a
 	// session restarted by a follow-up can be stopped again.
-	if err := bus.Record(ctx, js, &ev, fmt.Sprintf("%s:stopped:%d", session, last)); err != nil {
+	ev.ID = uuid.NewSHA1(controlNamespace, fmt.Appendf(nil, "%s:stopped:%d", bus.SessionKey(tenant, session), st.last))
+	if err := e.control(ctx, js, l, st, &ev); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "stopped session %s\n", session)
 	return nil
 }
 
+// controlWait is how long a stop or a raise waits for the harness to
+// record it.
+const controlWait = 30 * time.Second
+
+// control asks the harness to record ev, a stop or a budget raise of st's
+// session, and waits until it has. It is a request as the session's user,
+// as read from the log: the harness records a stop or a raise only for
+// that user, and a client credential publishes only as the users it may
+// speak for (a user's credential, as its own user only). A request the
+// harness refuses leaves nothing in the log, and control gives up after
+// controlWait.
+func (e *env) control(ctx context.Context, js jetstream.JetStream, l *sessionlog.Log, st *sessionState, ev event.Event) error {
+	h := ev.Head()
+	user := st.sess.User()
+	if user == "" {
+		return &exitError{1, fmt.Errorf("session %s has no request recorded yet", h.Session)}
+	}
+	if err := bus.Publish(ctx, js, bus.RequestSubject(h.Tenant, h.Session, user), h.ID.String(), ev); err != nil {
+		return err
+	}
+	what := event.Kind(h.Type)
+	wctx, cancel := context.WithTimeoutCause(ctx, controlWait,
+		fmt.Errorf("the platform did not record the %s within %s (the DEADLETTER stream says why)", what, controlWait))
+	defer cancel()
+	err := follow(wctx, js, l, st.sess.Clone(), st.last, func(en sessionlog.Entry, _ uint64) (bool, error) {
+		return en.Type == h.Type && en.Event.Head().ID == h.ID, nil
+	})
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return &exitError{1, context.Cause(wctx)}
+	}
+	return err
+}
+
 func (e *env) raiseCmd() *cobra.Command {
-	var url, by, reason string
+	var url, tenant, by, reason string
 	var l policy.Limits
 	cmd := &cobra.Command{
 		Use:   "raise SESSION --reason R [--steps N] [--tokens N] [--cost-usd X] [--sandbox-seconds X] [--wall-time D]",
 		Short: "Ask a reviewer to raise a session's budget caps",
 		Long: `Asks for new caps for a session, typically one stopped by its budget. The
 request waits for a reviewer like a held call (corral approvals lists it);
-once approved, continue the session with corral run --session SESSION.`,
+once approved, continue the session with corral run --session SESSION.
+
+The raise is a request as the session's user, which the harness records in
+the session's log; the command returns once it has.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			session, err := uuid.Parse(args[0])
 			if err != nil {
 				return &exitError{2, fmt.Errorf("%q is not a session ID", args[0])}
+			}
+			if err := event.CheckTenant(tenant); err != nil {
+				return &exitError{2, err}
 			}
 			if l == (policy.Limits{}) {
 				return &exitError{2, fmt.Errorf("name at least one cap to raise: --steps, --tokens, --cost-usd, --sandbox-seconds or --wall-time")}
@@ -244,15 +282,18 @@ once approved, continue the session with corral run --session SESSION.`,
 				return err
 			}
 			defer nc.Close()
-			tenant, _, _, err := sessionEnd(ctx, js, session)
+			sl := e.sessionLog(js)
+			st, err := readSession(ctx, js, sl, tenant, session)
 			if err != nil {
 				return err
 			}
+			// The harness records the raise as asked by the session's
+			// user, whatever the body says.
 			ev := event.BudgetRaise{
 				Header: event.NewHeader(event.TypeBudgetRaise, tenant, session),
-				Raise:  uuid.Must(uuid.NewV7()), User: by, Limits: limits, Reason: reason,
+				Raise:  uuid.Must(uuid.NewV7()), User: st.sess.User(), Limits: limits, Reason: reason,
 			}
-			if err := bus.Record(ctx, js, &ev, ev.Raise.String()); err != nil {
+			if err := e.control(ctx, js, sl, st, &ev); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "asked a reviewer to raise session %s's caps to %s: approval %s\n", session, limits, ev.Raise)
@@ -261,7 +302,9 @@ once approved, continue the session with corral run --session SESSION.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	f.StringVar(&by, "by", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "who asks (CORRAL_USER)")
+	f.StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "the session's tenant (CORRAL_TENANT)")
+	f.StringVar(&by, "by", "", "ignored: a raise is asked for as the session's user")
+	_ = f.MarkDeprecated("by", "a raise is asked for as the session's user")
 	f.StringVar(&reason, "reason", "", "why, for the reviewer")
 	f.IntVar(&l.Steps, "steps", 0, "model turns")
 	f.Int64Var(&l.Tokens, "tokens", 0, "input and output tokens")

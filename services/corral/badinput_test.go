@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
@@ -79,7 +78,7 @@ func TestUnknownModelFailsTheSession(t *testing.T) {
 
 func TestMalformedRequestsAreRefusedAndRecorded(t *testing.T) {
 	p := startDev(t, steps(echoResults), nil)
-	nc, err := nats.Connect(p.url)
+	nc, err := p.connect()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +99,7 @@ func TestMalformedRequestsAreRefusedAndRecorded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			session := uuid.Must(uuid.NewV7())
 			data := strings.ReplaceAll(tc.data, "SESSION", session.String())
-			if _, err := js.Publish(ctx, bus.RequestSubject("acme", session), []byte(data)); err != nil {
+			if _, err := js.Publish(ctx, bus.RequestSubject("acme", session, "ada"), []byte(data)); err != nil {
 				t.Fatal(err)
 			}
 			var failed *event.SessionFailed
@@ -136,7 +135,7 @@ func TestMalformedRequestsAreRefusedAndRecorded(t *testing.T) {
 
 func TestDuplicateRequestStartsOneSession(t *testing.T) {
 	p := startDev(t, steps(echoResults, modeltest.Call{Name: "Bash", Input: map[string]any{"command": "echo once >> /workspace/log"}}), nil)
-	nc, err := nats.Connect(p.url)
+	nc, err := p.connect()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +145,7 @@ func TestDuplicateRequestStartsOneSession(t *testing.T) {
 	session := uuid.Must(uuid.NewV7())
 	req := event.Request{Header: event.NewHeader(event.TypeRequest, "acme", session), User: "ada", Prompt: "go"}
 	for range 3 {
-		if err := bus.Publish(ctx, js, bus.RequestSubject("acme", session), req.ID.String(), &req); err != nil {
+		if err := bus.Publish(ctx, js, bus.RequestSubject("acme", session, req.User), req.ID.String(), &req); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/policy"
+	"corral.dev/pkg/sessionlog"
 )
 
 func (e *env) batchCmd() *cobra.Command {
@@ -115,7 +116,7 @@ func (e *env) openBatch(ctx context.Context, o batchOpts, file string) ([]*job, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := checkPlatform(ctx, js, o.nats); err != nil {
+	if err := checkPlatform(ctx, js, o.nats, o.tenant); err != nil {
 		nc.Close()
 		return nil, nil, nil, err
 	}
@@ -128,18 +129,24 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 		return err
 	}
 	defer closeConn()
-	events, err := js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return err
+	// Following starts after the last event of the jobs' tenants stored
+	// before the jobs' states are read: whatever happens to a job after
+	// its read is seen (stream sequences only grow).
+	var last uint64
+	looked := make(map[string]bool)
+	for _, j := range jobs {
+		if looked[j.tenant] {
+			continue
+		}
+		looked[j.tenant] = true
+		m, err := bus.LastBySubject(ctx, js, bus.StreamEvents, "events."+j.tenant+".>")
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return err
+		}
+		last = max(last, m.StreamSeq)
 	}
-	info, err := events.Info(ctx)
-	if err != nil {
-		return err
-	}
-	// Following starts after the last event stored before the jobs'
-	// states are read: whatever happens to a job after its read is seen.
-	from := info.State.LastSeq + 1
-	r, err := newJobReader(ctx, js, policy.Default())
+	from := last + 1
+	r, err := newJobReader(ctx, js, e.sessionLog(js), policy.Default())
 	if err != nil {
 		return err
 	}
@@ -170,7 +177,7 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 		// the duplicate window is dropped by the server, and the harness
 		// ignores a request already in the session's log after it.
 		j.req.Time = time.Now().UTC()
-		if err := bus.Publish(ctx, js, bus.RequestSubject(j.tenant, j.session), j.req.ID.String(), &j.req); err != nil {
+		if err := bus.Publish(ctx, js, bus.RequestSubject(j.tenant, j.session, j.req.User), j.req.ID.String(), &j.req); err != nil {
 			if ctx.Err() != nil {
 				return interrupted(file, fmt.Sprintf("with %d of %d jobs submitted", submitted+before, len(jobs)))
 			}
@@ -184,7 +191,7 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 		fmt.Fprintf(e.stderr, "follow them with: corral batch status %s\n", file)
 		return nil
 	}
-	return e.followBatch(ctx, js, r.prices, file, jobs, states, from)
+	return e.followBatch(ctx, js, r.logs, r.prices, file, jobs, states, from)
 }
 
 // interrupted is the error of a submit interrupted at when.
@@ -193,13 +200,16 @@ func interrupted(file, when string) error {
 }
 
 // followBatch follows the jobs' sessions until every one has ended,
-// reporting each as it ends.
-func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, prices *policy.Policy, file string, jobs []*job, states []*jobState, from uint64) error {
-	bySession := make(map[uuid.UUID]int, len(jobs))
+// reporting each as it ends. Each event is judged by l and by its job's
+// session as read so far.
+func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, l *sessionlog.Log, prices *policy.Policy, file string, jobs []*job, states []*jobState, from uint64) error {
+	// Keyed by tenant and session: a job's session ID alone could be
+	// another tenant's session.
+	bySession := make(map[string]int, len(jobs))
 	tenants := make(map[string]bool)
 	done := 0
 	for i, j := range jobs {
-		bySession[j.session] = i
+		bySession[bus.SessionKey(j.tenant, j.session)] = i
 		tenants[j.tenant] = true
 		if states[i].ended() {
 			done++
@@ -215,12 +225,17 @@ func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, prices *p
 		return n
 	}
 	if done < len(jobs) {
-		var filters []string
-		for t := range tenants {
-			filters = append(filters, fmt.Sprintf("events.%s.*.session.*", t))
+		// events.<tenant>.<session>.session.<name>.<writer>, one filter,
+		// which a credential's permissions name: a credential has one
+		// tenant, and only an operator's may follow several at once.
+		tenant := "*"
+		if len(tenants) == 1 {
+			for t := range tenants {
+				tenant = t
+			}
 		}
 		cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-			FilterSubjects:    filters,
+			FilterSubjects:    []string{fmt.Sprintf("events.%s.*.session.*.*", tenant)},
 			DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 			OptStartSeq:       from,
 			InactiveThreshold: 5 * time.Second,
@@ -244,20 +259,32 @@ func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, prices *p
 				}
 				return fmt.Errorf("follow the batch: %w", err)
 			}
-			_, session, err := bus.ParseSubject(msg.Subject())
-			i, ok := bySession[session]
-			if err != nil || !ok || states[i].ended() {
+			// The tenant's other sessions are none of the batch's: passed
+			// over by their subject, unread.
+			a, err := sessionlog.ParseSubject(msg.Subject())
+			if err != nil {
 				continue
 			}
-			data, err := bus.Resolve(ctx, js, msg.Data())
+			i, ok := bySession[bus.SessionKey(a.Tenant, a.Session)]
+			if !ok || states[i].ended() {
+				continue
+			}
+			meta, err := msg.Metadata()
+			if err != nil {
+				return fmt.Errorf("follow the batch: %w", err)
+			}
+			m := bus.Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: meta.Sequence.Stream}
+			en, err := l.Judge(ctx, m)
+			if errors.Is(err, sessionlog.ErrRejected) {
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("job %q: %w", jobs[i].id, err)
 			}
-			ev, err := event.Parse(data)
-			if err != nil {
-				return fmt.Errorf("job %q: %w", jobs[i].id, err)
+			if l.Admit(ctx, states[i].sess, en, m.Data) != nil {
+				continue
 			}
-			states[i].apply(jobs[i], ev, prices)
+			states[i].apply(jobs[i], en.Event, prices)
 			if states[i].ended() {
 				done++
 				rep.ended(jobs[i], states[i], done, count())
@@ -347,7 +374,7 @@ func (e *env) batchStatus(ctx context.Context, o batchOpts, file string, verbose
 		return err
 	}
 	defer closeConn()
-	r, err := newJobReader(ctx, js, policy.Default())
+	r, err := newJobReader(ctx, js, e.sessionLog(js), policy.Default())
 	if err != nil {
 		return err
 	}
@@ -413,7 +440,7 @@ func (e *env) batchResults(ctx context.Context, o batchOpts, file, out, policyFi
 		return err
 	}
 	defer closeConn()
-	r, err := newJobReader(ctx, js, prices)
+	r, err := newJobReader(ctx, js, e.sessionLog(js), prices)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/creack/pty"
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
@@ -259,7 +258,7 @@ func TestBatchRefusesBadFiles(t *testing.T) {
 			}
 		})
 	}
-	nc, err := nats.Connect(p.url)
+	nc, err := p.connect()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
-	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/policy"
+	"corral.dev/pkg/sessionlog"
 	"corral.dev/schemas"
 )
 
@@ -186,6 +186,8 @@ const (
 
 // jobState is a job as its session's log tells it.
 type jobState struct {
+	// sess has folded the session's log as far as it was read.
+	sess   *sessionlog.Session
 	status string
 	// requested is the job's own request as the session recorded it.
 	requested *event.SessionRequested
@@ -206,8 +208,9 @@ func (s *jobState) ended() bool {
 	return false
 }
 
-// apply folds one event of the job's session into its state.
-func (s *jobState) apply(j *job, ev any, prices *policy.Policy) {
+// apply folds one event of the job's session, accepted by its Log, into
+// its state.
+func (s *jobState) apply(j *job, ev event.Event, prices *policy.Policy) {
 	switch ev := ev.(type) {
 	case *event.SessionRequested:
 		s.status = statusRunning
@@ -247,17 +250,13 @@ func (s *jobState) conflict(j *job) string {
 
 // jobReader reads jobs' states from the platform.
 type jobReader struct {
-	js       jetstream.JetStream
-	requests jetstream.Stream
-	prices   *policy.Policy
+	js     jetstream.JetStream
+	logs   *sessionlog.Log
+	prices *policy.Policy
 }
 
-func newJobReader(ctx context.Context, js jetstream.JetStream, prices *policy.Policy) (*jobReader, error) {
-	requests, err := js.Stream(ctx, bus.StreamRequests)
-	if err != nil {
-		return nil, fmt.Errorf("look up %s: %w", bus.StreamRequests, err)
-	}
-	return &jobReader{js: js, requests: requests, prices: prices}, nil
+func newJobReader(_ context.Context, js jetstream.JetStream, logs *sessionlog.Log, prices *policy.Policy) (*jobReader, error) {
+	return &jobReader{js: js, logs: logs, prices: prices}, nil
 }
 
 // read returns the state of every job, in order, reading several sessions'
@@ -277,30 +276,20 @@ func (r *jobReader) read(ctx context.Context, jobs []*job) ([]*jobState, error) 
 }
 
 func (r *jobReader) readOne(ctx context.Context, j *job) (*jobState, error) {
-	msgs, err := bus.ReadAll(ctx, r.js, bus.StreamEvents, bus.SessionEvents(j.tenant, j.session))
+	entries, sess, err := r.logs.ReadAll(ctx, j.tenant, j.session)
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", j.id, err)
 	}
-	st := &jobState{status: statusNotSubmitted}
-	if len(msgs) == 0 {
-		// Not in the log yet: its request may still wait for the harness.
-		rctx, cancel := bus.Bound(ctx)
-		defer cancel()
-		_, err := r.requests.GetLastMsgForSubject(rctx, bus.RequestSubject(j.tenant, j.session))
-		switch {
-		case err == nil:
-			st.status = statusPending
-		case !errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil, fmt.Errorf("job %q: %w", j.id, err)
-		}
+	st := &jobState{sess: sess, status: statusNotSubmitted}
+	if len(entries) == 0 {
+		// Not in the log yet: never submitted, or its request waits for
+		// the harness (a client may not read the requests' queue).
+		// Submitting it again is safe: the duplicate window drops the
+		// copy, and the harness records a request once.
 		return st, nil
 	}
-	for _, m := range msgs {
-		ev, err := event.Parse(m.Data)
-		if err != nil {
-			return nil, fmt.Errorf("job %q: seq %d: %w", j.id, m.StreamSeq, err)
-		}
-		st.apply(j, ev, r.prices)
+	for _, en := range entries {
+		st.apply(j, en.Event, r.prices)
 	}
 	if st.status == statusNotSubmitted {
 		// Events but no request: the harness refused it, or the session

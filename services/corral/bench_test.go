@@ -23,6 +23,7 @@ import (
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/tool"
 	"corral.dev/services/harness"
 	sandboxmanager "corral.dev/services/sandbox-manager"
@@ -119,20 +120,21 @@ func followEnds(b *testing.B, js jetstream.JetStream, tenant string) *endsOfSess
 	e := &endsOfSessions{waiting: make(map[uuid.UUID]chan struct{})}
 	cons, err := js.OrderedConsumer(context.Background(), bus.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{
-			fmt.Sprintf("events.%s.*.%s", tenant, event.Kind(event.TypeSessionCompleted)),
-			fmt.Sprintf("events.%s.*.%s", tenant, event.Kind(event.TypeSessionFailed)),
+			fmt.Sprintf("events.%s.*.%s.*", tenant, event.Kind(event.TypeSessionCompleted)),
+			fmt.Sprintf("events.%s.*.%s.*", tenant, event.Kind(event.TypeSessionFailed)),
 		},
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		_, session, err := bus.ParseSubject(msg.Subject())
+		a, err := sessionlog.ParseSubject(msg.Subject())
 		if err != nil {
 			b.Error(err)
 			return
 		}
-		if !strings.HasSuffix(msg.Subject(), event.Kind(event.TypeSessionCompleted)) {
+		session := a.Session
+		if a.Type != event.TypeSessionCompleted {
 			b.Errorf("session %s: %s", session, msg.Data())
 		}
 		e.mu.Lock()
@@ -159,7 +161,7 @@ func (e *endsOfSessions) start(b *testing.B, js jetstream.JetStream, tenant stri
 	e.waiting[session] = done
 	e.mu.Unlock()
 	req := event.Request{Header: event.NewHeader(event.TypeRequest, tenant, session), User: "bench", Prompt: "go"}
-	if err := bus.Publish(context.Background(), js, bus.RequestSubject(tenant, session), req.ID.String(), &req); err != nil {
+	if err := bus.Publish(context.Background(), js, bus.RequestSubject(tenant, session, req.User), req.ID.String(), &req); err != nil {
 		b.Fatal(err)
 	}
 	return done
@@ -172,8 +174,8 @@ func startSessionPrompt(b *testing.B, js jetstream.JetStream, tenant, prompt str
 	done := make(chan struct{})
 	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{
-			bus.EventSubject(tenant, session, event.TypeSessionCompleted),
-			bus.EventSubject(tenant, session, event.TypeSessionFailed),
+			sessionlog.SessionKind(tenant, session, event.TypeSessionCompleted),
+			sessionlog.SessionKind(tenant, session, event.TypeSessionFailed),
 		},
 		InactiveThreshold: time.Second,
 	})
@@ -185,12 +187,12 @@ func startSessionPrompt(b *testing.B, js jetstream.JetStream, tenant, prompt str
 		msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Minute))
 		if err != nil {
 			b.Errorf("session %s: %v", session, err)
-		} else if msg.Subject() != bus.EventSubject(tenant, session, event.TypeSessionCompleted) {
+		} else if msg.Subject() != sessionlog.Subject(tenant, session, event.TypeSessionCompleted, sessionlog.Harness) {
 			b.Errorf("session %s: %s", session, msg.Data())
 		}
 	}()
 	req := event.Request{Header: event.NewHeader(event.TypeRequest, tenant, session), User: "bench", Prompt: prompt}
-	if err := bus.Publish(ctx, js, bus.RequestSubject(tenant, session), req.ID.String(), &req); err != nil {
+	if err := bus.Publish(ctx, js, bus.RequestSubject(tenant, session, req.User), req.ID.String(), &req); err != nil {
 		b.Fatal(err)
 	}
 	return session, done
@@ -274,7 +276,7 @@ func BenchmarkToolCallRoundTrip(b *testing.B) {
 			Stream: bus.StreamEvents,
 			Config: jetstream.ConsumerConfig{
 				Durable:       "bench-results",
-				FilterSubject: bus.EventSubject(tenant, session, event.TypeToolCompleted),
+				FilterSubject: sessionlog.SessionKind(tenant, session, event.TypeToolCompleted),
 			},
 			Handler: func(_ context.Context, m bus.Msg) error {
 				results <- m

@@ -172,7 +172,7 @@ func TestBudgetRaiseGoesToAReviewer(t *testing.T) {
 	}
 
 	// Unapproved, the raise changes nothing.
-	code, stdout, stderr := p.corral(t, "raise", session.String(), "--steps", "5", "--reason", "the migration needs more turns", "--by", "ada")
+	code, stdout, stderr := p.corral(t, "raise", "--tenant", "raise", session.String(), "--steps", "5", "--reason", "the migration needs more turns")
 	if code != 0 {
 		t.Fatalf("corral raise exited %d: %s", code, stderr)
 	}
@@ -183,7 +183,7 @@ func TestBudgetRaiseGoesToAReviewer(t *testing.T) {
 		t.Fatalf("follow-up before approval: exit %d, %d turns: %s", code, turnsNow(), stderr)
 	}
 
-	if code, _, stderr := p.corral(t, "approve", id.String()); code != 0 {
+	if code, _, stderr := p.corral(t, "approve", "--tenant", "raise", "--user", "grace", id.String()); code != 0 {
 		t.Fatalf("corral approve exited %d: %s", code, stderr)
 	}
 	waitFor(t, 10*time.Second, func() error {

@@ -31,6 +31,7 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/sessionlog"
 )
 
 var (
@@ -363,7 +364,7 @@ func publishSessions(ctx context.Context, js jetstream.JetStream, sessions []uui
 		req := event.Request{Header: event.NewHeader(event.TypeRequest, chaosTenant, s), User: "chaos", Prompt: chaosPrompt(i)}
 		for {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := bus.Publish(pctx, js, bus.RequestSubject(chaosTenant, s), req.ID.String(), &req)
+			err := bus.Publish(pctx, js, bus.RequestSubject(chaosTenant, s, req.User), req.ID.String(), &req)
 			cancel()
 			if err == nil {
 				break
@@ -388,12 +389,15 @@ func sessionEnds(ctx context.Context, js jetstream.JetStream) (map[uuid.UUID]str
 	}
 	out := map[uuid.UUID]string{}
 	for _, m := range msgs {
-		_, s, err := bus.ParseSubject(m.Subject)
+		a, err := sessionlog.ParseSubject(m.Subject)
 		if err != nil {
 			continue
 		}
-		if k := m.Subject[strings.LastIndex(m.Subject, ".")+1:]; k == "completed" || k == "failed" {
-			out[s] = k
+		switch a.Type {
+		case event.TypeSessionCompleted:
+			out[a.Session] = "completed"
+		case event.TypeSessionFailed:
+			out[a.Session] = "failed"
 		}
 	}
 	return out, nil

@@ -26,6 +26,7 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
+	"corral.dev/services/auth"
 	"corral.dev/services/harness"
 	sandboxmanager "corral.dev/services/sandbox-manager"
 	slackbridge "corral.dev/services/slack-bridge"
@@ -46,6 +47,11 @@ func TestClusterLosesAServer(t *testing.T) {
 	for user, env := range natsUsers {
 		t.Setenv(env, password(user))
 	}
+	_, issuer, err := auth.NewIssuer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CORRAL_AUTH_ISSUER", issuer)
 	var files []string
 	for i := 1; i <= 3; i++ {
 		files = append(files, fmt.Sprintf("../../deploy/cluster/nats-%d.conf", i))
@@ -150,7 +156,8 @@ func TestClusterLosesAServer(t *testing.T) {
 		return sandboxmanager.New(ctx, cfg, js, log)
 	})
 
-	nc, err := nats.Connect(urls, nats.UserInfo("client", password("client")), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	// The test reads every session's log, as the administrator.
+	nc, err := nats.Connect(urls, nats.UserInfo("admin", password("admin")), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +170,7 @@ func TestClusterLosesAServer(t *testing.T) {
 	for i := range ids {
 		ids[i] = uuid.Must(uuid.NewV7())
 		req := event.Request{Header: event.NewHeader(event.TypeRequest, clusterTenant, ids[i]), User: "ada", Prompt: fmt.Sprintf("cluster session %d", i)}
-		if err := bus.Publish(ctx, js, bus.RequestSubject(clusterTenant, ids[i]), req.ID.String(), &req); err != nil {
+		if err := bus.Publish(ctx, js, bus.RequestSubject(clusterTenant, ids[i], req.User), req.ID.String(), &req); err != nil {
 			t.Fatal(err)
 		}
 	}

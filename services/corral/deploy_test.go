@@ -26,8 +26,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"golang.org/x/mod/modfile"
 
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/services/approval"
+	"corral.dev/services/auth"
 	"corral.dev/services/harness"
 	"corral.dev/services/memory"
 	sandboxmanager "corral.dev/services/sandbox-manager"
@@ -44,6 +46,7 @@ var loadConfigs = map[string]func(getenv func(string) string) error{
 	"sandbox-manager": func(g func(string) string) error { _, err := sandboxmanager.LoadConfig(g); return err },
 	"memory":          func(g func(string) string) error { _, err := memory.LoadConfig(g); return err },
 	"approval":        func(g func(string) string) error { _, err := approval.LoadConfig(g); return err },
+	"auth":            func(g func(string) string) error { _, err := auth.LoadConfig(g); return err },
 	"slack-bridge":    func(g func(string) string) error { _, err := slackbridge.LoadConfig(g); return err },
 }
 
@@ -56,7 +59,13 @@ func deployEnv(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	pub, key, _ := ed25519.GenerateKey(nil)
+	seed, issuer, err := auth.NewIssuer()
+	if err != nil {
+		t.Fatal(err)
+	}
 	fill := map[string]string{
+		"CORRAL_AUTH_ISSUER":          issuer,
+		"CORRAL_AUTH_ISSUER_SEED":     seed,
 		"POSTGRES_PASSWORD":           rand.Text(),
 		"OPENAI_API_KEY":              "sk-" + rand.Text(),
 		"CORRAL_APPROVAL_SIGNING_KEY": event.EncodeKey(key),
@@ -121,7 +130,7 @@ func TestDeployFiles(t *testing.T) {
 	for name, s := range p.DisabledServices {
 		all[name] = s
 	}
-	for _, want := range []string{"nats", "setup", "postgres", "harness", "sandbox-manager", "memory", "approval", "slack-bridge"} {
+	for _, want := range []string{"nats", "setup", "postgres", "harness", "sandbox-manager", "memory", "approval", "auth", "slack-bridge"} {
 		if _, ok := all[want]; !ok {
 			t.Errorf("docker-compose.yml has no %s service", want)
 		}
@@ -492,6 +501,11 @@ func TestClusterConfigs(t *testing.T) {
 	for user, env := range natsUsers {
 		t.Setenv(env, password(user))
 	}
+	_, issuer, err := auth.NewIssuer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CORRAL_AUTH_ISSUER", issuer)
 	single, err := server.ProcessConfigFile(filepath.Join(repoRoot, "deploy/nats.conf"))
 	if err != nil {
 		t.Fatal(err)
@@ -521,5 +535,64 @@ func TestClusterConfigs(t *testing.T) {
 	}
 	if len(names) != 3 {
 		t.Errorf("server names %v, want three distinct", names)
+	}
+}
+
+// TestDeployedUsersAreTheTestedOnes checks that deploy/nats.conf gives each
+// service exactly the permissions of credential.Services, which corral dev
+// runs with, and that every other user signs in through the auth callout.
+func TestDeployedUsersAreTheTestedOnes(t *testing.T) {
+	for user, env := range natsUsers {
+		t.Setenv(env, password(user))
+	}
+	_, issuer, err := auth.NewIssuer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CORRAL_AUTH_ISSUER", issuer)
+	opts, err := server.ProcessConfigFile(filepath.Join(repoRoot, "deploy/nats.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := map[string]*server.User{}
+	for _, u := range opts.Users {
+		users[u.Username] = u
+	}
+	for _, s := range credential.Services() {
+		got, ok := users[s.User]
+		if !ok {
+			t.Errorf("deploy/nats.conf has no user %s", s.User)
+			continue
+		}
+		want := s.ServerUser("").Permissions
+		if got.Permissions == nil {
+			t.Errorf("%s: no permissions in deploy/nats.conf", s.User)
+			continue
+		}
+		for _, c := range []struct {
+			what      string
+			got, want []string
+		}{
+			{"publish allow", got.Permissions.Publish.Allow, want.Publish.Allow},
+			{"publish deny", got.Permissions.Publish.Deny, want.Publish.Deny},
+			{"subscribe allow", got.Permissions.Subscribe.Allow, want.Subscribe.Allow},
+		} {
+			g, w := slices.Sorted(slices.Values(c.got)), slices.Sorted(slices.Values(c.want))
+			if !slices.Equal(g, w) {
+				t.Errorf("%s %s:\n deploy/nats.conf %q\n credential.Services %q", s.User, c.what, g, w)
+			}
+		}
+		if (got.Permissions.Response != nil) != s.Responds {
+			t.Errorf("%s: allow_responses %v, want %v", s.User, got.Permissions.Response != nil, s.Responds)
+		}
+	}
+	if len(users) != len(credential.AuthUsers()) {
+		t.Errorf("deploy/nats.conf has %d users, want %v", len(users), credential.AuthUsers())
+	}
+	if opts.AuthCallout == nil || opts.AuthCallout.Issuer != issuer {
+		t.Fatalf("deploy/nats.conf: auth callout %+v, want issuer %s", opts.AuthCallout, issuer)
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(opts.AuthCallout.AuthUsers)), slices.Sorted(slices.Values(credential.AuthUsers()))) {
+		t.Errorf("deploy/nats.conf: auth_users %v, want %v", opts.AuthCallout.AuthUsers, credential.AuthUsers())
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -19,10 +20,12 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/logger"
 	"corral.dev/pkg/metrics"
 	"corral.dev/services/approval"
+	"corral.dev/services/auth"
 	"corral.dev/services/harness"
 	"corral.dev/services/memory"
 	sandboxmanager "corral.dev/services/sandbox-manager"
@@ -87,7 +90,21 @@ func (e *env) dev(ctx context.Context, o devOpts) error {
 	if err != nil {
 		return fmt.Errorf("--listen %q: bad port", listen)
 	}
-	srv, err := bus.StartServer(bus.ServerConfig{Host: host, Port: port, StoreDir: filepath.Join(data, "nats")})
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return err
+	}
+	// The server signs in every service and the admin by password, and
+	// every client through the auth service, as deployed.
+	creds, err := loadDevAuth(data, cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "dev"))
+	if err != nil {
+		return err
+	}
+	// Written again once clients can sign in.
+	if err := os.Remove(filepath.Join(data, clientEnvFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	users, callout := creds.server()
+	srv, err := bus.StartServer(bus.ServerConfig{Host: host, Port: port, StoreDir: filepath.Join(data, "nats"), Users: users, AuthCallout: callout})
 	if errors.Is(err, bus.ErrAddrInUse) {
 		alt := net.JoinHostPort(host, strconv.Itoa(port+1))
 		return fmt.Errorf(`%s is already in use, probably by another NATS server.
@@ -119,6 +136,9 @@ Stop that server, or run Corral on another port and point the clients at it:
 		if v, ok := keys[k]; ok {
 			return v
 		}
+		if k == "CORRAL_AUTH_ISSUER_SEED" {
+			return creds.IssuerSeed
+		}
 		return e.getenv(k)
 	}
 	hcfg, err := harness.LoadConfig(getenv)
@@ -137,7 +157,7 @@ Stop that server, or run Corral on another port and point the clients at it:
 	reg := metrics.NewRegistry()
 	hcfg.Metrics, scfg.Metrics, mcfg.Metrics = reg, reg, reg
 	connect := func(name string) (*nats.Conn, jetstream.JetStream, error) {
-		nc, err := bus.Connect("", name, log, nats.InProcessServer(srv))
+		nc, err := bus.Connect("", name, log, nats.InProcessServer(srv), bus.SignIn(name, creds.Passwords[name]))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -164,9 +184,39 @@ Stop that server, or run Corral on another port and point the clients at it:
 		return err
 	}
 	defer anc.Drain()
-	if err := bus.Setup(ctx, hjs); err != nil {
+	adm, ajsAdmin, err := connect(credential.UserAdmin)
+	if err != nil {
 		return err
 	}
+	defer adm.Drain()
+	if err := bus.Setup(ctx, ajsAdmin); err != nil {
+		return err
+	}
+	if err := creds.issue(ctx, ajsAdmin); err != nil {
+		return err
+	}
+	if dbURL == "" {
+		// The embedded store's bucket, which the memory service may not
+		// create itself.
+		if _, err := memory.NewKVStore(ctx, ajsAdmin); err != nil {
+			return err
+		}
+	}
+	authnc, authjs, err := connect(credential.UserAuth)
+	if err != nil {
+		return err
+	}
+	defer authnc.Drain()
+	authcfg, err := auth.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	authcfg.Metrics = reg
+	authsvc, err := auth.New(ctx, authcfg, authjs, log)
+	if err != nil {
+		return err
+	}
+	url := "nats://" + listen
 	store, closeStore, err := memory.OpenStore(ctx, mcfg, mjs)
 	if err != nil {
 		return err
@@ -224,9 +274,13 @@ Stop that server, or run Corral on another port and point the clients at it:
 		return err
 	}
 
-	conns := []*nats.Conn{hnc, snc, mnc, anc}
+	conns := []*nats.Conn{hnc, snc, mnc, anc, authnc}
 	var sb *slackbridge.Service
 	if bcfg != nil {
+		// Its bucket, which the bridge's user may not create.
+		if _, err := slackbridge.Setup(ctx, ajsAdmin); err != nil {
+			return err
+		}
 		bnc, bjs, err := connect("slack-bridge")
 		if err != nil {
 			return err
@@ -239,6 +293,16 @@ Stop that server, or run Corral on another port and point the clients at it:
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return authsvc.Run(gctx) })
+	// Clients learn how to sign in once they can.
+	select {
+	case <-authsvc.Ready():
+	case <-gctx.Done():
+		return g.Wait()
+	}
+	if err := os.WriteFile(filepath.Join(data, clientEnvFile), []byte(creds.clientEnv(url)), 0o600); err != nil {
+		return err
+	}
 	g.Go(func() error { return h.Run(gctx) })
 	g.Go(func() error { return sm.Run(gctx) })
 	g.Go(func() error { return mem.Run(gctx) })
@@ -253,7 +317,12 @@ Stop that server, or run Corral on another port and point the clients at it:
 	if dbURL != "" {
 		where = "PostgreSQL"
 	}
-	fmt.Fprintf(e.stderr, "Corral is running: NATS on nats://%s, state in %s, memories in %s. Ctrl-C stops it.\n", listen, data, where)
+	fmt.Fprintf(e.stderr, "Corral is running: NATS on %s, state in %s, memories in %s. Ctrl-C stops it.\n", url, data, where)
+	fmt.Fprintf(e.stderr, "Clients sign in as operator %q, of every tenant (kept in %s; the corral CLI finds it there):\n",
+		creds.Client.User, filepath.Join(data, clientEnvFile))
+	fmt.Fprintf(e.stderr, "    export CORRAL_NATS_URL=%s CORRAL_NATS_USER=%s CORRAL_NATS_PASSWORD=%s\n", url, creds.Client.ID, creds.Secret)
+	fmt.Fprintf(e.stderr, "    nats --server %s --user %s --password %s --inbox-prefix %s ...\n", url, creds.Client.ID, creds.Secret, creds.Client.Inbox())
+	fmt.Fprintln(e.stderr, "More credentials: corral credentials issue --tenant T [--user U | --bot | --reviewer]")
 	if approvals != "" {
 		fmt.Fprintf(e.stderr, "Reviewers approve held calls at http://%s", approvals)
 		if t := keys["CORRAL_REVIEWER_TOKENS"]; t != "" {

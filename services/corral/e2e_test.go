@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,9 +18,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/sessionlog"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of loggers.
@@ -110,6 +114,11 @@ func startDevAt(t *testing.T, addr, data string, script modeltest.Script, env ma
 		if v, ok := vars[k]; ok {
 			return v
 		}
+		// The credential corral dev made, as the CLI finds it in the
+		// default data directory.
+		if v := devClientEnv(p.data)[k]; v != "" && k != "CORRAL_NATS_URL" {
+			return v
+		}
 		return os.Getenv(k)
 	}
 	p.url = "nats://" + addr
@@ -142,14 +151,19 @@ func startDevAt(t *testing.T, addr, data string, script modeltest.Script, env ma
 			t.Fatalf("corral dev exited %d:\n%s", code, p.log)
 		default:
 		}
-		nc, err := nats.Connect(p.url)
+		nc, err := p.connect()
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
 		js, _ := jetstream.New(nc)
-		_, err = js.Stream(context.Background(), bus.StreamEvents)
-		return err
+		if _, err = js.Stream(context.Background(), bus.StreamEvents); err != nil {
+			return err
+		}
+		if devClientEnv(p.data) == nil {
+			return fmt.Errorf("no %s yet", clientEnvFile)
+		}
+		return nil
 	})
 	return p, stop
 }
@@ -181,7 +195,7 @@ func sessionOf(t *testing.T, stderr string) uuid.UUID {
 // events returns a session's log, parsed.
 func (p *platform) events(t *testing.T, session uuid.UUID) []any {
 	t.Helper()
-	nc, err := nats.Connect(p.url)
+	nc, err := p.connect()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,12 +206,27 @@ func (p *platform) events(t *testing.T, session uuid.UUID) []any {
 		t.Fatal(err)
 	}
 	var out []any
+	for _, e := range judged(t, js, msgs) {
+		out = append(out, e)
+	}
+	return out
+}
+
+// judged returns the events msgs hold that the session log accepts, large
+// ones fetched from where they are kept.
+func judged(t *testing.T, js jetstream.JetStream, msgs []bus.Msg) []event.Event {
+	t.Helper()
+	l := sessionlog.New(js, sessionlog.Options{Reader: "test"})
+	var out []event.Event
 	for _, m := range msgs {
-		ev, err := event.Parse(m.Data)
+		e, err := l.Judge(context.Background(), m)
+		if errors.Is(err, sessionlog.ErrRejected) {
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, ev)
+		out = append(out, e.Event)
 	}
 	return out
 }
@@ -312,7 +341,7 @@ func TestRunWritesReadsEditsAndAnswers(t *testing.T) {
 				t.Errorf("usage not recorded: %+v", last.Usage)
 			}
 
-			code, logs, stderr := p.corral(t, "logs", session.String())
+			code, logs, stderr := p.corral(t, "logs", "--tenant", "acme", session.String())
 			if code != 0 {
 				t.Fatalf("corral logs exited %d: %s", code, stderr)
 			}
@@ -442,7 +471,7 @@ func TestLargePayloadsStayOutOfTheLog(t *testing.T) {
 		t.Errorf("the replayed conversation lost the Write content")
 	}
 
-	nc, err := nats.Connect(p.url)
+	nc, err := p.connect()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,7 +492,7 @@ func TestLargePayloadsStayOutOfTheLog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(m.Data) > bus.OffloadThreshold {
+		if len(m.Data) > sessionlog.OffloadThreshold {
 			t.Errorf("event %s is %d bytes in the log", m.Subject, len(m.Data))
 		}
 		if strings.Contains(string(m.Data), event.TypeOffloaded) {
@@ -473,4 +502,27 @@ func TestLargePayloadsStayOutOfTheLog(t *testing.T) {
 	if offloaded < 2 {
 		t.Errorf("%d events offloaded, want at least the response carrying the file and the cat output", offloaded)
 	}
+}
+
+// connect connects to the platform as its administrator, with the password
+// corral dev keeps in its data directory.
+func (p *platform) connect(opts ...nats.Option) (*nats.Conn, error) {
+	if p.data == "" { // a test's own server, which signs in no one
+		return nats.Connect(p.url, opts...)
+	}
+	return connectDev(p.url, p.data, opts...)
+}
+
+// connectDev connects to the corral dev at url, whose state is in data, as
+// its administrator.
+func connectDev(url, data string, opts ...nats.Option) (*nats.Conn, error) {
+	b, err := os.ReadFile(filepath.Join(data, devAuthFile))
+	if err != nil {
+		return nil, err
+	}
+	var a devAuth
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, err
+	}
+	return nats.Connect(url, append([]nats.Option{bus.SignIn(credential.UserAdmin, a.Passwords[credential.UserAdmin])}, opts...)...)
 }

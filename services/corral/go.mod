@@ -6,6 +6,7 @@ require (
 	corral.dev/pkg v0.0.0
 	corral.dev/schemas v0.0.0
 	corral.dev/services/approval v0.0.0
+	corral.dev/services/auth v0.0.0
 	corral.dev/services/harness v0.0.0
 	corral.dev/services/memory v0.0.0
 	corral.dev/services/sandbox-manager v0.0.0
@@ -94,6 +95,7 @@ replace (
 	corral.dev/pkg => ../../pkg
 	corral.dev/schemas => ../../schemas
 	corral.dev/services/approval => ../approval
+	corral.dev/services/auth => ../auth
 	corral.dev/services/harness => ../harness
 	corral.dev/services/memory => ../memory
 	corral.dev/services/sandbox-manager => ../sandbox-manager

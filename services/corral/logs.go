@@ -9,12 +9,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/sessionlog"
 )
 
 func (e *env) logsCmd() *cobra.Command {
-	var url string
+	var url, tenant string
 	var followFlag, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "logs [flags] SESSION",
@@ -25,58 +25,66 @@ func (e *env) logsCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{2, fmt.Errorf("session %q is not a session ID", args[0])}
 			}
-			return e.logs(cmd.Context(), url, session, followFlag, asJSON)
+			if err := event.CheckTenant(tenant); err != nil {
+				return &exitError{2, err}
+			}
+			return e.logs(cmd.Context(), url, tenant, session, followFlag, asJSON)
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
+	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "the session's tenant (CORRAL_TENANT)")
 	cmd.Flags().BoolVarP(&followFlag, "follow", "f", false, "keep printing new events until the session completes or fails")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print events as JSON lines")
 	return cmd
 }
 
-func (e *env) logs(ctx context.Context, url string, session uuid.UUID, followFlag, asJSON bool) error {
+func (e *env) logs(ctx context.Context, url, tenant string, session uuid.UUID, followFlag, asJSON bool) error {
 	nc, js, err := e.connect(url)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	if err := checkPlatform(ctx, js, url); err != nil {
+	if err := checkPlatform(ctx, js, url, tenant); err != nil {
 		return err
 	}
-	print := func(ev any, raw []byte) {
+	print := func(en sessionlog.Entry) {
 		if asJSON {
-			fmt.Fprintf(e.stdout, "%s\n", raw)
+			fmt.Fprintf(e.stdout, "%s\n", eventJSON(en))
 			return
 		}
-		fmt.Fprintln(e.stdout, describe(ev))
+		fmt.Fprintln(e.stdout, describe(en.Event))
 	}
-	msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents("*", session))
+	l := e.sessionLog(js)
+	entries, sess, err := l.ReadAll(ctx, tenant, session)
 	if err != nil {
 		return err
 	}
-	if len(msgs) == 0 {
-		return fmt.Errorf("no events for session %s", session)
+	if len(entries) == 0 {
+		return fmt.Errorf("no events for session %s in tenant %s", session, tenant)
 	}
-	if followFlag {
-		// Until the session ends: a completion or failure that is the
-		// last event so far (a follow-up may continue a session after one).
-		return follow(ctx, js, "*", session, func(ev any, raw []byte, _, pending uint64) (bool, error) {
-			print(ev, raw)
-			switch ev.(type) {
-			case *event.SessionCompleted, *event.SessionFailed, *event.SessionStopped:
-				return pending == 0, nil
-			}
-			return false, nil
-		})
+	for _, en := range entries {
+		print(en)
 	}
-	for _, m := range msgs {
-		ev, err := event.Parse(m.Data)
-		if err != nil {
-			return fmt.Errorf("seq %d: %w", m.StreamSeq, err)
-		}
-		print(ev, m.Data)
+	last := entries[len(entries)-1]
+	if !followFlag || endsRequest(last.Event) {
+		return nil
 	}
-	return nil
+	// Until the session ends: a completion or failure that is the last
+	// event so far (a follow-up may continue a session after one).
+	return follow(ctx, js, l, sess, last.Seq, func(en sessionlog.Entry, pending uint64) (bool, error) {
+		print(en)
+		return endsRequest(en.Event) && pending == 0, nil
+	})
+}
+
+// endsRequest reports whether ev ends a session's request: a completion, a
+// failure or a stop.
+func endsRequest(ev event.Event) bool {
+	switch ev.(type) {
+	case *event.SessionCompleted, *event.SessionFailed, *event.SessionStopped:
+		return true
+	}
+	return false
 }
 
 // describe renders one event as a readable log line.

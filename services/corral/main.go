@@ -68,14 +68,14 @@ type env struct {
 }
 
 func newRoot(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
-	e := &env{getenv: getenv, stdout: stdout, stderr: stderr}
+	e := &env{getenv: withDevCredentials(getenv), stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:           "corral",
 		Short:         "Run AI agents with the harness outside the sandbox",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(e.devCmd(), e.runCmd(), e.logsCmd(), e.memoriesCmd(), e.skillsCmd(), e.policyCmd(), e.approvalsCmd(), e.decideCmd(true), e.decideCmd(false), e.stopCmd(), e.raiseCmd(), e.usageCmd(), e.setupCmd(), e.batchCmd())
+	root.AddCommand(e.devCmd(), e.runCmd(), e.logsCmd(), e.memoriesCmd(), e.skillsCmd(), e.policyCmd(), e.approvalsCmd(), e.decideCmd(true), e.decideCmd(false), e.stopCmd(), e.raiseCmd(), e.usageCmd(), e.setupCmd(), e.batchCmd(), e.credentialsCmd())
 	return root
 }
 

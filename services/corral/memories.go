@@ -36,13 +36,12 @@ func (e *env) memFlags(cmd *cobra.Command, o *memOpts) {
 }
 
 // memCall sends one request to the memory service's API.
-func (e *env) memCall(ctx context.Context, o *memOpts, subject string, req memory.APIRequest) (*memory.APIResponse, error) {
+func (e *env) memCall(ctx context.Context, o *memOpts, op string, req memory.APIRequest) (*memory.APIResponse, error) {
 	if err := event.CheckTenant(o.tenant); err != nil {
 		return nil, &exitError{2, err}
 	}
-	req.Tenant, req.User = o.tenant, o.user
 	var resp memory.APIResponse
-	if err := e.request(ctx, o.nats, "memory service", subject, &req, &resp); err != nil {
+	if err := e.request(ctx, o.nats, "memory service", memory.Subject(o.tenant, o.user, op), &req, &resp); err != nil {
 		return nil, err
 	}
 	return &resp, nil
@@ -112,7 +111,7 @@ write with its file tools; /memories/private/... is the --user's own.`,
 			if len(args) == 1 {
 				p = args[0]
 			}
-			resp, err := e.memCall(cmd.Context(), &o, memory.SubjectList, memory.APIRequest{Path: p})
+			resp, err := e.memCall(cmd.Context(), &o, memory.OpList, memory.APIRequest{Path: p})
 			if err != nil {
 				return err
 			}
@@ -124,7 +123,7 @@ write with its file tools; /memories/private/... is the --user's own.`,
 		Short: "Print a file",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := e.memCall(cmd.Context(), &o, memory.SubjectGet, memory.APIRequest{Path: args[0]})
+			resp, err := e.memCall(cmd.Context(), &o, memory.OpGet, memory.APIRequest{Path: args[0]})
 			if err != nil {
 				return err
 			}
@@ -146,7 +145,7 @@ write with its file tools; /memories/private/... is the --user's own.`,
 			if err != nil {
 				return err
 			}
-			resp, err := e.memCall(cmd.Context(), &o, memory.SubjectPut, memory.APIRequest{Path: args[0], Content: string(content), Op: uuid.Must(uuid.NewV7())})
+			resp, err := e.memCall(cmd.Context(), &o, memory.OpPut, memory.APIRequest{Path: args[0], Content: string(content), Op: uuid.Must(uuid.NewV7())})
 			if err != nil {
 				return err
 			}
@@ -158,7 +157,7 @@ write with its file tools; /memories/private/... is the --user's own.`,
 		Short: "Remove a file (its history is kept)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := e.memCall(cmd.Context(), &o, memory.SubjectRemove, memory.APIRequest{Path: args[0], Op: uuid.Must(uuid.NewV7())}); err != nil {
+			if _, err := e.memCall(cmd.Context(), &o, memory.OpRemove, memory.APIRequest{Path: args[0], Op: uuid.Must(uuid.NewV7())}); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "removed %s\n", args[0])
@@ -184,7 +183,7 @@ read-only at /skills in its sandbox.`,
 		Short: "List the skills and their files",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			resp, err := e.memCall(cmd.Context(), &o, memory.SubjectList, memory.APIRequest{Path: tool.Skills})
+			resp, err := e.memCall(cmd.Context(), &o, memory.OpList, memory.APIRequest{Path: tool.Skills})
 			if err != nil {
 				return err
 			}
@@ -203,7 +202,7 @@ read-only at /skills in its sandbox.`,
 		Short: "Remove a skill and its files (their history is kept)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := e.memCall(cmd.Context(), &o, memory.SubjectRemove, memory.APIRequest{Path: tool.Skills + "/" + args[0], Recursive: true, Op: uuid.Must(uuid.NewV7())})
+			resp, err := e.memCall(cmd.Context(), &o, memory.OpRemove, memory.APIRequest{Path: tool.Skills + "/" + args[0], Recursive: true, Op: uuid.Must(uuid.NewV7())})
 			if err != nil {
 				return err
 			}
@@ -254,18 +253,18 @@ func (e *env) pushSkill(ctx context.Context, o *memOpts, dir string) error {
 			return err
 		}
 		p := path.Join(root, filepath.ToSlash(rel))
-		if _, err := e.memCall(ctx, o, memory.SubjectPut, memory.APIRequest{Path: p, Content: string(content), Op: uuid.Must(uuid.NewV7())}); err != nil {
+		if _, err := e.memCall(ctx, o, memory.OpPut, memory.APIRequest{Path: p, Content: string(content), Op: uuid.Must(uuid.NewV7())}); err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
 		pushed[p] = true
 	}
-	resp, err := e.memCall(ctx, o, memory.SubjectList, memory.APIRequest{Path: root})
+	resp, err := e.memCall(ctx, o, memory.OpList, memory.APIRequest{Path: root})
 	if err != nil {
 		return err
 	}
 	for _, f := range resp.Files {
 		if !pushed[f.Path] {
-			if _, err := e.memCall(ctx, o, memory.SubjectRemove, memory.APIRequest{Path: f.Path, Op: uuid.Must(uuid.NewV7())}); err != nil {
+			if _, err := e.memCall(ctx, o, memory.OpRemove, memory.APIRequest{Path: f.Path, Op: uuid.Must(uuid.NewV7())}); err != nil {
 				return err
 			}
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,9 +17,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/sessionlog"
 	"corral.dev/services/approval"
+	"corral.dev/services/auth"
 	"corral.dev/services/harness"
 	"corral.dev/services/memory"
 	sandboxmanager "corral.dev/services/sandbox-manager"
@@ -30,7 +34,7 @@ var natsUsers = map[string]string{
 	"sandbox-manager": "CORRAL_NATS_PASSWORD_SANDBOX",
 	"memory":          "CORRAL_NATS_PASSWORD_MEMORY",
 	"approval":        "CORRAL_NATS_PASSWORD_APPROVAL",
-	"client":          "CORRAL_NATS_PASSWORD_CLIENT",
+	"auth":            "CORRAL_NATS_PASSWORD_AUTH",
 	"slack-bridge":    "CORRAL_NATS_PASSWORD_SLACK",
 	"admin":           "CORRAL_NATS_PASSWORD_ADMIN",
 }
@@ -59,8 +63,56 @@ func (v *violations) seen(subject string) bool {
 // after the cleanups registered later (the services' shutdown) have run.
 func connectAs(t *testing.T, url, user string) (jetstream.JetStream, *violations) {
 	t.Helper()
+	return connectWith(t, url, user, password(user))
+}
+
+// startDeployedServer starts deploy/nats.conf's server, with every user's
+// password set and an auth service's issuer key, and returns its URL and
+// the issuer's seed.
+func startDeployedServer(t *testing.T) (url, seed string) {
+	t.Helper()
+	for user, env := range natsUsers {
+		t.Setenv(env, password(user))
+	}
+	seed, public, err := auth.NewIssuer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CORRAL_AUTH_ISSUER", public)
+	srv, err := bus.StartServer(bus.ServerConfig{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir(), ConfigFile: "../../deploy/nats.conf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return srv.ClientURL(), seed
+}
+
+// issue keeps a new credential in the credentials bucket as the admin
+// (ajs) and returns it with its secret.
+func issue(t *testing.T, ajs jetstream.JetStream, tenant, user string, role credential.Role) (credential.Credential, string) {
+	t.Helper()
+	c, secret, err := credential.New(tenant, user, role, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := ajs.KeyValue(context.Background(), bus.BucketCredentials)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(&c)
+	if _, err := kv.Put(context.Background(), c.ID, b); err != nil {
+		t.Fatal(err)
+	}
+	return c, secret
+}
+
+// connectWith connects signed in as user with password (a service's, or a
+// credential's, whose inbox it takes), collecting the permission
+// violations the server reports.
+func connectWith(t *testing.T, url, user, pass string) (jetstream.JetStream, *violations) {
+	t.Helper()
 	v := &violations{}
-	nc, err := nats.Connect(url, nats.UserInfo(user, password(user)), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	nc, err := nats.Connect(url, bus.SignIn(user, pass), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(err.Error(), "Permissions Violation") {
 			v.mu.Lock()
 			v.errs = append(v.errs, err.Error())
@@ -82,15 +134,7 @@ func connectAs(t *testing.T, url, user string) (jetstream.JetStream, *violations
 // deploy/nats.conf through a session that needs an approval and a memory,
 // then proves what each user may not do.
 func TestDeployedPermissions(t *testing.T) {
-	for user, env := range natsUsers {
-		t.Setenv(env, password(user))
-	}
-	srv, err := bus.StartServer(bus.ServerConfig{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir(), ConfigFile: "../../deploy/nats.conf"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	url := srv.ClientURL()
+	url, seed := startDeployedServer(t)
 
 	fake := modeltest.New(t, byPrompt(map[string][]modeltest.Call{
 		"push and remember": {bash("echo git push done"), write("/memories/release.md", "pushed\n"), read("/memories/release.md")},
@@ -101,8 +145,8 @@ func TestDeployedPermissions(t *testing.T) {
 		"CORRAL_DATA_DIR": t.TempDir(), "CORRAL_SHUTDOWN_GRACE": "1s",
 		"CORRAL_APPROVAL_SIGNING_KEY": event.EncodeKey(key),
 		"CORRAL_APPROVAL_PUBLIC_KEY":  event.EncodeKey(key.Public().(ed25519.PublicKey)),
-		"CORRAL_NATS_USER":            "client", "CORRAL_NATS_PASSWORD": password("client"),
-		"CORRAL_REVIEWER_TOKENS": "grace=" + graceToken, "CORRAL_REVIEWER_TOKEN": graceToken,
+		"CORRAL_REVIEWER_TOKENS":      "grace=" + graceToken, "CORRAL_AUTH_ISSUER_SEED": seed,
+		"CORRAL_TENANT": "acme", "CORRAL_USER": "ada",
 	}
 	getenv := func(k string) string { return env[k] }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -118,11 +162,11 @@ func TestDeployedPermissions(t *testing.T) {
 	if _, err := memory.NewKVStore(ctx, ajs); err != nil {
 		t.Fatal(err)
 	}
+	// The client (corral) signs in with a reviewer's credential of acme.
+	client, secret := issue(t, ajs, "acme", "ada", credential.RoleReviewer)
+	env["CORRAL_NATS_USER"], env["CORRAL_NATS_PASSWORD"] = client.ID, secret
 	start := func(user string, mk func(js jetstream.JetStream) (runner, error)) (jetstream.JetStream, *violations) {
 		js, v := connectAs(t, url, user)
-		if err := bus.Setup(ctx, js); err != nil {
-			t.Fatalf("%s: setup: %v", user, err)
-		}
 		r, err := mk(js)
 		if err != nil {
 			t.Fatalf("%s: %v", user, err)
@@ -162,7 +206,14 @@ func TestDeployedPermissions(t *testing.T) {
 		}
 		return memory.New(ctx, cfg, js, store, log)
 	})
-	start("approval", func(js jetstream.JetStream) (runner, error) {
+	_, authv := start("auth", func(js jetstream.JetStream) (runner, error) {
+		cfg, err := auth.LoadConfig(getenv)
+		if err != nil {
+			return nil, err
+		}
+		return auth.New(ctx, cfg, js, log)
+	})
+	_, av := start("approval", func(js jetstream.JetStream) (runner, error) {
 		cfg, err := approval.LoadConfig(getenv)
 		if err != nil {
 			return nil, err
@@ -189,7 +240,7 @@ func TestDeployedPermissions(t *testing.T) {
 		}
 		return nil
 	})
-	for name, v := range map[string]*violations{"harness": hv, "sandbox-manager": sv, "memory": mv} {
+	for name, v := range map[string]*violations{"harness": hv, "sandbox-manager": sv, "memory": mv, "approval": av, "auth": authv} {
 		if len(v.errs) > 0 {
 			t.Errorf("%s hit permission violations in normal work: %v", name, v.errs)
 		}
@@ -202,7 +253,7 @@ func TestDeployedPermissions(t *testing.T) {
 		d.Sign(key) // even with the right key
 		return d
 	}
-	cjs, cv := connectAs(t, url, "client")
+	cjs, cv := connectWith(t, url, client.ID, secret)
 	denied := func(who string, js jetstream.JetStream, v *violations, subject string, ev any) {
 		t.Helper()
 		pctx, pcancel := context.WithTimeout(ctx, 500*time.Millisecond)
@@ -219,15 +270,19 @@ func TestDeployedPermissions(t *testing.T) {
 			return nil
 		})
 	}
-	decided := bus.EventSubject("acme", session, event.TypeApprovalDecided)
+	decided := sessionlog.Subject("acme", session, event.TypeApprovalDecided, sessionlog.Approval)
 	for who, c := range map[string]struct {
 		js jetstream.JetStream
 		v  *violations
 	}{"harness": {hjs, hv}, "sandbox-manager": {sjs, sv}, "memory": {mjs, mv}, "client": {cjs, cv}} {
 		denied(who, c.js, c.v, decided, decision())
 	}
-	denied("sandbox-manager", sjs, sv, bus.EventSubject("acme", session, event.TypeModelResponded), map[string]string{"type": event.TypeModelResponded})
-	denied("sandbox-manager", sjs, sv, bus.RequestSubject("acme", session), map[string]string{"type": event.TypeRequest})
+	denied("sandbox-manager", sjs, sv, sessionlog.Subject("acme", session, event.TypeModelResponded, sessionlog.Harness), map[string]string{"type": event.TypeModelResponded})
+	denied("sandbox-manager", sjs, sv, sessionlog.Subject("acme", session, event.TypeToolCompleted, sessionlog.Memory), map[string]string{"type": event.TypeToolCompleted})
+	denied("memory", mjs, mv, sessionlog.Subject("acme", session, event.TypeToolCompleted, sessionlog.Sandbox), map[string]string{"type": event.TypeToolCompleted})
+	denied("client", cjs, cv, sessionlog.Subject("acme", session, event.TypeSessionStopped, sessionlog.Harness), map[string]string{"type": event.TypeSessionStopped})
+	denied("client", cjs, cv, bus.RequestSubject("initech", session, "ada"), map[string]string{"type": event.TypeRequest})
+	denied("sandbox-manager", sjs, sv, bus.RequestSubject("acme", session, "ada"), map[string]string{"type": event.TypeRequest})
 	denied("sandbox-manager", sjs, sv, bus.ToolSubject(bus.ServiceSandbox, "acme", session), map[string]string{"type": event.TypeToolCall})
 	denied("harness", hjs, hv, "$KV.approvals.acme."+session.String()+".x", map[string]string{"status": "approved"})
 
@@ -272,7 +327,7 @@ func TestDeployedPermissions(t *testing.T) {
 	}
 	// The sandbox-manager cannot call the memory or approval APIs.
 	snc := sjs.Conn()
-	for _, subject := range []string{memory.SubjectList, approval.SubjectList} {
+	for _, subject := range []string{memory.Subject("acme", "ada", memory.OpList), approval.Subject("acme", "ada", bus.OpList)} {
 		_, err := snc.Request(subject, []byte(`{"tenant":"acme","path":"/memories"}`), 500*time.Millisecond)
 		if err == nil {
 			t.Errorf("sandbox-manager called %s", subject)

@@ -69,7 +69,7 @@ rules:
 	), map[string]string{"CORRAL_POLICY_FILE": file})
 	run := p.runBackground(t, "acme", "try things")
 	id, _ := p.pending(t, "acme")
-	if code, _, stderr := p.corral(t, "deny", id.String(), "--reason", "not from here"); code != 0 {
+	if code, _, stderr := p.corral(t, "deny", "--tenant", "acme", "--user", "grace", id.String(), "--reason", "not from here"); code != 0 {
 		t.Fatalf("corral deny exited %d: %s", code, stderr)
 	}
 	r := wait(t, run)

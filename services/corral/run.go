@@ -12,6 +12,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/sessionlog"
 )
 
 func (e *env) runCmd() *cobra.Command {
@@ -54,7 +55,7 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		return err
 	}
 	defer nc.Close()
-	if err := checkPlatform(ctx, js, o.nats); err != nil {
+	if err := checkPlatform(ctx, js, o.nats, o.tenant); err != nil {
 		return err
 	}
 	session := uuid.Must(uuid.NewV7())
@@ -77,20 +78,22 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 			return &exitError{2, fmt.Errorf("--fork %q is not a session ID", o.fork)}
 		}
 	}
+	l := e.sessionLog(js)
 	// The request's ID doubles as its message ID: a retried publish is
 	// dropped as a duplicate, so it starts one session, not two.
 	var before uint64 // the last event of a continued session before this request
+	sess := sessionlog.NewSession(o.tenant, session)
 	if o.session != "" {
-		msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents(o.tenant, session))
+		entries, read, err := l.ReadAll(ctx, o.tenant, session)
 		if err != nil {
 			return err
 		}
-		if len(msgs) == 0 {
+		if len(entries) == 0 {
 			return &exitError{1, fmt.Errorf("no session %s in tenant %s", session, o.tenant)}
 		}
-		before = msgs[len(msgs)-1].StreamSeq
+		before, sess = entries[len(entries)-1].Seq, read
 	}
-	if err := bus.Publish(ctx, js, bus.RequestSubject(o.tenant, session), req.ID.String(), &req); err != nil {
+	if err := bus.Publish(ctx, js, bus.RequestSubject(o.tenant, session, o.user), req.ID.String(), &req); err != nil {
 		return err
 	}
 	if !o.json {
@@ -112,13 +115,16 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 	if ours {
 		giveUp.Stop()
 	}
-	err = follow(fctx, js, o.tenant, session, func(ev any, raw []byte, seq, _ uint64) (bool, error) {
+	// A continued session is followed from its last event read: what
+	// matters comes after it.
+	err = follow(fctx, js, l, sess, before, func(en sessionlog.Entry, _ uint64) (bool, error) {
+		ev := en.Event
 		if !ours {
 			switch e := ev.(type) {
 			case *event.SessionRequested:
 				ours = e.Request == req.ID
 			case *event.SessionFailed:
-				ours = seq > before
+				ours = en.Seq > before
 			}
 			if !ours {
 				return false, nil
@@ -126,7 +132,7 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 			giveUp.Stop()
 		}
 		if o.json {
-			fmt.Fprintf(e.stdout, "%s\n", raw)
+			fmt.Fprintf(e.stdout, "%s\n", eventJSON(en))
 		} else if line := progress(ev); line != "" {
 			fmt.Fprintln(e.stderr, line)
 		}

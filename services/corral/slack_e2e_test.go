@@ -186,8 +186,8 @@ func TestSlackThreadIsASession(t *testing.T) {
 	if requested != 1 {
 		t.Errorf("%d requests recorded after a retried event, want 1", requested)
 	}
-	if decision == nil || !decision.Approved || decision.Reviewer != "slack" || !strings.Contains(decision.Reason, "grace") {
-		t.Errorf("decision %+v: want approved by the bridge's reviewer, naming grace", decision)
+	if decision == nil || !decision.Approved || decision.Reviewer != "grace" || !strings.Contains(decision.Reason, "grace") {
+		t.Errorf("decision %+v: want approved by grace, the reviewer who clicked", decision)
 	}
 
 	// A follow-up in the thread continues the same session; its call is
@@ -238,8 +238,8 @@ func TestSlackThreadIsASession(t *testing.T) {
 	if requested != 2 {
 		t.Errorf("%d requests in the session's log, want 2", requested)
 	}
-	if len(decisions) != 2 || decisions[1].Approved || decisions[1].Reviewer != "slack" || !strings.Contains(decisions[1].Reason, "grace") {
-		t.Errorf("decisions %+v: want the second denied by the bridge's reviewer, naming grace", decisions)
+	if len(decisions) != 2 || decisions[1].Approved || decisions[1].Reviewer != "grace" || !strings.Contains(decisions[1].Reason, "grace") {
+		t.Errorf("decisions %+v: want the second denied by grace, the reviewer who clicked", decisions)
 	}
 	if n := len(p.model.Requests()); n != 4 {
 		t.Errorf("the model was asked %d times, want 4", n)

@@ -11,6 +11,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/sessionlog"
 	slackbridge "corral.dev/services/slack-bridge"
 )
 
@@ -19,23 +20,16 @@ import (
 // in the bucket and publishes requests; it may not decide approvals, write
 // another bucket or create a stream.
 func TestSlackBridgeUser(t *testing.T) {
-	for user, env := range natsUsers {
-		t.Setenv(env, password(user))
-	}
-	srv, err := bus.StartServer(bus.ServerConfig{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir(), ConfigFile: "../../deploy/nats.conf"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	url, _ := startDeployedServer(t)
 	admin := map[string]string{"CORRAL_NATS_USER": "admin", "CORRAL_NATS_PASSWORD": password("admin")}
 	var out, errs syncBuffer
-	if code := run(context.Background(), []string{"setup", "--nats", srv.ClientURL()}, func(k string) string { return admin[k] }, &out, &errs); code != 0 {
+	if code := run(context.Background(), []string{"setup", "--nats", url}, func(k string) string { return admin[k] }, &out, &errs); code != 0 {
 		t.Fatalf("corral setup exited %d: %s", code, errs.String())
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	js, v := connectAs(t, srv.ClientURL(), "slack-bridge")
+	js, v := connectAs(t, url, "slack-bridge")
 	if err := bus.Setup(ctx, js); err != nil {
 		t.Fatalf("setup as slack-bridge: %v", err)
 	}
@@ -50,12 +44,12 @@ func TestSlackBridgeUser(t *testing.T) {
 	}
 	session := uuid.Must(uuid.NewV7())
 	req := event.Request{Header: event.NewHeader(event.TypeRequest, "acme", session), User: "ada", Prompt: "hi"}
-	if err := bus.Publish(ctx, js, bus.RequestSubject("acme", session), req.ID.String(), &req); err != nil {
+	if err := bus.Publish(ctx, js, bus.RequestSubject("acme", session, req.User), req.ID.String(), &req); err != nil {
 		t.Errorf("publish a request: %v", err)
 	}
 
 	for _, subject := range []string{
-		bus.EventSubject("acme", session, event.TypeApprovalDecided),
+		sessionlog.Subject("acme", session, event.TypeApprovalDecided, sessionlog.Approval),
 		"$KV." + bus.BucketLeases + "." + session.String(),
 	} {
 		pctx, pcancel := context.WithTimeout(ctx, 500*time.Millisecond)

@@ -13,6 +13,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/sessionlog"
 )
 
 // BenchmarkStop measures the kill switch: from `corral stop`'s event being
@@ -30,7 +31,7 @@ func BenchmarkStop(b *testing.B) {
 		b.StopTimer()
 		session := uuid.Must(uuid.NewV7())
 		req := event.Request{Header: event.NewHeader(event.TypeRequest, "bench", session), User: "bench", Prompt: "sleep"}
-		if err := bus.Publish(ctx, js, bus.RequestSubject("bench", session), req.ID.String(), &req); err != nil {
+		if err := bus.Publish(ctx, js, bus.RequestSubject("bench", session, req.User), req.ID.String(), &req); err != nil {
 			b.Fatal(err)
 		}
 		// Wait until the call is out (with its response), and give it
@@ -39,8 +40,10 @@ func BenchmarkStop(b *testing.B) {
 		time.Sleep(200 * time.Millisecond)
 		b.StartTimer()
 		stopped := time.Now()
+		// A stop is a request of the session's user, which the harness
+		// records.
 		ev := event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, "bench", session), By: "bench"}
-		if err := bus.Record(ctx, js, &ev, session.String()+":stopped"); err != nil {
+		if err := bus.Publish(ctx, js, bus.RequestSubject("bench", session, req.User), ev.ID.String(), &ev); err != nil {
 			b.Fatal(err)
 		}
 		data := waitEvent(b, js, session, event.TypeToolCompleted)
@@ -64,7 +67,7 @@ func BenchmarkStop(b *testing.B) {
 func waitEvent(b *testing.B, js jetstream.JetStream, session uuid.UUID, typ string) []byte {
 	b.Helper()
 	cons, err := js.OrderedConsumer(context.Background(), bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{bus.EventSubject("bench", session, typ)},
+		FilterSubjects:    []string{sessionlog.SessionKind("bench", session, typ)},
 		InactiveThreshold: time.Second,
 	})
 	if err != nil {

@@ -1,9 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -50,10 +50,10 @@ budgets are checked against.`,
 				return err
 			}
 			defer nc.Close()
-			if err := checkPlatform(ctx, js, url); err != nil {
+			if err := checkPlatform(ctx, js, url, tenant); err != nil {
 				return err
 			}
-			kv, err := js.KeyValue(ctx, bus.BucketUsage)
+			kept, err := readUsage(ctx, js, tenant)
 			if err != nil {
 				return fmt.Errorf("usage: %w", err)
 			}
@@ -62,30 +62,17 @@ budgets are checked against.`,
 			rows := 0
 			for i := days - 1; i >= 0; i-- {
 				d := last.AddDate(0, 0, -i).Format(time.DateOnly)
-				t := or(tenant, "*")
-				filters := []string{t + "." + d, t + "." + d + ".u.*"}
-				if user != "" {
-					filters = []string{bus.UsageKey(t, d, user)}
-				}
-				keys, err := kv.ListKeysFiltered(ctx, filters...)
-				if err != nil {
-					return fmt.Errorf("usage: %w", err)
-				}
 				var ks []string
-				for k := range keys.Keys() {
-					ks = append(ks, k)
+				for k := range kept {
+					if user != "" && k == bus.UsageKey(tenant, d, user) ||
+						user == "" && (k == bus.UsageKey(tenant, d, "") || strings.HasPrefix(k, bus.UsageKey(tenant, d, "")+".u.")) {
+						ks = append(ks, k)
+					}
 				}
 				slices.Sort(ks)
 				for _, k := range ks {
-					entry, err := kv.Get(ctx, k)
-					if errors.Is(err, jetstream.ErrKeyNotFound) {
-						continue
-					}
-					if err != nil {
-						return fmt.Errorf("usage: %w", err)
-					}
 					var u policy.Usage
-					if err := json.Unmarshal(entry.Value(), &u); err != nil {
+					if err := json.Unmarshal(kept[k], &u); err != nil {
 						return fmt.Errorf("usage %s: %w", k, err)
 					}
 					parts := strings.SplitN(k, ".", 4)
@@ -106,9 +93,31 @@ budgets are checked against.`,
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant (default: every tenant)")
+	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "the tenant (CORRAL_TENANT)")
 	cmd.Flags().StringVar(&user, "user", "", "only this user")
 	cmd.Flags().StringVar(&day, "day", "", "the (last) day to report, YYYY-MM-DD in UTC (default: today)")
 	cmd.Flags().IntVar(&days, "days", 1, "how many days to report, ending with --day")
 	return cmd
+}
+
+// readUsage returns tenant's daily usage keys and their values, read
+// through a consumer of the usage bucket's stream filtered to the tenant's
+// keys: what a client's credential may read (not the bucket's stream
+// information, which would name every tenant's keys).
+func readUsage(ctx context.Context, js jetstream.JetStream, tenant string) (map[string][]byte, error) {
+	stream, prefix := "KV_"+bus.BucketUsage, "$KV."+bus.BucketUsage+"."
+	msgs, err := bus.ReadByConsumer(ctx, js, stream, prefix+tenant+".>", 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte)
+	for _, m := range msgs {
+		k := strings.TrimPrefix(m.Subject, prefix)
+		if len(m.Data) == 0 { // a deleted or purged key
+			delete(out, k)
+			continue
+		}
+		out[k] = m.Data
+	}
+	return out, nil
 }
