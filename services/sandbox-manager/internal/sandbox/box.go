@@ -57,6 +57,7 @@ type box struct {
 
 	mu     sync.Mutex
 	exited bool          // bwrap has exited and may be reaped: its pid may be reused
+	status error         // how bwrap ended (bwrap exits as the executor did); set before done closes
 	frozen bool          // its processes are stopped (SIGSTOP)
 	done   chan struct{} // closed once bwrap is reaped and the pipes are closed
 }
@@ -161,7 +162,7 @@ func (b *box) wait() {
 	b.mu.Lock()
 	b.exited = true
 	b.mu.Unlock()
-	_ = b.cmd.Wait() // how bwrap ended matters less than that it did
+	b.status = b.cmd.Wait()
 	b.in.Close()
 	b.out.Close()
 	close(b.done)
@@ -337,5 +338,9 @@ func (b *box) call(req request) (response, error) {
 func (b *box) complaint() string {
 	b.kill()
 	<-b.done
-	return strings.TrimSpace(b.stderr.String())
+	msg := strings.TrimSpace(b.stderr.String())
+	if b.status != nil {
+		msg = strings.TrimSpace(msg + " (bwrap: " + b.status.Error() + ")")
+	}
+	return msg
 }
