@@ -27,16 +27,11 @@ type ServerConfig struct {
 	StoreDir string
 	// Name is the server's name (default "corral").
 	Name string
-	// ConfigFile, when set, is a nats-server config file applied first.
+	// ConfigFile, when set, is a nats-server config file applied first:
+	// who may sign in and do what (see credential.NATSConfig).
 	ConfigFile string
 	// Logger receives the server's log; nil keeps the server quiet.
 	Logger *slog.Logger
-	// Users, when set, are the only ones who may sign in (besides the
-	// clients AuthCallout lets in), each with its permissions.
-	Users []*server.User
-	// AuthCallout, when set, has the server ask Corral's auth service
-	// about every connection of a user not listed in its AuthUsers.
-	AuthCallout *server.AuthCallout
 }
 
 // StartServer starts an embedded NATS server with JetStream on file storage
@@ -61,12 +56,6 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 	opts.NoSigs = true
 	opts.NoLog = cfg.Logger == nil
 	opts.MaxPayload = 8 << 20
-	if cfg.Users != nil {
-		opts.Users = cfg.Users
-	}
-	if cfg.AuthCallout != nil {
-		opts.AuthCallout = cfg.AuthCallout
-	}
 
 	if cfg.Port > 0 {
 		// The server would only log a taken port; find out first, so the

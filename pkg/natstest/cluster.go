@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"corral.dev/pkg/credential"
 )
 
 // Cluster is a NATS cluster of embedded servers with JetStream, started by
@@ -190,10 +192,15 @@ func (c *Cluster) Whole() error {
 }
 
 // Leader returns the server that leads the JetStream stream name, or nil.
+// The stream is the services' account's (a server configured as
+// deploy/nats.conf is), or the global account's (one configured with no
+// accounts).
 func (c *Cluster) Leader(name string) *server.Server {
 	for _, s := range c.Servers {
-		if s.Running() && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, name) {
-			return s
+		for _, acc := range []string{credential.AccountServices, server.DEFAULT_GLOBAL_ACCOUNT} {
+			if s.Running() && s.JetStreamIsStreamLeader(acc, name) {
+				return s
+			}
 		}
 	}
 	return nil

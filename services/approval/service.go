@@ -33,7 +33,10 @@ type Service struct {
 	cfg Config
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
-	log *slog.Logger
+	// creds is the credentials bucket, which reviewers sign in to the
+	// page with.
+	creds jetstream.KeyValue
+	log   *slog.Logger
 	// logs reads the session logs, judging every event, and records
 	// decisions as the approval service.
 	logs *sessionlog.Log
@@ -55,12 +58,17 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", bus.BucketApprovals, err)
 	}
+	creds, err := js.KeyValue(ctx, bus.BucketCredentials)
+	if err != nil {
+		return nil, fmt.Errorf("open kv %s: %w", bus.BucketCredentials, err)
+	}
 	log = log.With("service", "approval")
 	s := &Service{
-		cfg: cfg,
-		js:  js,
-		kv:  kv,
-		log: log,
+		cfg:   cfg,
+		js:    js,
+		kv:    kv,
+		creds: creds,
+		log:   log,
 		logs: sessionlog.New(js, sessionlog.Options{
 			As: sessionlog.Approval, Reader: "approval", DeadLetters: true, Logger: log,
 		}),

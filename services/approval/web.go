@@ -24,6 +24,7 @@ import (
 	"github.com/aymanbagabas/go-udiff"
 	"github.com/google/uuid"
 
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/tool"
 )
@@ -58,9 +59,15 @@ type web struct {
 }
 
 // reviewer is who a request comes from, and the nonce of their sign-in,
-// which their CSRF token is bound to.
+// which their CSRF token is bound to. A reviewer signed in with a
+// credential sees and decides only its tenant's approvals (tenant), and
+// is signed out when the credential is revoked; one signed in with a
+// reviewer token or by the proxy, and an operator's credential, sees
+// every tenant's (tenant "").
 type reviewer struct {
 	name, nonce string
+	tenant      string
+	credential  string
 }
 
 func (s *Service) serveWeb(ctx context.Context) error {
@@ -138,20 +145,29 @@ func (w *web) who(r *http.Request) (reviewer, bool) {
 	if err != nil {
 		return reviewer{}, false
 	}
-	parts := strings.SplitN(string(raw), "\x00", 3)
-	if len(parts) != 3 {
+	parts := strings.Split(string(raw), "\x00")
+	if len(parts) != 5 {
 		return reviewer{}, false
 	}
 	exp, err := strconv.ParseInt(parts[1], 10, 64)
 	if err != nil || time.Now().Unix() > exp {
 		return reviewer{}, false
 	}
-	// A reviewer whose token was withdrawn, or who signed out, is signed
-	// out.
-	if !w.known(parts[0]) || w.isSignedOut(parts[2]) {
+	rv := reviewer{name: parts[0], nonce: parts[2], tenant: parts[3], credential: parts[4]}
+	// A reviewer whose token was withdrawn or whose credential was
+	// revoked, or who signed out, is signed out.
+	if w.isSignedOut(rv.nonce) {
 		return reviewer{}, false
 	}
-	return reviewer{name: parts[0], nonce: parts[2]}, true
+	if rv.credential == "" && !w.known(rv.name) {
+		return reviewer{}, false
+	}
+	if rv.credential != "" {
+		if _, err := w.s.creds.Get(r.Context(), rv.credential); err != nil {
+			return reviewer{}, false
+		}
+	}
+	return rv, true
 }
 
 func (w *web) isSignedOut(nonce string) bool {
@@ -170,7 +186,9 @@ func (w *web) known(name string) bool {
 	return false
 }
 
-func (w *web) csrf(rv reviewer) string { return w.sign("csrf", rv.name, rv.nonce) }
+func (w *web) csrf(rv reviewer) string {
+	return w.sign("csrf", rv.name, rv.nonce, rv.tenant, rv.credential)
+}
 
 type handler func(http.ResponseWriter, *http.Request, reviewer)
 
@@ -217,15 +235,34 @@ func (w *web) signInPage(rw http.ResponseWriter, r *http.Request) {
 }
 
 func (w *web) signIn(rw http.ResponseWriter, r *http.Request) {
-	name := w.s.reviewer(r.PostFormValue("token"))
-	if name == "" {
+	var rv reviewer
+	if id := strings.TrimSpace(r.PostFormValue("credential")); id != "" {
+		// A reviewer's credential, as corral credentials issue --reviewer
+		// prints it: the reviewer is its user, for its tenant.
+		cred, err := credential.Find(r.Context(), w.s.creds, id, r.PostFormValue("secret"))
+		if errors.Is(err, credential.ErrLookup) {
+			w.s.log.Error("reviewer sign-in", "err", err)
+			w.render(rw, http.StatusServiceUnavailable, "signin.html", map[string]any{"Error": "Credentials cannot be checked now; try again."})
+			return
+		}
+		if err != nil || (cred.Role != credential.RoleReviewer && cred.Role != credential.RoleOperator) {
+			w.render(rw, http.StatusUnauthorized, "signin.html", map[string]any{"Error": "That credential is not a reviewer's, or the secret is wrong."})
+			return
+		}
+		rv = reviewer{name: cred.User, tenant: cred.Tenant, credential: cred.ID}
+		if cred.Tenant == credential.AllTenants {
+			rv.tenant = ""
+		}
+	} else if rv.name = w.s.reviewer(r.PostFormValue("token")); rv.name == "" {
 		w.render(rw, http.StatusUnauthorized, "signin.html", map[string]any{"Error": "That token is not a reviewer's."})
 		return
 	}
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce)
 	exp := time.Now().Add(signInFor)
-	payload := base64.RawURLEncoding.EncodeToString([]byte(strings.Join([]string{name, strconv.FormatInt(exp.Unix(), 10), base64.RawURLEncoding.EncodeToString(nonce)}, "\x00")))
+	payload := base64.RawURLEncoding.EncodeToString([]byte(strings.Join([]string{
+		rv.name, strconv.FormatInt(exp.Unix(), 10), base64.RawURLEncoding.EncodeToString(nonce), rv.tenant, rv.credential,
+	}, "\x00")))
 	http.SetCookie(rw, &http.Cookie{
 		Name: cookieName, Value: payload + "." + w.sign("cookie", payload), Path: "/",
 		Expires: exp, HttpOnly: true, SameSite: http.SameSiteStrictMode,
@@ -253,24 +290,26 @@ func (w *web) signOut(rw http.ResponseWriter, r *http.Request, rv reviewer) {
 // view is what the page shows.
 type view struct {
 	Reviewer string
-	CSRF     string
-	Pending  []*Approval
-	History  []*Approval
-	Message  string
-	Error    string
+	// Tenant is the one tenant the reviewer sees, if only one.
+	Tenant  string
+	CSRF    string
+	Pending []*Approval
+	History []*Approval
+	Message string
+	Error   string
 }
 
 const historySize = 50
 
 func (w *web) view(rv reviewer) view {
 	<-w.s.synced
-	pending := w.s.list("", Pending)
-	history := w.s.list("", Approved, Denied, Cancelled)
+	pending := w.s.list(rv.tenant, Pending)
+	history := w.s.list(rv.tenant, Approved, Denied, Cancelled)
 	slices.SortFunc(history, func(a, b *Approval) int { return b.DecidedAt.Compare(a.DecidedAt) })
 	if len(history) > historySize {
 		history = history[:historySize]
 	}
-	return view{Reviewer: rv.name, CSRF: w.csrf(rv), Pending: pending, History: history}
+	return view{Reviewer: rv.name, Tenant: rv.tenant, CSRF: w.csrf(rv), Pending: pending, History: history}
 }
 
 func (w *web) index(rw http.ResponseWriter, r *http.Request, rv reviewer) {
@@ -297,6 +336,16 @@ func (w *web) decide(rw http.ResponseWriter, r *http.Request, rv reviewer) {
 		v.Error = "The form names no valid tenant."
 		w.render(rw, http.StatusBadRequest, "page.html", v)
 		return
+	}
+	if rv.tenant != "" {
+		// Another tenant's approval is none of this reviewer's.
+		if tenant != "" && tenant != rv.tenant {
+			v := w.view(rv)
+			v.Error = "There is no such approval."
+			w.render(rw, http.StatusNotFound, "page.html", v)
+			return
+		}
+		tenant = rv.tenant
 	}
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
 	a, err := w.s.Decide(r.Context(), Ref{ID: id, Tenant: tenant, Session: session}, verdict == "approve", rv.name, reason)

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
@@ -97,9 +98,15 @@ func (f *fixture) sessionAt(t *testing.T, tenant string, session uuid.UUID, user
 // the service keeps it.
 func (f *fixture) ask(t *testing.T, tool string, input string) *event.ApprovalRequested {
 	t.Helper()
-	session := f.session(t, "acme", "ada")
+	return f.askIn(t, "acme", tool, input)
+}
+
+// askIn is ask in tenant.
+func (f *fixture) askIn(t *testing.T, tenant, tool string, input string) *event.ApprovalRequested {
+	t.Helper()
+	session := f.session(t, tenant, "ada")
 	ev := &event.ApprovalRequested{
-		Header: event.NewHeader(event.TypeApprovalRequested, "acme", session),
+		Header: event.NewHeader(event.TypeApprovalRequested, tenant, session),
 		Call:   uuid.Must(uuid.NewV7()), Turn: 1, User: "ada", Tool: tool, Input: json.RawMessage(input),
 		ArgsHash: event.ArgsHash(tool, json.RawMessage(input)), Rule: "risky-shell", Reason: "pushes code",
 	}
@@ -497,5 +504,103 @@ func TestForgedEntryPublishesNothing(t *testing.T) {
 	}
 	if len(msgs) != 0 {
 		t.Errorf("%d events published for a forged entry", len(msgs))
+	}
+}
+
+// issue keeps a new credential in the credentials bucket, as corral
+// credentials issue does, and returns it with its secret.
+func (f *fixture) issue(t *testing.T, tenant, user string, role credential.Role) (credential.Credential, string) {
+	t.Helper()
+	ctx := context.Background()
+	c, secret, err := credential.New(tenant, user, role, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := f.js.KeyValue(ctx, bus.BucketCredentials)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(&c)
+	if _, err := kv.Put(ctx, c.ID, b); err != nil {
+		t.Fatal(err)
+	}
+	return c, secret
+}
+
+// A reviewer signed in with a tenant's credential sees and decides that
+// tenant's approvals only, in its user's name, until it is revoked; an
+// operator's sees every tenant's.
+func TestCredentialReviewerSeesItsTenantOnly(t *testing.T) {
+	f := start(t, nil)
+	own := f.askIn(t, "acme", "Bash", `{"command":"git push origin main"}`)
+	other := f.askIn(t, "initech", "Bash", `{"command":"rm -rf /srv/initech"}`)
+	rita, secret := f.issue(t, "acme", "rita", credential.RoleReviewer)
+	user, userSecret := f.issue(t, "acme", "ada", credential.RoleUser)
+
+	c := f.client(t)
+	for name, form := range map[string]url.Values{
+		"wrong secret":      {"credential": {rita.ID}, "secret": {secret + "x"}},
+		"user's credential": {"credential": {user.ID}, "secret": {userSecret}},
+		"unknown ID":        {"credential": {"c-00000000000000000000000000000000"}, "secret": {secret}},
+	} {
+		if code, body := post(t, c, f.srv.URL+"/signin", form, nil); code != http.StatusUnauthorized || !strings.Contains(body, "not a reviewer") {
+			t.Errorf("sign in with a %s: %d", name, code)
+		}
+	}
+	code, _ := post(t, c, f.srv.URL+"/signin", url.Values{"credential": {rita.ID}, "secret": {secret}}, nil)
+	if code != http.StatusSeeOther {
+		t.Fatalf("sign in with a reviewer's credential: %d", code)
+	}
+	_, page := get(t, c, f.srv.URL+"/")
+	if !strings.Contains(page, own.Call.String()) || strings.Contains(page, other.Call.String()) || strings.Contains(page, "initech") {
+		t.Errorf("acme's reviewer's page does not show acme's approval alone:\n%s", page)
+	}
+	i := strings.Index(page, `name="csrf" value="`)
+	if i < 0 {
+		t.Fatalf("no CSRF token on the page:\n%s", page)
+	}
+	csrf := page[i+len(`name="csrf" value="`):]
+	csrf = csrf[:strings.IndexByte(csrf, '"')]
+	decide := func(a *event.ApprovalRequested, tenant string) int {
+		code, _ := post(t, c, f.srv.URL+"/decide", url.Values{
+			"id": {a.Call.String()}, "session": {a.Session.String()}, "tenant": {tenant}, "verdict": {"approve"}, "csrf": {csrf},
+		}, nil)
+		return code
+	}
+	for _, tenant := range []string{"initech", ""} {
+		if code := decide(other, tenant); code != http.StatusNotFound {
+			t.Errorf("acme's reviewer decides initech's approval (form tenant %q): %d, want 404", tenant, code)
+		}
+	}
+	if got := f.svc.list("initech", Pending); len(got) != 1 {
+		t.Errorf("initech's approval was decided by acme's reviewer: %+v", got)
+	}
+	if code := decide(own, "acme"); code != http.StatusSeeOther {
+		t.Errorf("acme's reviewer decides acme's approval: %d", code)
+	}
+	if ds := decisions(t, f.js, "acme", own.Session); len(ds) != 1 || ds[0].Reviewer != "rita" {
+		t.Errorf("decisions %+v, want one by rita", ds)
+	}
+
+	// Revoked, the credential signs its page out.
+	kv, err := f.js.KeyValue(context.Background(), bus.BucketCredentials)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(context.Background(), rita.ID); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(t, c, f.srv.URL+"/"); code != http.StatusSeeOther {
+		t.Errorf("GET / with a revoked credential: %d, want a redirect to sign in", code)
+	}
+
+	// An operator sees every tenant's.
+	olga, osecret := f.issue(t, credential.AllTenants, "olga", credential.RoleOperator)
+	op := f.client(t)
+	if code, _ := post(t, op, f.srv.URL+"/signin", url.Values{"credential": {olga.ID}, "secret": {osecret}}, nil); code != http.StatusSeeOther {
+		t.Fatalf("operator's sign-in: %d", code)
+	}
+	if _, page := get(t, op, f.srv.URL+"/"); !strings.Contains(page, other.Call.String()) {
+		t.Errorf("the operator's page does not show initech's approval:\n%s", page)
 	}
 }

@@ -2,14 +2,12 @@ package auth
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/credential"
 )
@@ -90,36 +88,20 @@ func (s *Service) decide(ctx context.Context, rc *jwt.AuthorizationRequestClaims
 	if !credential.IsID(id) {
 		return credential.Credential{}, reasonNotID, nil
 	}
-	e, err := s.kv.Get(ctx, id)
+	cred, err := credential.Find(ctx, s.kv, id, secret)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err == nil:
+		return cred, "", nil
+	case errors.Is(err, credential.ErrUnknown):
 		// Never issued, or revoked (deleted or purged).
 		return credential.Credential{}, reasonUnknown, nil
-	case err != nil:
-		return credential.Credential{}, reasonLookup, fmt.Errorf("read credential %s: %w", id, err)
-	}
-	var cred credential.Credential
-	if err := json.Unmarshal(e.Value(), &cred); err != nil {
-		return credential.Credential{}, reasonInvalid, fmt.Errorf("decode credential %s: %w", id, err)
-	}
-	return check(cred, id, secret)
-}
-
-// check reports whether secret signs in as the credential cred, kept under
-// id: its reason is empty when it does.
-func check(cred credential.Credential, id, secret string) (credential.Credential, string, error) {
-	if !cred.Check(secret) {
+	case errors.Is(err, credential.ErrWrongSecret):
 		return credential.Credential{}, reasonWrongSecret, nil
-	}
-	// The ID names the user's inbox and its connection: a credential
-	// kept under another's ID is not believed.
-	if cred.ID != id {
-		return credential.Credential{}, reasonInvalid, fmt.Errorf("credential kept under %s has ID %q", id, cred.ID)
-	}
-	if err := cred.Validate(); err != nil {
+	case errors.Is(err, credential.ErrInvalid):
 		return credential.Credential{}, reasonInvalid, err
+	default:
+		return credential.Credential{}, reasonLookup, err
 	}
-	return cred, "", nil
 }
 
 // user returns the signed user the server lets the connection with key

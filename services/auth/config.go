@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"corral.dev/pkg/credential"
 )
 
 // Config is the auth service's configuration, read from the environment
@@ -24,8 +26,8 @@ type Config struct {
 	// credential's connections are cut at most this long after.
 	TTL time.Duration
 	// Account is the server account clients are placed in
-	// (CORRAL_AUTH_ACCOUNT; default "$G", the global account of a server
-	// configured with users rather than accounts).
+	// (CORRAL_AUTH_ACCOUNT; default CLIENTS, the account deploy/nats.conf
+	// keeps them in, apart from the services').
 	Account string
 	// Workers is how many questions are answered at once.
 	Workers int
@@ -37,7 +39,7 @@ type Config struct {
 // Defaults of [Config].
 const (
 	DefaultTTL     = 10 * time.Minute
-	DefaultAccount = "$G"
+	DefaultAccount = credential.AccountClients
 	// MinTTL is the shortest TTL: a user whose sign-in expires sooner
 	// would spend its life signing in again.
 	MinTTL = time.Second

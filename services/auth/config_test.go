@@ -29,7 +29,7 @@ func TestLoadConfig(t *testing.T) {
 		account string
 		err     string // a part of the error; empty: none
 	}{
-		{"defaults", map[string]string{"CORRAL_AUTH_ISSUER_SEED": seed}, DefaultTTL, "$G", ""},
+		{"defaults", map[string]string{"CORRAL_AUTH_ISSUER_SEED": seed}, DefaultTTL, "CLIENTS", ""},
 		{"set", map[string]string{"CORRAL_AUTH_ISSUER_SEED": seed, "CORRAL_AUTH_TTL": "90s", "CORRAL_AUTH_ACCOUNT": "CLIENTS"}, 90 * time.Second, "CLIENTS", ""},
 		{"no seed", map[string]string{}, 0, "", "CORRAL_AUTH_ISSUER_SEED is not set"},
 		{"not a seed", map[string]string{"CORRAL_AUTH_ISSUER_SEED": "SAnotaseed"}, 0, "", "CORRAL_AUTH_ISSUER_SEED: not an nkeys seed"},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -39,29 +40,30 @@ type platform struct {
 	secrets []string
 }
 
-// start starts a server with the service users "auth" (with the
-// permissions deploy/nats.conf gives it) and "admin", asking an auth
-// service with ttl about everyone else, and that service.
+// start starts a server configured as deploy/nats.conf is (the service
+// users, the admin, the clients' account), asking an auth service with ttl
+// about everyone else, and that service.
 func start(t *testing.T, ttl time.Duration) *platform {
 	t.Helper()
 	seed, pub, err := NewIssuer()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var authUser *server.User
-	for _, s := range credential.Services() {
-		if s.User == credential.UserAuth {
-			authUser = s.ServerUser("pw-auth")
-		}
-	}
 	dir := t.TempDir() // registered first, so removed after the shutdown
-	srv, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
-		Users: []*server.User{authUser, {Username: credential.UserAdmin, Password: "pw-admin"}},
-		AuthCallout: &server.AuthCallout{
-			Issuer: pub, AuthUsers: []string{credential.UserAuth, credential.UserAdmin}, Account: server.DEFAULT_GLOBAL_ACCOUNT,
-		},
-	})
+	passwords := map[string]string{}
+	for _, u := range credential.AuthUsers() {
+		passwords[u] = "pw-" + u
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	if err := credential.WriteConfigFile(conf, passwords, pub); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Host, opts.Port, opts.JetStream, opts.StoreDir, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, dir, true, true
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +132,7 @@ func start(t *testing.T, ttl time.Duration) *platform {
 		}
 	})
 	// Clients are let in once the service listens.
-	g, err := srv.LookupAccount(server.DEFAULT_GLOBAL_ACCOUNT)
+	g, err := srv.LookupAccount(credential.AccountServices)
 	if err != nil {
 		t.Fatal(err)
 	}

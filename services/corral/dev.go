@@ -103,8 +103,14 @@ func (e *env) dev(ctx context.Context, o devOpts) error {
 	if err := os.Remove(filepath.Join(data, clientEnvFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	users, callout := creds.server()
-	srv, err := bus.StartServer(bus.ServerConfig{Host: host, Port: port, StoreDir: filepath.Join(data, "nats"), Users: users, AuthCallout: callout})
+	conf, err := creds.serverConfig(data)
+	if err != nil {
+		return err
+	}
+	if err := moveStore(filepath.Join(data, "nats")); err != nil {
+		return err
+	}
+	srv, err := bus.StartServer(bus.ServerConfig{Host: host, Port: port, StoreDir: filepath.Join(data, "nats"), ConfigFile: conf})
 	if errors.Is(err, bus.ErrAddrInUse) {
 		alt := net.JoinHostPort(host, strconv.Itoa(port+1))
 		return fmt.Errorf(`%s is already in use, probably by another NATS server.

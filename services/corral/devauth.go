@@ -88,15 +88,27 @@ func loadDevAuth(data, user string) (*devAuth, error) {
 	return &a, nil
 }
 
-// server returns the server's users (every service's, with its
-// permissions, and the admin) and its auth callout, as deploy/nats.conf
-// has them.
-func (a *devAuth) server() ([]*server.User, *server.AuthCallout) {
-	users := []*server.User{{Username: credential.UserAdmin, Password: a.Passwords[credential.UserAdmin]}}
-	for _, s := range credential.Services() {
-		users = append(users, s.ServerUser(a.Passwords[s.User]))
+// serverConfig writes the server's configuration in data, as
+// deploy/nats.conf has it (every service's user with its permissions, the
+// admin, the clients' account and the auth callout) with a's passwords and
+// issuer, and returns its path.
+func (a *devAuth) serverConfig(data string) (string, error) {
+	file := filepath.Join(data, "nats.conf")
+	return file, credential.WriteConfigFile(file, a.Passwords, a.Issuer)
+}
+
+// moveStore moves the streams and buckets of a data directory made before
+// the services had an account of their own, from the server's global
+// account into theirs.
+func moveStore(store string) error {
+	old, cur := filepath.Join(store, "jetstream", server.DEFAULT_GLOBAL_ACCOUNT), filepath.Join(store, "jetstream", credential.AccountServices)
+	if _, err := os.Stat(old); err != nil {
+		return nil
 	}
-	return users, &server.AuthCallout{Issuer: a.Issuer, AuthUsers: credential.AuthUsers(), Account: server.DEFAULT_GLOBAL_ACCOUNT}
+	if _, err := os.Stat(cur); err == nil {
+		return nil
+	}
+	return os.Rename(old, cur)
 }
 
 // issue keeps the developer's credential in the credentials bucket, where
