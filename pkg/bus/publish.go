@@ -19,8 +19,10 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string,
 	}
 	ctx, cancel := Bound(ctx)
 	defer cancel()
+	ctx, stop := WhilePermitted(ctx, js.Conn(), subject)
+	defer stop()
 	if _, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID)); err != nil {
-		return fmt.Errorf("publish %s: %w", subject, err)
+		return fmt.Errorf("publish %s: %w", subject, Refusal(ctx, err))
 	}
 	return nil
 }

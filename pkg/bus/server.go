@@ -89,14 +89,16 @@ func StartServer(cfg ServerConfig) (*server.Server, error) {
 // otherwise shows only as a time-out.
 func Connect(url, name string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
 	opts = append([]nats.Option{
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		nats.ErrorHandler(func(nc *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) {
 				log.Error("nats refused", "err", err)
+				refused(nc, err)
 				return
 			}
 			log.Warn("nats error", "err", err)
 		}),
 		nats.Name(name),
+		nats.ClosedHandler(func(nc *nats.Conn) { refusalWatches.Delete(nc) }),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/tool"
 	"corral.dev/services/memory"
@@ -61,6 +62,8 @@ func (e *env) request(ctx context.Context, url, service, subject string, req, re
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	ctx, stop := bus.WhilePermitted(ctx, nc, subject)
+	defer stop()
 	// A service that is starting (or restarting) answers soon.
 	msg, err := nc.RequestWithContext(ctx, subject, data)
 	for wait := 100 * time.Millisecond; errors.Is(err, nats.ErrNoResponders) && wait < 5*time.Second; wait *= 2 {
@@ -74,7 +77,7 @@ func (e *env) request(ctx context.Context, url, service, subject string, req, re
 		return fmt.Errorf("the %s is not running (start Corral with: corral dev)", service)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", service, err)
+		return fmt.Errorf("%s: %w", service, bus.Refusal(ctx, err))
 	}
 	if desc := msg.Header.Get("Nats-Service-Error"); desc != "" {
 		return &exitError{1, errors.New(desc)}

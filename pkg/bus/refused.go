@@ -1,0 +1,82 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ErrRefused is the cause of a context ended by [WhilePermitted]: the
+// server refused to let the connection publish on a subject.
+var ErrRefused = errors.New("refused by the server: this credential may not publish there")
+
+// refusalWatches holds the watches of each connection made by [Connect].
+var refusalWatches sync.Map // *nats.Conn → *watches
+
+type watches struct {
+	mu sync.Mutex
+	by map[*watch]struct{}
+}
+
+type watch struct {
+	subject string
+	cancel  context.CancelCauseFunc
+}
+
+// publishRefused finds the subject in the server's report of a refused
+// publish.
+var publishRefused = regexp.MustCompile(`Permissions Violation for Publish to "([^"]+)"`)
+
+// refused ends the watches of nc on the subject err reports refused.
+func refused(nc *nats.Conn, err error) {
+	m := publishRefused.FindStringSubmatch(err.Error())
+	if m == nil {
+		return
+	}
+	v, ok := refusalWatches.Load(nc)
+	if !ok {
+		return
+	}
+	ws := v.(*watches)
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for w := range ws.by {
+		if w.subject == m[1] {
+			w.cancel(ErrRefused)
+		}
+	}
+}
+
+// WhilePermitted returns a context that ends as ctx does, or as soon as
+// the server reports refusing nc a publish on subject, with a cause
+// wrapping [ErrRefused]: a request whose publish was refused then fails
+// at once instead of waiting out its time-out. The server reports only
+// to connections made by [Connect]. The caller calls the returned
+// function when done.
+func WhilePermitted(ctx context.Context, nc *nats.Conn, subject string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	v, _ := refusalWatches.LoadOrStore(nc, &watches{by: make(map[*watch]struct{})})
+	ws := v.(*watches)
+	w := &watch{subject: subject, cancel: cancel}
+	ws.mu.Lock()
+	ws.by[w] = struct{}{}
+	ws.mu.Unlock()
+	return ctx, func() {
+		ws.mu.Lock()
+		delete(ws.by, w)
+		ws.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// Refusal returns the cause of ctx's end if it wraps [ErrRefused], else
+// err: what to report of an operation under [WhilePermitted].
+func Refusal(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, ErrRefused) {
+		return cause
+	}
+	return err
+}
