@@ -147,9 +147,12 @@ func ParseSubject(subject string) (string, uuid.UUID, error) {
 func LastBySubject(ctx context.Context, js jetstream.JetStream, stream, filter string) (Msg, error) {
 	ctx, cancel := Bound(ctx)
 	defer cancel()
-	resp, err := js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream+"."+filter, nil)
+	subject := "$JS.API.DIRECT.GET." + stream + "." + filter
+	ctx, stop := WhilePermitted(ctx, js.Conn(), subject)
+	defer stop()
+	resp, err := js.Conn().RequestWithContext(ctx, subject, nil)
 	if err != nil {
-		return Msg{}, fmt.Errorf("read the last of %s: %w", filter, err)
+		return Msg{}, fmt.Errorf("read the last of %s: %w", filter, Refusal(ctx, err))
 	}
 	switch resp.Header.Get("Status") {
 	case "":

@@ -13,7 +13,7 @@ import (
 	"corral.dev/pkg/bus"
 )
 
-// A publish the server's permissions refuse fails with ErrRefused as soon
+// A publish (or a direct get) the server's permissions refuse fails with ErrRefused as soon
 // as the server says so, not when its time-out passes; other publishes of
 // the connection go on.
 func TestRefusedPublishFailsAtOnce(t *testing.T) {
@@ -21,7 +21,7 @@ func TestRefusedPublishFailsAtOnce(t *testing.T) {
 	conf := filepath.Join(dir, "nats.conf")
 	if err := os.WriteFile(conf, []byte(`authorization { users = [
   { user: admin, password: a }
-  { user: limited, password: l, permissions: { publish: { allow: ["$JS.API.>", "requests.acme.>"] }, subscribe: { allow: ["_INBOX.>"] } } }
+  { user: limited, password: l, permissions: { publish: { allow: ["$JS.API.STREAM.INFO.>", "$JS.API.DIRECT.GET.REQ.requests.acme.>", "requests.acme.>"] }, subscribe: { allow: ["_INBOX.>"] } } }
 ] }`), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestRefusedPublishFailsAtOnce(t *testing.T) {
 	}
 	defer admin.Close()
 	ajs, _ := jetstream.New(admin)
-	if _, err := ajs.CreateStream(ctx, jetstream.StreamConfig{Name: "REQ", Subjects: []string{"requests.>"}}); err != nil {
+	if _, err := ajs.CreateStream(ctx, jetstream.StreamConfig{Name: "REQ", Subjects: []string{"requests.>"}, AllowDirect: true}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -55,5 +55,12 @@ func TestRefusedPublishFailsAtOnce(t *testing.T) {
 	}
 	if err := bus.Publish(ctx, js, "requests.acme.x", "2", map[string]string{"a": "b"}); err != nil {
 		t.Errorf("permitted publish: %v", err)
+	}
+	// A read refused the same way.
+	if _, err := bus.LastBySubject(ctx, js, "REQ", "requests.initech.x"); !errors.Is(err, bus.ErrRefused) {
+		t.Errorf("refused read: %v, want %v", err, bus.ErrRefused)
+	}
+	if _, err := bus.LastBySubject(ctx, js, "REQ", "requests.acme.x"); err != nil {
+		t.Errorf("permitted read: %v", err)
 	}
 }
