@@ -162,12 +162,30 @@ func (w *web) who(r *http.Request) (reviewer, bool) {
 	if rv.credential == "" && !w.known(rv.name) {
 		return reviewer{}, false
 	}
-	if rv.credential != "" {
-		if _, err := w.s.creds.Get(r.Context(), rv.credential); err != nil {
-			return reviewer{}, false
-		}
+	if rv.credential != "" && !w.stillReviews(r.Context(), rv) {
+		return reviewer{}, false
 	}
 	return rv, true
+}
+
+// stillReviews reports whether the credential rv signed in with is still
+// kept, as the same reviewer or operator of the same tenant.
+func (w *web) stillReviews(ctx context.Context, rv reviewer) bool {
+	e, err := w.s.creds.Get(ctx, rv.credential)
+	if err != nil {
+		return false
+	}
+	var c credential.Credential
+	if json.Unmarshal(e.Value(), &c) != nil || c.ID != rv.credential || c.User != rv.name {
+		return false
+	}
+	switch c.Role {
+	case credential.RoleOperator:
+		return rv.tenant == ""
+	case credential.RoleReviewer:
+		return rv.tenant == c.Tenant
+	}
+	return false
 }
 
 func (w *web) isSignedOut(nonce string) bool {

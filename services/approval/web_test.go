@@ -594,6 +594,21 @@ func TestCredentialReviewerSeesItsTenantOnly(t *testing.T) {
 		t.Errorf("GET / with a revoked credential: %d, want a redirect to sign in", code)
 	}
 
+	// Made a user's credential under the same ID, it signs out too.
+	ron, rsecret := f.issue(t, "acme", "ron", credential.RoleReviewer)
+	rc := f.client(t)
+	if code, _ := post(t, rc, f.srv.URL+"/signin", url.Values{"credential": {ron.ID}, "secret": {rsecret}}, nil); code != http.StatusSeeOther {
+		t.Fatalf("ron's sign-in: %d", code)
+	}
+	ron.Role = credential.RoleUser
+	b, _ := json.Marshal(&ron)
+	if _, err := kv.Put(context.Background(), ron.ID, b); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(t, rc, f.srv.URL+"/"); code != http.StatusSeeOther {
+		t.Errorf("GET / with a credential made a user's: %d, want a redirect to sign in", code)
+	}
+
 	// An operator sees every tenant's.
 	olga, osecret := f.issue(t, credential.AllTenants, "olga", credential.RoleOperator)
 	op := f.client(t)
