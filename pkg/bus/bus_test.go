@@ -21,21 +21,6 @@ import (
 	"corral.dev/pkg/natstest"
 )
 
-func waitFor(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // consume runs bus.Consume on the TOOLS stream until the test ends.
 func consume(t *testing.T, js jetstream.JetStream, c bus.Consumer) {
 	t.Helper()
@@ -107,7 +92,7 @@ func TestConsumeAcksAndRetries(t *testing.T) {
 	})})
 	publish(t, js, "one", []byte(`{"n":1}`))
 	publish(t, js, "two", []byte(`{"n":2}`))
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if attempts[1] != 1 || attempts[2] != 3 {
@@ -115,7 +100,7 @@ func TestConsumeAcksAndRetries(t *testing.T) {
 		}
 		return nil
 	})
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		s, err := js.Stream(context.Background(), bus.StreamTools)
 		if err != nil {
 			return err
@@ -146,7 +131,7 @@ func TestConsumeNotYetAfter(t *testing.T) {
 		},
 	})
 	publish(t, js, "one", []byte(`{"n":1}`))
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if n := attempts.Load(); n != 4 {
 			return fmt.Errorf("attempts = %d, want 4", n)
 		}
@@ -185,7 +170,7 @@ func TestConsumeGivesUpPoison(t *testing.T) {
 	publish(t, js, "failing", []byte(`{"n":2}`))
 	publish(t, js, "panics", []byte(`{"n":3}`))
 	publish(t, js, "fine", []byte(`{"n":4}`))
-	waitFor(t, 15*time.Second, func() error {
+	natstest.WaitFor(t, 15*time.Second, func() error {
 		if n := len(deadLetters(t, js)); n != 4 {
 			return fmt.Errorf("%d dead letters, want 4", n)
 		}
@@ -238,7 +223,7 @@ func TestConsumeRejected(t *testing.T) {
 	})
 	publish(t, js, "forged", []byte(`{}`))
 	publish(t, js, "fine", []byte(`{}`))
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if n := len(deadLetters(t, js)); n != 1 {
 			return fmt.Errorf("%d dead letters, want 1", n)
 		}
@@ -518,7 +503,7 @@ func TestConsumeKeepsLongMessages(t *testing.T) {
 	publish(t, js, "b", []byte(`{}`))
 	time.Sleep(3 * wait) // long enough for redeliveries, were there any
 	close(release)
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if calls["a"] != 1 || calls["b"] != 1 {
@@ -566,7 +551,7 @@ func TestConsumeDelaysAcks(t *testing.T) {
 		return info.State.Msgs
 	}
 	publish(t, js, "a", []byte(`{}`))
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if handled["a"] != 1 {
@@ -577,7 +562,7 @@ func TestConsumeDelaysAcks(t *testing.T) {
 	if n := queued(); n != 1 {
 		t.Errorf("%d messages queued just after the handler, want 1 (its ack waits)", n)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		if n := queued(); n != 0 {
 			return fmt.Errorf("%d messages queued after the delay", n)
 		}
@@ -585,7 +570,7 @@ func TestConsumeDelaysAcks(t *testing.T) {
 	})
 	// Stopping sends what waits.
 	publish(t, js, "b", []byte(`{}`))
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if handled["b"] != 1 {
@@ -597,7 +582,7 @@ func TestConsumeDelaysAcks(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		if n := queued(); n != 0 {
 			return fmt.Errorf("%d messages queued after Consume stopped", n)
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,21 +18,6 @@ import (
 // rejection sentinel.
 func errorsIsRejected(err error) bool {
 	return errors.Is(err, sessionlog.ErrRejected) && errors.Is(err, bus.ErrRejected)
-}
-
-func waitFor(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // newLog returns a Log as the services make it, writing as w.

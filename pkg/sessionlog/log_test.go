@@ -265,7 +265,7 @@ func TestConsumeDeadLettersRejected(t *testing.T) {
 			if err := l.Record(ctx, failed("acme", s, "two"), "two"); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, func() error {
+			natstest.WaitFor(t, 10*time.Second, func() error {
 				mu.Lock()
 				defer mu.Unlock()
 				if len(handled) != 2 {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/natstest"
 )
 
 // A decision kept but not yet in the session's log (the service died in
@@ -32,7 +33,7 @@ func TestUnpublishedDecisionIsPublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	var d *event.ApprovalDecided
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		ds := decisions(t, f.js, "acme", a.Session)
 		if len(ds) == 0 {
 			return errors.New("the decision was never published")
@@ -44,7 +45,7 @@ func TestUnpublishedDecisionIsPublished(t *testing.T) {
 	if err := d.Verify(pub, "acme", a.Session, a.ID, a.ArgsHash); err != nil || d.Approved || d.Reason != "not now" {
 		t.Errorf("published %+v: %v", d, err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		e, err := f.svc.kv.Get(context.Background(), key(a.Tenant, a.Session, a.ID))
 		if err != nil {
 			return err

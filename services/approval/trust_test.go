@@ -16,6 +16,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
 )
 
@@ -39,7 +40,7 @@ func forge(t *testing.T, js jetstream.JetStream, subject string, ev any) uint64 
 func deadLetter(t *testing.T, js jetstream.JetStream, seq uint64) string {
 	t.Helper()
 	var reason string
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		msgs, err := bus.ReadAll(context.Background(), js, bus.StreamDeadLetter, "deadletter.EVENTS.>")
 		if err != nil {
 			return err
@@ -99,7 +100,7 @@ func TestMismatchedHashIsRefused(t *testing.T) {
 	honest.Call = uuid.Must(uuid.NewV7())
 	honest.ArgsHash = event.ArgsHash("Bash", shown)
 	f.record(t, &honest, honest.Call.String()+":approval")
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if !f.has(honest.Call) {
 			return errors.New("the honest request was never kept")
 		}
@@ -162,7 +163,7 @@ func TestRaiseByAnotherUserIsRefused(t *testing.T) {
 	// The session's user's raise, as the harness records it, is kept.
 	r := raise("ada")
 	f.record(t, r, "control:"+r.ID.String())
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if !f.has(r.Raise) {
 			return errors.New("the owner's raise was never kept")
 		}
@@ -202,7 +203,7 @@ func TestDecisionNamesItsTenant(t *testing.T) {
 		r := &event.BudgetRaise{Header: event.NewHeader(event.TypeBudgetRaise, tenant, session), Raise: id, User: "ada", Limits: json.RawMessage(`{"steps":5}`)}
 		f.record(t, r, "raise")
 	}
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if n := len(f.svc.list("", Pending)); n != 2 {
 			return fmt.Errorf("%d pending, want 2", n)
 		}
@@ -217,7 +218,7 @@ func TestDecisionNamesItsTenant(t *testing.T) {
 	if code, body := post(t, c, f.srv.URL+"/decide", form, nil); code != http.StatusSeeOther {
 		t.Fatalf("decide on the page: %d\n%s", code, body)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		if got := f.svc.list("initech", Approved); len(got) != 1 {
 			return fmt.Errorf("initech's approved = %+v, want its raise", got)
 		}
@@ -247,7 +248,7 @@ func TestAPIIsScopedToTheSubjectTenant(t *testing.T) {
 	raise("acme", shared)
 	raise("initech", shared)
 	raise("initech", theirs)
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if n := len(f.svc.list("", Pending)); n != 3 {
 			return fmt.Errorf("%d pending, want 3", n)
 		}
@@ -285,7 +286,7 @@ func TestAPIIsScopedToTheSubjectTenant(t *testing.T) {
 	if ds := decisions(t, f.js, "initech", session); len(ds) != 0 {
 		t.Errorf("decisions in initech's session: %+v", ds)
 	}
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		ds := decisions(t, f.js, "acme", session)
 		if len(ds) != 1 {
 			return fmt.Errorf("%d decisions in acme's session, want 1", len(ds))

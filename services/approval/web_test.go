@@ -111,30 +111,13 @@ func (f *fixture) askIn(t *testing.T, tenant, tool string, input string) *event.
 		ArgsHash: event.ArgsHash(tool, json.RawMessage(input)), Rule: "risky-shell", Reason: "pushes code",
 	}
 	f.record(t, ev, ev.Call.String()+":approval")
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if !f.has(ev.Call) {
 			return errors.New("the approval never showed up")
 		}
 		return nil
 	})
 	return ev
-}
-
-// waitFor polls f until it returns nil, failing the test with f's last
-// error once timeout has passed.
-func waitFor(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // decisions returns the decisions in a session's log that the log accepts.
@@ -416,7 +399,7 @@ func (f *fixture) apiCall(t *testing.T, subject string, req any) (resp Response,
 	}
 	// The service may not have added its endpoints yet.
 	var msg *nats.Msg
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		msg, err = f.js.Conn().Request(subject, data, 5*time.Second)
 		if errors.Is(err, nats.ErrNoResponders) {
 			return err
@@ -449,7 +432,7 @@ func TestAPIDecisionsAreTheSubjectUsers(t *testing.T) {
 	other := f.session(t, "acme", "mallory")
 	raise := &event.BudgetRaise{Header: event.NewHeader(event.TypeBudgetRaise, "acme", other), Raise: a.Call, User: "mallory", Limits: json.RawMessage(`{"steps":5}`)}
 	f.record(t, raise, "raise")
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if n := len(f.svc.list("acme", Pending)); n < 2 {
 			return fmt.Errorf("%d pending, want the raise too", n)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/natstest"
 )
 
 func TestSignIn(t *testing.T) {
@@ -106,7 +107,7 @@ func TestRevokedCredentialIsCutOff(t *testing.T) {
 	// Within the TTL, the server cuts the revoked credential off, and
 	// does not let it back in: the client gives up.
 	start := time.Now()
-	waitFor(t, ttl+5*time.Second, func() error {
+	natstest.WaitFor(t, ttl+5*time.Second, func() error {
 		if s := r.Status(); s != nats.CLOSED {
 			return fmt.Errorf("revoked credential's connection is %s, want %s", s, nats.CLOSED)
 		}
@@ -123,7 +124,7 @@ func TestRevokedCredentialIsCutOff(t *testing.T) {
 	mu.Unlock()
 
 	// The other was let back in each time its sign-in expired.
-	waitFor(t, ttl+5*time.Second, func() error {
+	natstest.WaitFor(t, ttl+5*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if reconnects[kept.ID] == 0 {
@@ -132,5 +133,5 @@ func TestRevokedCredentialIsCutOff(t *testing.T) {
 		return nil
 	})
 	subject := bus.RequestSubject("acme", uuid.Must(uuid.NewV7()), "ada")
-	waitFor(t, 5*time.Second, func() error { return p.mayPublish(t, k, subject) })
+	natstest.WaitFor(t, 5*time.Second, func() error { return p.mayPublish(t, k, subject) })
 }

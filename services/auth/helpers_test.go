@@ -21,6 +21,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/natstest"
 )
 
 // platform is an embedded NATS server whose client connections the auth
@@ -136,7 +137,7 @@ func start(t *testing.T, ttl time.Duration) *platform {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		if !g.SubscriptionInterest(Subject) {
 			return errors.New("the auth service does not listen")
 		}
@@ -275,23 +276,6 @@ func (p *platform) mayPublish(t *testing.T, c *client, subject string) error {
 	}
 	t.Fatalf("publish to %s: neither received nor refused", subject)
 	return nil
-}
-
-// waitFor polls f until it returns nil, failing the test with f's last
-// error once timeout has passed.
-func waitFor(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent use.

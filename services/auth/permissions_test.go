@@ -15,6 +15,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/natstest"
 )
 
 func TestPermissions(t *testing.T) {
@@ -93,7 +94,7 @@ func TestPermissions(t *testing.T) {
 		if err := ada.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, func() error {
+		natstest.WaitFor(t, 5*time.Second, func() error {
 			if _, err := all.NextMsg(10 * time.Millisecond); !errors.Is(err, nats.ErrPermissionViolation) {
 				return fmt.Errorf("subscribe _INBOX.>: %v, want %v", err, nats.ErrPermissionViolation)
 			}

@@ -16,6 +16,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
 )
 
@@ -57,7 +58,7 @@ func (p *platform) pending(t *testing.T, tenant string) (uuid.UUID, string) {
 	t.Helper()
 	var id uuid.UUID
 	var listing string
-	waitFor(t, 30*time.Second, func() error {
+	natstest.WaitFor(t, 30*time.Second, func() error {
 		code, stdout, stderr := p.corral(t, "approvals", "--tenant", tenant)
 		if code != 0 {
 			return fmt.Errorf("corral approvals exited %d: %s", code, stderr)
@@ -251,7 +252,7 @@ func TestApprovalCancelledWhenTheSessionStops(t *testing.T) {
 		t.Errorf("corral run of a stopped session exited 0")
 	}
 	wantIn(t, "corral run", r.stderr, "stopped by grace")
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		_, stdout, _ := p.corral(t, "approvals", "--tenant", "acme", "--all")
 		if !strings.Contains(stdout, "cancelled") {
 			return fmt.Errorf("not cancelled yet:\n%s", stdout)
@@ -269,7 +270,7 @@ func TestStopKillsTheRunningCall(t *testing.T) {
 	}), nil)
 	run := p.runBackground(t, "acme", "slow")
 	var session uuid.UUID
-	waitFor(t, 30*time.Second, func() error {
+	natstest.WaitFor(t, 30*time.Second, func() error {
 		evs := p.eventsWhere(t, func(ev any) bool { _, ok := ev.(*event.SessionRequested); return ok })
 		if len(evs) == 0 {
 			return fmt.Errorf("no session yet")
@@ -291,7 +292,7 @@ func TestStopKillsTheRunningCall(t *testing.T) {
 	}
 	wantIn(t, "corral run", r.stderr, "stopped by grace: wrong repo")
 	var res *event.ToolCompleted
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		rs := results(p.events(t, session))
 		if len(rs) == 0 {
 			return fmt.Errorf("no result yet")
@@ -308,7 +309,7 @@ func TestStopKillsTheRunningCall(t *testing.T) {
 		t.Errorf("the call ended %s after the stop", ended.Sub(stopped))
 	}
 	ws := filepath.Join(p.data, "workspaces", "acme", session.String())
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if _, err := os.Stat(ws); !os.IsNotExist(err) {
 			return fmt.Errorf("workspace still there: %v", err)
 		}

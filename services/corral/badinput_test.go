@@ -14,6 +14,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/natstest"
 )
 
 // echoResults answers with every tool result it was given, so a test can
@@ -103,7 +104,7 @@ func TestMalformedRequestsAreRefusedAndRecorded(t *testing.T) {
 				t.Fatal(err)
 			}
 			var failed *event.SessionFailed
-			waitFor(t, 10*time.Second, func() error {
+			natstest.WaitFor(t, 10*time.Second, func() error {
 				for _, ev := range p.events(t, session) {
 					if f, ok := ev.(*event.SessionFailed); ok {
 						failed = f
@@ -118,7 +119,7 @@ func TestMalformedRequestsAreRefusedAndRecorded(t *testing.T) {
 		})
 	}
 	// Each dead letter is written once its session's failure is recorded.
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		msgs, err := bus.ReadAll(ctx, js, bus.StreamDeadLetter, "deadletter.>")
 		if err != nil {
 			return err
@@ -149,7 +150,7 @@ func TestDuplicateRequestStartsOneSession(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 15*time.Second, func() error {
+	natstest.WaitFor(t, 15*time.Second, func() error {
 		for _, ev := range p.events(t, session) {
 			if _, ok := ev.(*event.SessionCompleted); ok {
 				return nil

@@ -19,6 +19,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/policy"
 )
 
@@ -308,7 +309,7 @@ func TestBatchInterruptedSubmitResumes(t *testing.T) {
 	var out syncBuffer
 	exited := make(chan int, 1)
 	go func() { exited <- run(ctx, []string{"batch", "submit", "--nats", p.url, file}, p.getenv, &out, &out) }()
-	waitFor(t, 30*time.Second, func() error {
+	natstest.WaitFor(t, 30*time.Second, func() error {
 		if strings.Contains(out.String(), "[3/5]") {
 			return nil
 		}
@@ -330,7 +331,7 @@ func TestBatchInterruptedSubmitResumes(t *testing.T) {
 	for _, s := range sessions[2:4] {
 		// Once its command runs, the job waits for this file.
 		dir := filepath.Join(p.data, "workspaces", "default", s.String())
-		waitFor(t, 30*time.Second, func() error { _, err := os.Stat(dir); return err })
+		natstest.WaitFor(t, 30*time.Second, func() error { _, err := os.Stat(dir); return err })
 		if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}

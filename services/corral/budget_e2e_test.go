@@ -12,6 +12,7 @@ import (
 
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/natstest"
 )
 
 // forever is a model that never stops: every turn it runs its prompt as a
@@ -96,7 +97,7 @@ func TestBudgetsStopSessions(t *testing.T) {
 				t.Errorf("%d turns, want 3", turns)
 			}
 			ws := filepath.Join(p.data, "workspaces", tc.tenant, session.String())
-			waitFor(t, 10*time.Second, func() error {
+			natstest.WaitFor(t, 10*time.Second, func() error {
 				if _, err := os.Stat(ws); !os.IsNotExist(err) {
 					return fmt.Errorf("sandbox workspace still there: %v", err)
 				}
@@ -121,7 +122,7 @@ func TestBudgetsStopSessions(t *testing.T) {
 			t.Errorf("bob's session: %q after %d turns", failed.Budget, turns)
 		}
 		// Usage is counted from the logs a moment after it is spent.
-		waitFor(t, 10*time.Second, func() error {
+		natstest.WaitFor(t, 10*time.Second, func() error {
 			code, stdout, stderr := p.corral(t, "usage", "--tenant", "daily")
 			if code != 0 {
 				return fmt.Errorf("corral usage exited %d: %s", code, stderr)
@@ -186,7 +187,7 @@ func TestBudgetRaiseGoesToAReviewer(t *testing.T) {
 	if code, _, stderr := p.corral(t, "approve", "--tenant", "raise", "--user", "grace", id.String()); code != 0 {
 		t.Fatalf("corral approve exited %d: %s", code, stderr)
 	}
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		for _, ev := range p.events(t, session) {
 			if d, ok := ev.(*event.ApprovalDecided); ok && d.Call == id {
 				return nil

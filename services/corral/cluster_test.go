@@ -174,7 +174,7 @@ func TestClusterLosesAServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 30*time.Second, func() error {
+	natstest.WaitFor(t, 30*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(waiting) < sessions {
@@ -193,7 +193,7 @@ func TestClusterLosesAServer(t *testing.T) {
 	killedAt := time.Now()
 
 	ends := map[uuid.UUID]event.Event{}
-	waitFor(t, 45*time.Second, func() error {
+	natstest.WaitFor(t, 45*time.Second, func() error {
 		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 		defer rcancel()
 		msgs, err := bus.ReadAll(rctx, js, bus.StreamEvents, fmt.Sprintf("events.%s.*.session.>", clusterTenant))

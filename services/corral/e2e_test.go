@@ -43,21 +43,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func waitFor(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	return fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
@@ -145,7 +130,7 @@ func startDevAt(t *testing.T, addr, data string, script modeltest.Script, env ma
 		})
 	}
 	t.Cleanup(stop)
-	waitFor(t, 15*time.Second, func() error {
+	natstest.WaitFor(t, 15*time.Second, func() error {
 		select {
 		case code := <-done:
 			t.Fatalf("corral dev exited %d:\n%s", code, p.log)

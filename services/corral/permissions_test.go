@@ -20,6 +20,7 @@ import (
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
 	"corral.dev/services/approval"
 	"corral.dev/services/auth"
@@ -233,7 +234,7 @@ func TestDeployedPermissions(t *testing.T) {
 		t.Fatalf("corral run as client exited %d:\n%s", r.code, r.stderr)
 	}
 	wantIn(t, "answer", r.stdout, "git push done", "pushed")
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		code, stdout, stderr := p.corral(t, "usage", "--tenant", "acme")
 		if code != 0 || !strings.Contains(stdout, "ada") {
 			return fmt.Errorf("corral usage as client: exit %d: %s%s", code, stdout, stderr)
@@ -263,7 +264,7 @@ func TestDeployedPermissions(t *testing.T) {
 			t.Errorf("%s published to %s", who, subject)
 			return
 		}
-		waitFor(t, 5*time.Second, func() error {
+		natstest.WaitFor(t, 5*time.Second, func() error {
 			if !v.seen(subject) {
 				return fmt.Errorf("no permission violation reported for %s (publish error: %v)", subject, err)
 			}
@@ -332,7 +333,7 @@ func TestDeployedPermissions(t *testing.T) {
 		if err == nil {
 			t.Errorf("sandbox-manager called %s", subject)
 		}
-		waitFor(t, 5*time.Second, func() error {
+		natstest.WaitFor(t, 5*time.Second, func() error {
 			if !sv.seen(subject) {
 				return fmt.Errorf("no permission violation reported for %s (request error: %v)", subject, err)
 			}
@@ -354,7 +355,7 @@ func TestDeployedPermissions(t *testing.T) {
 	if _, err := hjs.Conn().Request(bus.NodeSubject("perm-test"), []byte("{}"), 500*time.Millisecond); err == nil {
 		t.Error("the harness sent a call straight to a sandbox-manager node")
 	}
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		if !hv.seen(bus.NodeSubject("perm-test")) {
 			return fmt.Errorf("no violation reported for the harness's call to a node")
 		}
@@ -368,7 +369,7 @@ func TestDeployedPermissions(t *testing.T) {
 	if err := cjs.DeleteConsumer(ctx, bus.StreamEvents, bus.ConsumerHarnessSteps); err == nil {
 		t.Error("a client deleted the harness's consumer")
 	}
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		if !cv.seen("$JS.API.CONSUMER.DELETE.EVENTS." + bus.ConsumerHarnessSteps) {
 			return fmt.Errorf("no violation reported for the client's deletion")
 		}

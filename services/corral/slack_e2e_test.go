@@ -9,6 +9,7 @@ import (
 
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/natstest"
 	slackbridge "corral.dev/services/slack-bridge"
 	"corral.dev/services/slack-bridge/slacktest"
 )
@@ -94,7 +95,7 @@ func TestSlackThreadIsASession(t *testing.T) {
 		"CORRAL_SLACK_REVIEWER_TOKEN": slackReviewToken,
 	})
 	app := slacktest.App{URL: "http://" + listen, Secret: slackSecret, Team: slackTeam, Bot: "U0BOT"}
-	waitFor(t, 15*time.Second, func() error {
+	natstest.WaitFor(t, 15*time.Second, func() error {
 		r, err := app.Send(slackbridge.PathEvents, "application/json", slacktest.URLVerification("ch"), time.Now())
 		if err == nil && r.Body != "ch" {
 			err = fmt.Errorf("url verification answered %d %q", r.Status, r.Body)
@@ -115,7 +116,7 @@ func TestSlackThreadIsASession(t *testing.T) {
 	session := slackbridge.SessionID(slackTeam, "C1", root)
 
 	var ask slacktest.Message
-	waitFor(t, 30*time.Second, func() error {
+	natstest.WaitFor(t, 30*time.Second, func() error {
 		for _, m := range appMessages(fake, "C1", root) {
 			if m.HasButtons() {
 				ask = m
@@ -134,7 +135,7 @@ func TestSlackThreadIsASession(t *testing.T) {
 
 	// Someone who is not a reviewer clicks: refused, only they are told.
 	send(app.Click("C1", "U0MALLORY", ask.TS, root, slackbridge.ActionApprove, value))
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if e := fake.Ephemerals("U0MALLORY"); len(e) == 0 || !strings.Contains(e[0].Text, "not one of Corral's reviewers") {
 			return fmt.Errorf("ephemerals to U0MALLORY: %+v", e)
 		}
@@ -146,7 +147,7 @@ func TestSlackThreadIsASession(t *testing.T) {
 
 	// Grace approves: the call runs and the session goes on to its answer.
 	send(app.Click("C1", "U0GRACE", ask.TS, root, slackbridge.ActionApprove, value))
-	waitFor(t, 60*time.Second, func() error {
+	natstest.WaitFor(t, 60*time.Second, func() error {
 		msgs := appMessages(fake, "C1", root)
 		texts := slacktest.Texts(msgs)
 		if len(texts) == 0 || texts[len(texts)-1] != "Done: pushed the branch" {
@@ -195,7 +196,7 @@ func TestSlackThreadIsASession(t *testing.T) {
 	reply := fake.Post("C1", root, "U1", "<@U0BOT> what did I ask first? and force it")
 	send(app.Event("Ev2", app.AppMention("C1", "U1", "what did I ask first? and force it", reply, root)))
 	var ask2 slacktest.Message
-	waitFor(t, 30*time.Second, func() error {
+	natstest.WaitFor(t, 30*time.Second, func() error {
 		for _, m := range appMessages(fake, "C1", root) {
 			if m.HasButtons() {
 				ask2 = m
@@ -207,7 +208,7 @@ func TestSlackThreadIsASession(t *testing.T) {
 	send(app.Click("C1", "U0GRACE", ask2.TS, root, slackbridge.ActionDeny, buttonValue(t, ask2)))
 	want := `You first asked me to "push the branch". The forced push: `
 	var last string
-	waitFor(t, 60*time.Second, func() error {
+	natstest.WaitFor(t, 60*time.Second, func() error {
 		texts := slacktest.Texts(appMessages(fake, "C1", root))
 		if last = texts[len(texts)-1]; !strings.HasPrefix(last, want) {
 			return fmt.Errorf("no second answer in the thread: %q", texts)

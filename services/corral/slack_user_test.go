@@ -11,6 +11,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
 	slackbridge "corral.dev/services/slack-bridge"
 )
@@ -59,7 +60,7 @@ func TestSlackBridgeUser(t *testing.T) {
 			t.Errorf("slack-bridge published to %s", subject)
 			continue
 		}
-		waitFor(t, 5*time.Second, func() error {
+		natstest.WaitFor(t, 5*time.Second, func() error {
 			if !v.seen(subject) {
 				return fmt.Errorf("no permission violation reported for %s (publish error: %v)", subject, err)
 			}

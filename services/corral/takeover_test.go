@@ -84,7 +84,7 @@ func TestSessionMovesWhenItsNodeDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	var session uuid.UUID
-	waitFor(t, 30*time.Second, func() error {
+	natstest.WaitFor(t, 30*time.Second, func() error {
 		var all []any
 		for _, ev := range p.eventsWhere(t, func(any) bool { return true }) {
 			all = append(all, ev)

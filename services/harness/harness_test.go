@@ -20,21 +20,6 @@ import (
 	"corral.dev/pkg/sessionlog"
 )
 
-func waitFor(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // start runs a harness against a fresh embedded server and a fake model.
 func start(t *testing.T, script modeltest.Script) (jetstream.JetStream, *modeltest.Server) {
 	t.Helper()
@@ -127,7 +112,7 @@ func TestRecordedResponseIsReused(t *testing.T) {
 	}, "turn1")
 	runHarness(t, js, fake)
 
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		calls := toolCalls(t, js)
 		if len(calls) != 1 {
 			return fmt.Errorf("%d calls on the queue, want 1", len(calls))
@@ -155,7 +140,7 @@ func TestStepsAreIdempotent(t *testing.T) {
 	record(t, js, &event.SessionRequested{Header: event.NewHeader(event.TypeSessionRequested, "acme", session),
 		Request: uuid.Must(uuid.NewV7()), User: "ada", Model: "openai:m", Prompt: "go"}, "req")
 	var call event.ToolCall
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		calls := toolCalls(t, js)
 		if len(calls) != 1 {
 			return fmt.Errorf("%d calls, want 1", len(calls))
@@ -168,7 +153,7 @@ func TestStepsAreIdempotent(t *testing.T) {
 	for i := range 3 {
 		record(t, js, &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", session), Call: call.Call, Name: "Bash"}, fmt.Sprintf("r%d", i))
 	}
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		msgs, err := bus.ReadAll(context.Background(), js, bus.StreamEvents, sessionlog.SessionKind("acme", session, event.TypeSessionCompleted))
 		if err != nil || len(msgs) == 0 {
 			return fmt.Errorf("not completed (%v)", err)
@@ -176,7 +161,7 @@ func TestStepsAreIdempotent(t *testing.T) {
 		return nil
 	})
 	// Let any straggling step run before counting.
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		info, err := js.Consumer(context.Background(), bus.StreamEvents, bus.ConsumerHarnessSteps)
 		if err != nil {
 			return err
@@ -225,7 +210,7 @@ func TestFollowUpDuringATurnIsQueued(t *testing.T) {
 	session := uuid.Must(uuid.NewV7())
 	request(t, js, session, "first")
 	var call event.ToolCall
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		calls := toolCalls(t, js)
 		if len(calls) != 1 {
 			return fmt.Errorf("%d calls", len(calls))
@@ -234,14 +219,14 @@ func TestFollowUpDuringATurnIsQueued(t *testing.T) {
 		return nil
 	})
 	request(t, js, session, "and also this")
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if n := len(sessionEvents(t, js, session, event.TypeSessionRequested)); n != 2 {
 			return fmt.Errorf("%d requests recorded", n)
 		}
 		return nil
 	})
 	record(t, js, &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", session), Call: call.Call, Name: "Bash", Output: "ok"}, "res")
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		done := sessionEvents(t, js, session, event.TypeSessionCompleted)
 		if len(done) == 0 {
 			return fmt.Errorf("not completed")
@@ -274,7 +259,7 @@ func TestFailedSessionCanBeContinued(t *testing.T) {
 	session := uuid.Must(uuid.NewV7())
 	request(t, js, session, "first")
 	var call event.ToolCall
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		calls := toolCalls(t, js)
 		if len(calls) != 1 {
 			return fmt.Errorf("%d calls", len(calls))
@@ -285,21 +270,21 @@ func TestFailedSessionCanBeContinued(t *testing.T) {
 	// The model rejects the next two requests outright.
 	fake.FailNext(400, "", 2)
 	record(t, js, &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", session), Call: call.Call, Name: "Bash", Output: "ok"}, "res")
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if n := len(sessionEvents(t, js, session, event.TypeSessionFailed)); n != 1 {
 			return fmt.Errorf("%d failures", n)
 		}
 		return nil
 	})
 	request(t, js, session, "try again")
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if n := len(sessionEvents(t, js, session, event.TypeSessionFailed)); n != 2 {
 			return fmt.Errorf("%d failures, want 2", n)
 		}
 		return nil
 	})
 	request(t, js, session, "once more")
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if len(sessionEvents(t, js, session, event.TypeSessionCompleted)) == 0 {
 			return fmt.Errorf("not completed")
 		}
@@ -325,7 +310,7 @@ func TestNoApprovalKeyRefusesHeldCalls(t *testing.T) {
 	session := uuid.Must(uuid.NewV7())
 	request(t, js, session, "push")
 	var done event.SessionCompleted
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		msgs := sessionEvents(t, js, session, event.TypeSessionCompleted)
 		if len(msgs) == 0 {
 			return fmt.Errorf("not completed yet")

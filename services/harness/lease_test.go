@@ -159,7 +159,7 @@ func TestLeaseLingers(t *testing.T) {
 	}
 	release(true)
 	start := time.Now()
-	waitFor(t, bus.LeaseTTL, func() error {
+	natstest.WaitFor(t, bus.LeaseTTL, func() error {
 		if who, _ := holder(other); who != "" {
 			return fmt.Errorf("lease held by %q %v after its step", who, time.Since(start))
 		}

@@ -58,7 +58,7 @@ func TestUsageCountedOnce(t *testing.T) {
 	}
 	check := func(n int) {
 		t.Helper()
-		waitFor(t, 20*time.Second, func() error {
+		natstest.WaitFor(t, 20*time.Second, func() error {
 			for k, w := range want(n) {
 				e, err := hs[0].usage.Get(context.Background(), k)
 				if err != nil {

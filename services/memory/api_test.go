@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/natstest"
 	"corral.dev/services/memory"
 )
 
@@ -25,7 +26,7 @@ func ask(t *testing.T, js jetstream.JetStream, subject string, req memory.APIReq
 	}
 	// The service may not have added its endpoints yet.
 	var msg *nats.Msg
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		msg, err = js.Conn().Request(subject, data, 5*time.Second)
 		if errors.Is(err, nats.ErrNoResponders) {
 			return err

@@ -44,21 +44,6 @@ func start(t *testing.T) (jetstream.JetStream, memory.Store) {
 	return js, store
 }
 
-func waitFor(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // call publishes a Write of content to p on the memory service's queue, on
 // the subject of tenant's session, with a body naming bodyTenant, and
 // returns the call and its stream sequence.
@@ -112,7 +97,7 @@ func TestCallNamingAnotherTenantIsRefused(t *testing.T) {
 	session := uuid.Must(uuid.NewV7())
 	_, seq := call(t, js, "acme", "initech", session, "/memories/notes.md", "planted")
 
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		msgs, err := bus.ReadAll(ctx, js, bus.StreamDeadLetter, "deadletter.TOOLS.>")
 		if err != nil {
 			return err
@@ -128,7 +113,7 @@ func TestCallNamingAnotherTenantIsRefused(t *testing.T) {
 	// The honest call comes after: once its result is in, the forged one
 	// was long handled.
 	id, _ := call(t, js, "acme", "acme", session, "/memories/own.md", "mine")
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if len(results(t, js, "acme", session)) == 0 {
 			return errors.New("no result of the honest call")
 		}

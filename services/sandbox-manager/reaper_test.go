@@ -76,7 +76,7 @@ func TestReaperCleansUpWhatAPredecessorLeft(t *testing.T) {
 	}
 
 	svc, _ := startNode(t, js, map[string]string{"CORRAL_DATA_DIR": data, "CORRAL_SANDBOX_WORKSPACE_TTL": "1h"})
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		for name, session := range sessions {
 			_, err := os.Stat(workspace(session))
 			if kept := err == nil; kept != (name == "live" || name == "forged") {

@@ -22,21 +22,6 @@ import (
 	"corral.dev/pkg/sessionlog"
 )
 
-func waitFor(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // start runs a sandbox-manager against a fresh embedded server.
 func start(t *testing.T) (jetstream.JetStream, Config) {
 	t.Helper()
@@ -141,7 +126,7 @@ func resultsOf(t *testing.T, js jetstream.JetStream, session uuid.UUID, n int) [
 func resultsIn(t *testing.T, js jetstream.JetStream, tenant string, session uuid.UUID, n int) []event.ToolCompleted {
 	t.Helper()
 	var out []event.ToolCompleted
-	waitFor(t, 15*time.Second, func() error {
+	natstest.WaitFor(t, 15*time.Second, func() error {
 		out = results(t, js, tenant, session)
 		if len(out) < n {
 			return fmt.Errorf("%d results, want %d", len(out), n)

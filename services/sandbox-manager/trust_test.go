@@ -78,7 +78,7 @@ func TestStopOfAnotherTenantsSessionIsIgnored(t *testing.T) {
 	victim := uuid.Must(uuid.NewV7())
 	call := uuid.Must(uuid.NewV7())
 	dispatchIn(t, js, "beta", victim, call, "Bash", `{"command":"touch started; sleep 4; echo done"}`, "victim")
-	waitFor(t, 15*time.Second, func() error {
+	natstest.WaitFor(t, 15*time.Second, func() error {
 		if !running(svc, "beta", victim) {
 			return errors.New("beta's call is not running")
 		}
@@ -93,7 +93,7 @@ func TestStopOfAnotherTenantsSessionIsIgnored(t *testing.T) {
 	// A stop recorded after them: once it is read, so were they.
 	barrier := uuid.Must(uuid.NewV7())
 	stopSession(t, js, "acme", barrier)
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if !stoppedHere(svc, "acme", barrier) {
 			return errors.New("the stop after the forged ones is not read yet")
 		}
@@ -145,7 +145,7 @@ func TestToolCallNamingAnotherTenantIsRejected(t *testing.T) {
 	if err := bus.Publish(ctx, js, subject, "forged", &c); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, func() error {
+	natstest.WaitFor(t, 15*time.Second, func() error {
 		dead, err := bus.ReadAll(ctx, js, bus.StreamDeadLetter, "deadletter."+bus.StreamTools+".>")
 		if err != nil {
 			return err
@@ -191,7 +191,7 @@ func TestSameSessionIDInTwoTenants(t *testing.T) {
 	acme, beta := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
 	dispatchIn(t, js, "acme", session, acme, "Bash", `{"command":"echo acme > who; touch running; sleep 30"}`, "acme")
 	dispatchIn(t, js, "beta", session, beta, "Bash", `{"command":"echo beta > who; touch running; sleep 4; rm running; cat who"}`, "beta")
-	waitFor(t, 15*time.Second, func() error {
+	natstest.WaitFor(t, 15*time.Second, func() error {
 		for _, tenant := range []string{"acme", "beta"} {
 			if _, err := os.Stat(filepath.Join(svc.driver.Workspace(tenant, session), "running")); err != nil {
 				return fmt.Errorf("%s's call is not running: %v", tenant, err)
@@ -207,7 +207,7 @@ func TestSameSessionIDInTwoTenants(t *testing.T) {
 	if r := resultOf(t, resultsIn(t, js, "beta", session, 1), beta); r.IsError || strings.TrimSpace(r.Output) != "beta" {
 		t.Errorf("beta's call = %+v; want it run to its end in its own workspace", r)
 	}
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if _, err := os.Stat(svc.driver.Workspace("acme", session)); !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("acme's workspace: %v; want it destroyed", err)
 		}

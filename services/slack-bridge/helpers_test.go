@@ -28,21 +28,6 @@ const (
 	bot    = "U0BOT"
 )
 
-func waitFor(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	return fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))

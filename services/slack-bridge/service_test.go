@@ -17,6 +17,7 @@ import (
 	"corral.dev/pkg/approvalapi"
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/natstest"
 	slackbridge "corral.dev/services/slack-bridge"
 	"corral.dev/services/slack-bridge/slacktest"
 )
@@ -183,7 +184,7 @@ func TestAnswerLandsInTheThreadOnceAcrossRestarts(t *testing.T) {
 	// Slack is busy at first: the bridge waits as it is told.
 	f.slack.RateLimitNext(1, "1")
 	f.harnessAnswers(t, req, 2, "There are <!channel> 2 things & 1 more.")
-	waitFor(t, 20*time.Second, func() error {
+	natstest.WaitFor(t, 20*time.Second, func() error {
 		got := slacktest.Texts(f.replies("C1", root))
 		if len(got) != 2 || !strings.HasPrefix(got[0], "✅ Done after 2 tool calls") {
 			return fmt.Errorf("thread: %q", got)
@@ -214,7 +215,7 @@ func TestAnswerLandsInTheThreadOnceAcrossRestarts(t *testing.T) {
 		t.Fatalf("requests %+v: want a second one for session %s", reqs, req.Session)
 	}
 	f.harnessAnswers(t, reqs[1], 0, "Again: 2.")
-	waitFor(t, 20*time.Second, func() error {
+	natstest.WaitFor(t, 20*time.Second, func() error {
 		got := slacktest.Texts(f.replies("C1", root))
 		if len(got) != 4 || got[3] != "Again: 2." {
 			return fmt.Errorf("thread: %q", got)
@@ -234,7 +235,7 @@ func TestPostInterruptedByACrashIsNotRepeated(t *testing.T) {
 	ok(t)(f.app.Event("Ev1", f.app.AppMention("C1", "U1", "go", root, "")))
 	req := f.requests(t)[0]
 	f.harnessAnswers(t, req, 0, "Gone.")
-	waitFor(t, 20*time.Second, func() error {
+	natstest.WaitFor(t, 20*time.Second, func() error {
 		if got := slacktest.Texts(f.replies("C1", root)); len(got) != 2 {
 			return fmt.Errorf("thread: %q", got)
 		}
@@ -262,7 +263,7 @@ func TestPostInterruptedByACrashIsNotRepeated(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.start(t)
-	waitFor(t, 20*time.Second, func() error {
+	natstest.WaitFor(t, 20*time.Second, func() error {
 		e, err := kv.Get(context.Background(), key)
 		if err != nil {
 			return err
@@ -295,7 +296,7 @@ func TestApprovalShownAndClickByUnmappedUserRefused(t *testing.T) {
 	f.record(t, &event.ApprovalRequested{Header: header(event.TypeApprovalRequested, req.Tenant, req.Session), Call: call, User: req.User,
 		Tool: "Bash", Input: input, ArgsHash: event.ArgsHash("Bash", input), Rule: "risky-shell", Reason: "the command pushes code"})
 	var ask slacktest.Message
-	waitFor(t, 20*time.Second, func() error {
+	natstest.WaitFor(t, 20*time.Second, func() error {
 		for _, m := range f.replies("C1", root) {
 			if m.HasButtons() {
 				ask = m
@@ -310,7 +311,7 @@ func TestApprovalShownAndClickByUnmappedUserRefused(t *testing.T) {
 		}
 	}
 	ok(t)(f.app.Click("C1", "U0MALLORY", ask.TS, root, slackbridge.ActionApprove, fmt.Sprintf("%s/%s", req.Session, call)))
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if e := f.slack.Ephemerals("U0MALLORY"); len(e) != 1 || !strings.Contains(e[0].Text, "not one of Corral's reviewers") {
 			return fmt.Errorf("ephemerals to the clicker: %+v", e)
 		}
@@ -367,7 +368,7 @@ func TestClickBeforeTheApprovalServiceKnowsIt(t *testing.T) {
 	defer sub.Unsubscribe()
 
 	var ask slacktest.Message
-	waitFor(t, 20*time.Second, func() error {
+	natstest.WaitFor(t, 20*time.Second, func() error {
 		for _, m := range f.replies("C1", root) {
 			if m.HasButtons() {
 				ask = m
@@ -377,7 +378,7 @@ func TestClickBeforeTheApprovalServiceKnowsIt(t *testing.T) {
 		return fmt.Errorf("no approval message in %q", slacktest.Texts(f.replies("C1", root)))
 	})
 	ok(t)(f.app.Click("C1", "U0GRACE", ask.TS, root, slackbridge.ActionDeny, fmt.Sprintf("%s/%s", req.Session, call)))
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if m, _ := f.slack.Message("C1", ask.TS); m.HasButtons() || !strings.Contains(string(m.Blocks), "Denied") || !strings.Contains(string(m.Blocks), "grace") {
 			return fmt.Errorf("the approval does not show the denial: %s", m.Blocks)
 		}
@@ -434,7 +435,7 @@ func TestSlashCommandStartsAThread(t *testing.T) {
 		t.Errorf("thread starter %v", starter.Args["text"])
 	}
 	f.harnessAnswers(t, reqs[0], 0, "Summary.")
-	waitFor(t, 20*time.Second, func() error {
+	natstest.WaitFor(t, 20*time.Second, func() error {
 		if got := slacktest.Texts(f.replies("C1", ts)); len(got) != 2 || got[1] != "Summary." {
 			return fmt.Errorf("thread: %q", got)
 		}

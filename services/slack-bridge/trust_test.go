@@ -12,6 +12,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
 	slackbridge "corral.dev/services/slack-bridge"
 	"corral.dev/services/slack-bridge/slacktest"
@@ -26,7 +27,7 @@ func TestForgedEventsPostNothing(t *testing.T) {
 	ok(t)(f.app.Event("Ev1", f.app.AppMention("C1", "U1", "go", root, "")))
 	req := f.requests(t)[0]
 	f.record(t, &event.SessionRequested{Header: header(event.TypeSessionRequested, req.Tenant, req.Session), Request: req.ID, User: req.User, Prompt: req.Prompt})
-	waitFor(t, 20*time.Second, func() error {
+	natstest.WaitFor(t, 20*time.Second, func() error {
 		if got := slacktest.Texts(f.replies("C1", root)); len(got) != 1 {
 			return fmt.Errorf("thread: %q, want the progress message", got)
 		}
@@ -65,7 +66,7 @@ func TestForgedEventsPostNothing(t *testing.T) {
 		}
 	}
 	f.record(t, &event.SessionCompleted{Header: header(event.TypeSessionCompleted, req.Tenant, req.Session), Answer: "Real answer."})
-	waitFor(t, 20*time.Second, func() error {
+	natstest.WaitFor(t, 20*time.Second, func() error {
 		if got := slacktest.Texts(f.replies("C1", root)); len(got) < 2 || got[len(got)-1] != "Real answer." {
 			return fmt.Errorf("thread: %q, want the real answer last", got)
 		}
