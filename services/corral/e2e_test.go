@@ -55,6 +55,7 @@ type platform struct {
 	model  *modeltest.Server
 	getenv func(string) string
 	log    *syncBuffer
+	admin  nats.Option // how a test's own server signs in its admin
 }
 
 // startDev runs `corral dev` on a free port and a fresh data directory,
@@ -492,6 +493,9 @@ func TestLargePayloadsStayOutOfTheLog(t *testing.T) {
 // connect connects to the platform as its administrator, with the password
 // corral dev keeps in its data directory.
 func (p *platform) connect(opts ...nats.Option) (*nats.Conn, error) {
+	if p.admin != nil { // a test's own server
+		return nats.Connect(p.url, append([]nats.Option{p.admin}, opts...)...)
+	}
 	if p.data == "" { // a test's own server, which signs in no one
 		return nats.Connect(p.url, opts...)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -62,7 +63,7 @@ func (v *violations) seen(subject string) bool {
 
 // connectAs connects as user; the connection is closed when the test ends,
 // after the cleanups registered later (the services' shutdown) have run.
-func connectAs(t *testing.T, url, user string) (jetstream.JetStream, *violations) {
+func connectAs(t testing.TB, url, user string) (jetstream.JetStream, *violations) {
 	t.Helper()
 	return connectWith(t, url, user, password(user))
 }
@@ -70,7 +71,7 @@ func connectAs(t *testing.T, url, user string) (jetstream.JetStream, *violations
 // startDeployedServer starts deploy/nats.conf's server, with every user's
 // password set and an auth service's issuer key, and returns its URL and
 // the issuer's seed.
-func startDeployedServer(t *testing.T) (url, seed string) {
+func startDeployedServer(t testing.TB) (url, seed string) {
 	t.Helper()
 	for user, env := range natsUsers {
 		t.Setenv(env, password(user))
@@ -90,7 +91,7 @@ func startDeployedServer(t *testing.T) (url, seed string) {
 
 // issue keeps a new credential in the credentials bucket as the admin
 // (ajs) and returns it with its secret.
-func issue(t *testing.T, ajs jetstream.JetStream, tenant, user string, role credential.Role) (credential.Credential, string) {
+func issue(t testing.TB, ajs jetstream.JetStream, tenant, user string, role credential.Role) (credential.Credential, string) {
 	t.Helper()
 	c, secret, err := credential.New(tenant, user, role, "test")
 	if err != nil {
@@ -110,7 +111,7 @@ func issue(t *testing.T, ajs jetstream.JetStream, tenant, user string, role cred
 // connectWith connects signed in as user with password (a service's, or a
 // credential's, whose inbox it takes), collecting the permission
 // violations the server reports.
-func connectWith(t *testing.T, url, user, pass string) (jetstream.JetStream, *violations) {
+func connectWith(t testing.TB, url, user, pass string) (jetstream.JetStream, *violations) {
 	t.Helper()
 	v := &violations{}
 	nc, err := nats.Connect(url, bus.SignIn(user, pass), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
@@ -131,17 +132,26 @@ func connectWith(t *testing.T, url, user, pass string) (jetstream.JetStream, *vi
 	return js, v
 }
 
-// TestDeployedPermissions runs every service under its own user of
-// deploy/nats.conf through a session that needs an approval and a memory,
-// then proves what each user may not do.
-func TestDeployedPermissions(t *testing.T) {
-	url, seed := startDeployedServer(t)
+// deployment is deploy/nats.conf's server with every service running in
+// this process under its own user: the harness, sandbox-manager, memory,
+// auth and approval services. Its platform's client (corral) signs in with
+// a reviewer's credential of acme for ada.
+type deployment struct {
+	*platform
+	key        ed25519.PrivateKey             // the approval service's signing key
+	admin      jetstream.JetStream            // signed in as the admin
+	js         map[string]jetstream.JetStream // each service's connection
+	violations map[string]*violations         // what the server refused each service
+}
 
-	fake := modeltest.New(t, byPrompt(map[string][]modeltest.Call{
-		"push and remember": {bash("echo git push done"), write("/memories/release.md", "pushed\n"), read("/memories/release.md")},
-	}))
+// startDeployment starts a deployment whose model runs script; env adds to
+// the services' settings.
+func startDeployment(t testing.TB, script modeltest.Script, env map[string]string) *deployment {
+	t.Helper()
+	url, seed := startDeployedServer(t)
+	fake := modeltest.New(t, script)
 	_, key, _ := ed25519.GenerateKey(nil)
-	env := map[string]string{
+	vars := map[string]string{
 		"OPENAI_BASE_URL": fake.URL() + "/v1", "OPENAI_API_KEY": "sk-test", "CORRAL_MODEL": "openai:gpt-test",
 		"CORRAL_DATA_DIR": t.TempDir(), "CORRAL_SHUTDOWN_GRACE": "1s",
 		"CORRAL_APPROVAL_SIGNING_KEY": event.EncodeKey(key),
@@ -149,25 +159,28 @@ func TestDeployedPermissions(t *testing.T) {
 		"CORRAL_REVIEWER_TOKENS":      "grace=" + graceToken, "CORRAL_AUTH_ISSUER_SEED": seed,
 		"CORRAL_TENANT": "acme", "CORRAL_USER": "ada",
 	}
-	getenv := func(k string) string { return env[k] }
+	maps.Copy(vars, env)
+	getenv := func(k string) string { return vars[k] }
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	log := slog.New(slog.DiscardHandler)
 	type runner interface{ Run(context.Context) error }
+	d := &deployment{platform: &platform{url: url, getenv: getenv, model: fake, admin: bus.SignIn(credential.UserAdmin, password(credential.UserAdmin))},
+		key: key, js: map[string]jetstream.JetStream{}, violations: map[string]*violations{}}
 	// The streams are set up by the administrator: the services may not
 	// create or change them.
-	ajs, _ := connectAs(t, url, "admin")
-	if err := bus.Setup(ctx, ajs); err != nil {
+	d.admin, _ = connectAs(t, url, credential.UserAdmin)
+	if err := bus.Setup(ctx, d.admin); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := memory.NewKVStore(ctx, ajs); err != nil {
+	if _, err := memory.NewKVStore(ctx, d.admin); err != nil {
 		t.Fatal(err)
 	}
-	// The client (corral) signs in with a reviewer's credential of acme.
-	client, secret := issue(t, ajs, "acme", "ada", credential.RoleReviewer)
-	env["CORRAL_NATS_USER"], env["CORRAL_NATS_PASSWORD"] = client.ID, secret
-	start := func(user string, mk func(js jetstream.JetStream) (runner, error)) (jetstream.JetStream, *violations) {
+	client, secret := issue(t, d.admin, "acme", "ada", credential.RoleReviewer)
+	vars["CORRAL_NATS_USER"], vars["CORRAL_NATS_PASSWORD"] = client.ID, secret
+	start := func(user string, mk func(js jetstream.JetStream) (runner, error)) {
 		js, v := connectAs(t, url, user)
+		d.js[user], d.violations[user] = js, v
 		r, err := mk(js)
 		if err != nil {
 			t.Fatalf("%s: %v", user, err)
@@ -180,23 +193,22 @@ func TestDeployedPermissions(t *testing.T) {
 				t.Errorf("%s: %v", user, err)
 			}
 		}()
-		return js, v
 	}
-	hjs, hv := start("harness", func(js jetstream.JetStream) (runner, error) {
+	start(credential.UserHarness, func(js jetstream.JetStream) (runner, error) {
 		cfg, err := harness.LoadConfig(getenv)
 		if err != nil {
 			return nil, err
 		}
 		return harness.New(ctx, cfg, js, log)
 	})
-	sjs, sv := start("sandbox-manager", func(js jetstream.JetStream) (runner, error) {
+	start(credential.UserSandbox, func(js jetstream.JetStream) (runner, error) {
 		cfg, err := sandboxmanager.LoadConfig(getenv)
 		if err != nil {
 			return nil, err
 		}
 		return sandboxmanager.New(ctx, cfg, js, log)
 	})
-	mjs, mv := start("memory", func(js jetstream.JetStream) (runner, error) {
+	start(credential.UserMemory, func(js jetstream.JetStream) (runner, error) {
 		cfg, err := memory.LoadConfig(getenv)
 		if err != nil {
 			return nil, err
@@ -207,23 +219,37 @@ func TestDeployedPermissions(t *testing.T) {
 		}
 		return memory.New(ctx, cfg, js, store, log)
 	})
-	_, authv := start("auth", func(js jetstream.JetStream) (runner, error) {
+	start(credential.UserAuth, func(js jetstream.JetStream) (runner, error) {
 		cfg, err := auth.LoadConfig(getenv)
 		if err != nil {
 			return nil, err
 		}
 		return auth.New(ctx, cfg, js, log)
 	})
-	_, av := start("approval", func(js jetstream.JetStream) (runner, error) {
+	start(credential.UserApproval, func(js jetstream.JetStream) (runner, error) {
 		cfg, err := approval.LoadConfig(getenv)
 		if err != nil {
 			return nil, err
 		}
 		return approval.New(ctx, cfg, js, log)
 	})
+	return d
+}
+
+// TestDeployedPermissions runs every service under its own user of
+// deploy/nats.conf through a session that needs an approval and a memory,
+// then proves what each user may not do.
+func TestDeployedPermissions(t *testing.T) {
+	d := startDeployment(t, byPrompt(map[string][]modeltest.Call{
+		"push and remember": {bash("echo git push done"), write("/memories/release.md", "pushed\n"), read("/memories/release.md")},
+	}), nil)
+	p, key, ctx, url := d.platform, d.key, context.Background(), d.url
+	client := credential.Credential{ID: p.getenv("CORRAL_NATS_USER")}
+	secret := p.getenv("CORRAL_NATS_PASSWORD")
+	hjs, sjs, mjs := d.js[credential.UserHarness], d.js[credential.UserSandbox], d.js[credential.UserMemory]
+	hv, sv, mv := d.violations[credential.UserHarness], d.violations[credential.UserSandbox], d.violations[credential.UserMemory]
 
 	// The whole flow works under these permissions.
-	p := &platform{url: url, getenv: getenv, model: fake}
 	run := p.runBackground(t, "acme", "push and remember")
 	id, _ := p.pending(t, "acme")
 	if code, _, stderr := p.corral(t, "approve", id.String()); code != 0 {
@@ -241,7 +267,7 @@ func TestDeployedPermissions(t *testing.T) {
 		}
 		return nil
 	})
-	for name, v := range map[string]*violations{"harness": hv, "sandbox-manager": sv, "memory": mv, "approval": av, "auth": authv} {
+	for name, v := range d.violations {
 		if len(v.errs) > 0 {
 			t.Errorf("%s hit permission violations in normal work: %v", name, v.errs)
 		}
