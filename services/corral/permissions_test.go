@@ -1,10 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -48,6 +48,17 @@ func password(user string) string { return "pw-of-" + user }
 type violations struct {
 	mu   sync.Mutex
 	errs []string
+}
+
+// Write keeps the log lines of a connection that report a permission
+// violation.
+func (v *violations) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("Permissions Violation")) {
+		v.mu.Lock()
+		v.errs = append(v.errs, string(p))
+		v.mu.Unlock()
+	}
+	return len(p), nil
 }
 
 func (v *violations) seen(subject string) bool {
@@ -109,18 +120,13 @@ func issue(t testing.TB, ajs jetstream.JetStream, tenant, user string, role cred
 }
 
 // connectWith connects signed in as user with password (a service's, or a
-// credential's, whose inbox it takes), collecting the permission
-// violations the server reports.
+// credential's, whose inbox it takes), as the services and the CLI do
+// ([bus.Connect]: an operation the server refuses fails at once),
+// collecting the permission violations the server reports.
 func connectWith(t testing.TB, url, user, pass string) (jetstream.JetStream, *violations) {
 	t.Helper()
 	v := &violations{}
-	nc, err := nats.Connect(url, bus.SignIn(user, pass), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(err.Error(), "Permissions Violation") {
-			v.mu.Lock()
-			v.errs = append(v.errs, err.Error())
-			v.mu.Unlock()
-		}
-	}))
+	nc, err := bus.Connect(url, user, slog.New(slog.NewTextHandler(v, nil)), bus.SignIn(user, pass))
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
 	}
