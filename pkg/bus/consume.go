@@ -169,12 +169,14 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 	// the limit is enforced in handle instead, so a message that fails
 	// every delivery is still given up on the record.
 	cfg.MaxDeliver = -1
-	cons, err := js.CreateOrUpdateConsumer(ctx, c.Stream, cfg)
+	cctx, stop := WhilePermitted(ctx, js.Conn(), ConsumerAPI(c.Stream))
+	cons, err := js.CreateOrUpdateConsumer(cctx, c.Stream, cfg)
+	stop()
 	if err != nil && ctx.Err() != nil {
 		return nil // stopped before it started
 	}
 	if err != nil {
-		return fmt.Errorf("create consumer %s: %w", c.Config.Durable, err)
+		return fmt.Errorf("create consumer %s: %w", c.Config.Durable, Refusal(cctx, err))
 	}
 	log := c.Logger.With("stream", c.Stream, "consumer", c.Config.Durable)
 

@@ -186,13 +186,15 @@ func ReadByConsumer(ctx context.Context, js jetstream.JetStream, stream, filter 
 	if last.StreamSeq <= seq {
 		return nil, nil
 	}
+	ctx, stop := WhilePermitted(ctx, js.Conn(), ConsumerAPI(stream))
+	defer stop()
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
 	if seq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
 	}
 	cons, err := js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
+		return nil, fmt.Errorf("read %s after %d: %w", filter, seq, Refusal(ctx, err))
 	}
 	var out []Msg
 	for {
@@ -200,7 +202,7 @@ func ReadByConsumer(ctx context.Context, js jetstream.JetStream, stream, filter 
 		msg, err := cons.Next(jetstream.FetchContext(rctx))
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
+			return nil, fmt.Errorf("read %s after %d: %w", filter, seq, Refusal(ctx, err))
 		}
 		meta, err := msg.Metadata()
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"sync"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
@@ -44,14 +45,15 @@ func refused(nc *nats.Conn, err error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for w := range ws.by {
-		if w.subject == m[1] {
+		if server.SubjectMatchesFilter(m[1], w.subject) {
 			w.cancel(ErrRefused)
 		}
 	}
 }
 
 // WhilePermitted returns a context that ends as ctx does, or as soon as
-// the server reports refusing nc a publish on subject, with a cause
+// the server reports refusing nc a publish on subject (which may hold
+// wildcards: [ConsumerAPI], say), with a cause
 // wrapping [ErrRefused]: a request whose publish was refused then fails
 // at once instead of waiting out its time-out. The server reports only
 // to connections made by [Connect]. The caller calls the returned
@@ -71,6 +73,12 @@ func WhilePermitted(ctx context.Context, nc *nats.Conn, subject string) (context
 		cancel(nil)
 	}
 }
+
+// ConsumerAPI is the subject of every request of the JetStream API about
+// the consumers of stream (creating one, looking one up, deleting one),
+// for [WhilePermitted]: a consumer whose creation the server refuses
+// fails at once.
+func ConsumerAPI(stream string) string { return "$JS.API.CONSUMER.*." + stream + ".>" }
 
 // Refusal returns the cause of ctx's end if it wraps [ErrRefused], else
 // err: what to report of an operation under [WhilePermitted].

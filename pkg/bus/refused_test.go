@@ -63,4 +63,16 @@ func TestRefusedPublishFailsAtOnce(t *testing.T) {
 	if _, err := bus.LastBySubject(ctx, js, "REQ", "requests.acme.x"); err != nil {
 		t.Errorf("permitted read: %v", err)
 	}
+	// And a consumer, for a read or for work, the server will not create.
+	if _, err := bus.ReadByConsumer(ctx, js, "REQ", "requests.acme.x", 0); !errors.Is(err, bus.ErrRefused) {
+		t.Errorf("read through a refused consumer: %v, want %v", err, bus.ErrRefused)
+	}
+	err = bus.Consume(ctx, js, bus.Consumer{Stream: "REQ", Config: jetstream.ConsumerConfig{Durable: "work"},
+		Handler: func(context.Context, bus.Msg) error { return nil }})
+	if !errors.Is(err, bus.ErrRefused) {
+		t.Errorf("consume from a refused consumer: %v, want %v", err, bus.ErrRefused)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("the refusals took %v", 10*bus.RequestTimeout)
+	}
 }
