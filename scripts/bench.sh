@@ -4,6 +4,10 @@
 # fork-exec, a bare bwrap start and a bare JetStream round trip, and what is
 # left of it without the command, Corral's own cost; a whole step around one
 # call, and what is left of it without the command and the model's part;
+# the step and the throughput each in the open configuration (no users)
+# and the deployed one (deploy/nats.conf, every service under its own
+# user, the client signed in with a credential), one after the other; what
+# judging an event read from a session log costs next to decoding it alone;
 # sandbox cold start and warm call; throughput with 64 sessions; resume
 # after SIGKILL; corral stop killing a running call, next to killing a bare
 # process; workspace snapshots and restores; resume from suspension, what a
@@ -22,6 +26,7 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 (cd services/sandbox-manager && go test -run '^$' -bench 'SuspendedMemory' -benchtime 100x ./internal/sandbox) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ModelRoundTrip|ToolCallRoundTrip|StepRoundTrip' -benchtime "${n}x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Throughput' -benchtime "$((n * 20))x" .) | tee -a "$out"
+(cd pkg && go test -run '^$' -bench 'Judge' -benchtime "$((n * 1000))x" ./sessionlog) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Resume' -benchtime 3x .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Stop|KillProcess' -benchtime "$((n / 10 + 1))x" .) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'SnapshotCallChanges|1MB' -benchtime "$((n / 10 + 1))x" . && go test -run '^$' -bench '100MB' -benchtime 3x .) | tee -a "$out"
@@ -41,14 +46,28 @@ awk '/^Benchmark/ {
 		else if (unit ~ /p99-ms$/) p99=$i " ms"
 		else if (unit == "ns/op") mean=$i
 		else if (unit !~ /^(B|allocs)\/op$/) other=other $i " " unit " "
+		if (unit == "calls/s") tp[name]=$i
 	}
-	if (p50 == "" && mean != "" && (other == "" || other ~ /MB\/s/)) p50=sprintf("%.2f ms (mean)", mean / 1e6)
+	if (p50 == "" && mean != "" && (other == "" || other ~ /MB\/s/)) {
+		if (mean < 1e5) { p50=sprintf("%.2f µs (mean)", mean / 1e3); us[name]=mean / 1e3 }
+		else p50=sprintf("%.2f ms (mean)", mean / 1e6)
+	}
 	printf "| %s | %s | %s | %s|\n", name, p50, p99, other
 	split(p50, v, " "); ms[name]=v[1]
+	split(p99, v, " "); ms99[name]=v[1]
 }
 END {
 	if (("ToolCallRoundTrip" in ms) && ("WarmCall" in ms))
 		printf "| OwnCost (ToolCallRoundTrip - WarmCall) | %.2f ms | | |\n", ms["ToolCallRoundTrip"] - ms["WarmCall"]
-	if (("StepRoundTrip" in ms) && ("WarmCall" in ms) && ("ModelRoundTrip" in ms))
-		printf "| StepOwnCost (StepRoundTrip - WarmCall - ModelRoundTrip) | %.2f ms | | |\n", ms["StepRoundTrip"] - ms["WarmCall"] - ms["ModelRoundTrip"]
+	for (c = 1; c <= 2; c++) {
+		step = c == 1 ? "StepRoundTrip/open" : "StepRoundTrip/deployed"
+		if ((step in ms) && ("WarmCall" in ms) && ("ModelRoundTrip" in ms))
+			printf "| StepOwnCost%s (%s - WarmCall - ModelRoundTrip) | %.2f ms | | |\n", c == 1 ? "" : "/deployed", step, ms[step] - ms["WarmCall"] - ms["ModelRoundTrip"]
+	}
+	if (("StepRoundTrip/open" in ms) && ("StepRoundTrip/deployed" in ms))
+		printf "| StepRoundTrip deployed/open | %.2f× | %.2f× | |\n", ms["StepRoundTrip/deployed"] / ms["StepRoundTrip/open"], ms99["StepRoundTrip/deployed"] / ms99["StepRoundTrip/open"]
+	if (("Throughput/open" in tp) && ("Throughput/deployed" in tp))
+		printf "| Throughput deployed/open | | | %.2f× |\n", tp["Throughput/deployed"] / tp["Throughput/open"]
+	if (("Judge/judge" in us) && ("Judge/parse" in us))
+		printf "| JudgeCost (Judge/judge - Judge/parse) | %.2f µs (mean) | | per event |\n", us["Judge/judge"] - us["Judge/parse"]
 }' "$out"

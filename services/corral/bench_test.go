@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,11 +46,69 @@ func benchPlatform(b testing.TB, script modeltest.Script) (*server.Server, jetst
 	srv, _, js := natstest.Run(b)
 	fake := modeltest.New(b, script)
 	env := map[string]string{
-		"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": "k", "CORRAL_MODEL": "openai:bench",
-		"CORRAL_DATA_DIR": b.TempDir(), "CORRAL_SHUTDOWN_GRACE": "1s", "CORRAL_MAX_TURNS": "1000000",
-		"CORRAL_NATS_URL": srv.ClientURL(), "CORRAL_POLICY_FILE": benchPolicy(b),
+		"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": "k",
+		"CORRAL_DATA_DIR": b.TempDir(), "CORRAL_SHUTDOWN_GRACE": "1s",
+		"CORRAL_NATS_URL": srv.ClientURL(),
 	}
+	maps.Copy(env, benchSettings(b))
 	return srv, js, func(k string) string { return env[k] }
+}
+
+// benchSettings are the services' settings every benchmark platform
+// shares, open or deployed: the fake model, priced (see [benchPolicy]),
+// and no limit on a session's turns.
+func benchSettings(b testing.TB) map[string]string {
+	b.Helper()
+	return map[string]string{"CORRAL_MODEL": "openai:bench", "CORRAL_MAX_TURNS": "1000000", "CORRAL_POLICY_FILE": benchPolicy(b)}
+}
+
+// benchClient is the client a benchmark starts sessions with: its
+// connection, and the tenant and user its requests are of.
+type benchClient struct {
+	js     jetstream.JetStream
+	tenant string
+	user   string
+}
+
+// benchConfigs are the configurations the step and throughput benchmarks
+// measure side by side, in one run, as sub-benchmarks of these names.
+var benchConfigs = []struct {
+	name  string
+	start func(b *testing.B, script modeltest.Script) benchClient
+}{
+	{"open", openClient},
+	{"deployed", deployedClient},
+}
+
+// openClient runs a harness and a sandbox-manager on an embedded server
+// with no users, all on the one connection the client uses too, and
+// returns that client, of tenant bench and user bench.
+func openClient(b *testing.B, script modeltest.Script) benchClient {
+	b.Helper()
+	return benchClient{js: inproc(b, script), tenant: "bench", user: "bench"}
+}
+
+// deployedClient starts a deployment (deploy/nats.conf's server; the
+// harness, sandbox-manager, memory, auth and approval services, each
+// under its own user) with the benchmarks' settings, and returns its
+// client, signed in with its credential through the auth service. The
+// benchmark fails if anyone hit a permission violation.
+func deployedClient(b *testing.B, script modeltest.Script) benchClient {
+	b.Helper()
+	d := startDeployment(b, script, benchSettings(b))
+	js, v := connectWith(b, d.url, d.getenv("CORRAL_NATS_USER"), d.getenv("CORRAL_NATS_PASSWORD"))
+	b.Cleanup(func() {
+		all := maps.Clone(d.violations)
+		all["client"] = v
+		for who, v := range all {
+			v.mu.Lock()
+			if len(v.errs) > 0 {
+				b.Errorf("%s hit permission violations: %v", who, v.errs)
+			}
+			v.mu.Unlock()
+		}
+	})
+	return benchClient{js: js, tenant: d.getenv("CORRAL_TENANT"), user: d.getenv("CORRAL_USER")}
 }
 
 // benchPolicy writes the default policy with the fake model priced as the
@@ -106,28 +165,38 @@ func runServices(b testing.TB, js jetstream.JetStream, getenv func(string) strin
 }
 
 // endsOfSessions follows the sessions of a tenant to their ends with one
-// consumer, as a client running many sessions would, rather than one
-// consumer per session.
+// consumer per kind of end, as a client running many sessions would,
+// rather than one consumer per session.
 type endsOfSessions struct {
 	mu      sync.Mutex
 	waiting map[uuid.UUID]chan struct{}
 }
 
-// followEnds starts following the ends of tenant's sessions until the
-// benchmark ends; a session that fails fails the benchmark.
-func followEnds(b *testing.B, js jetstream.JetStream, tenant string) *endsOfSessions {
+// followEnds starts following the ends of c's tenant's sessions until the
+// benchmark ends; a session that fails fails the benchmark. Each consumer
+// has one filter, as a client's permissions require.
+func followEnds(b *testing.B, c benchClient) *endsOfSessions {
 	b.Helper()
 	e := &endsOfSessions{waiting: make(map[uuid.UUID]chan struct{})}
-	cons, err := js.OrderedConsumer(context.Background(), bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{
-			fmt.Sprintf("events.%s.*.%s.*", tenant, event.Kind(event.TypeSessionCompleted)),
-			fmt.Sprintf("events.%s.*.%s.*", tenant, event.Kind(event.TypeSessionFailed)),
-		},
-	})
-	if err != nil {
-		b.Fatal(err)
+	for _, typ := range []string{event.TypeSessionCompleted, event.TypeSessionFailed} {
+		cons, err := c.js.OrderedConsumer(context.Background(), bus.StreamEvents, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{fmt.Sprintf("events.%s.*.%s.*", c.tenant, event.Kind(typ))},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cc, err := cons.Consume(e.ended(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(cc.Stop)
 	}
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
+	return e
+}
+
+// ended handles the end of a session.
+func (e *endsOfSessions) ended(b *testing.B) jetstream.MessageHandler {
+	return func(msg jetstream.Msg) {
 		a, err := sessionlog.ParseSubject(msg.Subject())
 		if err != nil {
 			b.Error(err)
@@ -144,39 +213,36 @@ func followEnds(b *testing.B, js jetstream.JetStream, tenant string) *endsOfSess
 		if done != nil {
 			close(done)
 		}
-	})
-	if err != nil {
-		b.Fatal(err)
 	}
-	b.Cleanup(cc.Stop)
-	return e
 }
 
-// start publishes a request and returns a channel closed when the session
-// ends.
-func (e *endsOfSessions) start(b *testing.B, js jetstream.JetStream, tenant string) <-chan struct{} {
+// start publishes a request of c's and returns a channel closed when the
+// session ends.
+func (e *endsOfSessions) start(b *testing.B, c benchClient) <-chan struct{} {
 	session := uuid.Must(uuid.NewV7())
 	done := make(chan struct{})
 	e.mu.Lock()
 	e.waiting[session] = done
 	e.mu.Unlock()
-	req := event.Request{Header: event.NewHeader(event.TypeRequest, tenant, session), User: "bench", Prompt: "go"}
-	if err := bus.Publish(context.Background(), js, bus.RequestSubject(tenant, session, req.User), req.ID.String(), &req); err != nil {
+	req := event.Request{Header: event.NewHeader(event.TypeRequest, c.tenant, session), User: c.user, Prompt: "go"}
+	if err := bus.Publish(context.Background(), c.js, bus.RequestSubject(c.tenant, session, req.User), req.ID.String(), &req); err != nil {
 		b.Fatal(err)
 	}
 	return done
 }
 
-func startSessionPrompt(b *testing.B, js jetstream.JetStream, tenant, prompt string) (uuid.UUID, <-chan struct{}) {
+// startSessionPrompt publishes a request of c's with prompt, and returns
+// the new session and a channel closed when it ends; a session that does
+// not complete fails the benchmark. It follows the session's lifecycle
+// events with one consumer of one filter, as a client's permissions
+// require.
+func startSessionPrompt(b *testing.B, c benchClient, prompt string) (uuid.UUID, <-chan struct{}) {
 	b.Helper()
 	ctx := context.Background()
 	session := uuid.Must(uuid.NewV7())
 	done := make(chan struct{})
-	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{
-			sessionlog.SessionKind(tenant, session, event.TypeSessionCompleted),
-			sessionlog.SessionKind(tenant, session, event.TypeSessionFailed),
-		},
+	cons, err := c.js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{bus.SessionLifecycle(c.tenant, session)},
 		InactiveThreshold: time.Second,
 	})
 	if err != nil {
@@ -184,15 +250,23 @@ func startSessionPrompt(b *testing.B, js jetstream.JetStream, tenant, prompt str
 	}
 	go func() {
 		defer close(done)
-		msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Minute))
-		if err != nil {
-			b.Errorf("session %s: %v", session, err)
-		} else if msg.Subject() != sessionlog.Subject(tenant, session, event.TypeSessionCompleted, sessionlog.Harness) {
-			b.Errorf("session %s: %s", session, msg.Data())
+		for {
+			msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Minute))
+			if err != nil {
+				b.Errorf("session %s: %v", session, err)
+				return
+			}
+			if msg.Subject() == sessionlog.Subject(c.tenant, session, event.TypeSessionRequested, sessionlog.Harness) {
+				continue
+			}
+			if msg.Subject() != sessionlog.Subject(c.tenant, session, event.TypeSessionCompleted, sessionlog.Harness) {
+				b.Errorf("session %s: %s", session, msg.Data())
+			}
+			return
 		}
 	}()
-	req := event.Request{Header: event.NewHeader(event.TypeRequest, tenant, session), User: "bench", Prompt: prompt}
-	if err := bus.Publish(ctx, js, bus.RequestSubject(tenant, session, req.User), req.ID.String(), &req); err != nil {
+	req := event.Request{Header: event.NewHeader(event.TypeRequest, c.tenant, session), User: c.user, Prompt: prompt}
+	if err := bus.Publish(ctx, c.js, bus.RequestSubject(c.tenant, session, req.User), req.ID.String(), &req); err != nil {
 		b.Fatal(err)
 	}
 	return session, done
@@ -219,13 +293,20 @@ func percentiles(b *testing.B, ds []time.Duration, prefix string) (p50, p99 floa
 // the next turn. Each op is the time from the fake model's answer to its
 // next request. Sessions run one after the other, rtTurns calls each, so
 // the conversation the harness sends stays small; each session's first
-// call cold-starts its sandbox and is not counted.
+// call cold-starts its sandbox and is not counted. It runs in each of
+// [benchConfigs], one after the other.
 func BenchmarkStepRoundTrip(b *testing.B) {
+	for _, cfg := range benchConfigs {
+		b.Run(cfg.name, func(b *testing.B) { stepRoundTrip(b, cfg.start) })
+	}
+}
+
+func stepRoundTrip(b *testing.B, newClient func(*testing.B, modeltest.Script) benchClient) {
 	const rtTurns = 20
 	var mu sync.Mutex
 	var ds []time.Duration
 	answered := map[string]time.Time{} // by session prompt
-	js := inproc(b, func(c modeltest.Conversation) (modeltest.Turn, error) {
+	client := newClient(b, func(c modeltest.Conversation) (modeltest.Turn, error) {
 		now := time.Now()
 		n := modeltest.Turns(c)
 		key := c.Messages[0].Text
@@ -245,10 +326,12 @@ func BenchmarkStepRoundTrip(b *testing.B) {
 	})
 	b.ResetTimer()
 	for i := 0; i < b.N; i += rtTurns - 1 {
-		_, done := startSessionPrompt(b, js, "bench", fmt.Sprint("session ", i))
+		_, done := startSessionPrompt(b, client, fmt.Sprint("session ", i))
 		<-done
 	}
 	b.StopTimer()
+	mu.Lock()
+	defer mu.Unlock()
 	percentiles(b, ds, "")
 }
 
@@ -339,7 +422,7 @@ func BenchmarkModelRoundTrip(b *testing.B) {
 		mu.Unlock()
 		return modeltest.Turn{Text: "done"}, nil
 	})
-	_, done := startSessionPrompt(b, js, "bench", "session 0")
+	_, done := startSessionPrompt(b, benchClient{js: js, tenant: "bench", user: "bench"}, "session 0")
 	<-done
 	fake := modeltest.New(b, func(modeltest.Conversation) (modeltest.Turn, error) {
 		return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "true"}}}}, nil
@@ -371,24 +454,31 @@ func BenchmarkModelRoundTrip(b *testing.B) {
 // Glob per turn (a call that runs no process) and answers instantly, and
 // reports tool calls per second. Each session makes tpTurns calls, and a
 // new one starts as one ends, so that the conversations the harness sends
-// and the fake model parses stay small.
+// and the fake model parses stay small. It runs in each of
+// [benchConfigs], one after the other.
 func BenchmarkThroughput(b *testing.B) {
+	for _, cfg := range benchConfigs {
+		b.Run(cfg.name, func(b *testing.B) { throughput(b, cfg.start) })
+	}
+}
+
+func throughput(b *testing.B, newClient func(*testing.B, modeltest.Script) benchClient) {
 	const sessions, tpTurns = 64, 10
-	js := inproc(b, func(c modeltest.Conversation) (modeltest.Turn, error) {
+	client := newClient(b, func(c modeltest.Conversation) (modeltest.Turn, error) {
 		if modeltest.Turns(c) < tpTurns {
 			return modeltest.Turn{Calls: []modeltest.Call{{Name: "Glob", Input: map[string]any{"pattern": "*"}}}}, nil
 		}
 		return modeltest.Turn{Text: "done"}, nil
 	})
 	per := max(b.N/(sessions*tpTurns), 1)
-	ends := followEnds(b, js, "bench")
+	ends := followEnds(b, client)
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range sessions {
 		wg.Go(func() {
 			for range per {
-				<-ends.start(b, js, "bench")
+				<-ends.start(b, client)
 			}
 		})
 	}

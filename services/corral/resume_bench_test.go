@@ -90,7 +90,7 @@ func BenchmarkResume(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		session, done := startSessionPrompt(b, js, "bench", fmt.Sprint("resume ", i))
+		session, done := startSessionPrompt(b, benchClient{js: js, tenant: "bench", user: "bench"}, fmt.Sprint("resume ", i))
 		key := <-waiting
 		if key != fmt.Sprint("resume ", i) {
 			b.Fatalf("waiting in %q, want resume %d", key, i)
