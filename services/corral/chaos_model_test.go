@@ -25,6 +25,7 @@ const (
 
 const (
 	chaosTenant = "chaos"
+	chaosUser   = "chaos" // whose credential publishes the sessions
 	effectsFile = "effects"
 	noteFile    = "note.txt"
 )

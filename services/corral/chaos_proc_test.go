@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -67,6 +68,7 @@ type chaosProc struct {
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	since    time.Time
+	started  bool // the supervisor runs, or ran
 	stopping bool
 	killed   bool // the running process was killed by the test
 	starts   int
@@ -85,7 +87,12 @@ func newChaosProc(t *testing.T, dir, name, bin string, args, env []string) *chao
 }
 
 // start runs the supervisor; stop ends it and the process.
-func (p *chaosProc) start() { go p.supervise() }
+func (p *chaosProc) start() {
+	p.mu.Lock()
+	p.started = true
+	p.mu.Unlock()
+	go p.supervise()
+}
 
 func (p *chaosProc) supervise() {
 	defer close(p.done)
@@ -345,7 +352,12 @@ func (p *chaosProc) stop() {
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
+	started := p.started
 	p.mu.Unlock()
+	if !started { // the test failed before it started the process
+		p.log.Close()
+		return
+	}
 	select {
 	case <-p.done:
 	case <-time.After(5 * time.Second):
@@ -378,21 +390,35 @@ func (p *chaosProc) tail(n int) string {
 	return string(bytes.Join(lines, []byte("\n")))
 }
 
-// crashes returns the lines of the log that tell of a Go panic or fatal
-// error: a crash the test did not cause.
-func (p *chaosProc) crashes() []string {
+// lines returns the lines of the log that re matches.
+func (p *chaosProc) lines(re *regexp.Regexp) []string {
 	data, err := os.ReadFile(p.logPath)
 	if err != nil {
 		return nil
 	}
 	var out []string
 	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") {
+		if re.MatchString(l) {
 			out = append(out, l)
 		}
 	}
 	return out
 }
+
+// crash finds a Go panic or fatal error in a log.
+var crash = regexp.MustCompile(`^(panic|fatal error): `)
+
+// crashes returns the lines of the log that tell of a Go panic or fatal
+// error: a crash the test did not cause.
+func (p *chaosProc) crashes() []string { return p.lines(crash) }
+
+// violation finds a permission violation in a log: a service's report of
+// one (bus.Connect logs it), or the server's.
+var violation = regexp.MustCompile(`Permissions Violation|Publish Violation|Subscription Violation`)
+
+// signInRefused finds, in the server's log, a sign-in it refused, and the
+// user it named.
+var signInRefused = regexp.MustCompile(`authentication error(?: - User "([^"]*)")?`)
 
 // momentWait bounds how long a moment func waits for its moment.
 const momentWait = 3 * time.Second

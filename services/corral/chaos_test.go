@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -28,10 +30,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
+	"corral.dev/services/auth"
 )
 
 var (
@@ -56,6 +60,14 @@ func isInterrupted(output string) bool {
 // and checks what Corral promises: every session finishes, no tool call is
 // lost, none runs twice, and the model is asked again only for a response a
 // crash kept from being recorded.
+//
+// It runs them as a deployment does: the server under deploy/nats.conf,
+// its streams and buckets set up by the admin user, each service signed in
+// as its own user with that user's permissions, and the sessions published
+// by a client signed in with a user's credential of the chaos tenant,
+// which the auth service (run in the test process) checks. A permission
+// violation reported to anyone, or a service's sign-in refused, fails the
+// test.
 //
 // The short form runs in CI; scripts/chaos.sh runs the long one.
 func TestChaos(t *testing.T) {
@@ -88,9 +100,17 @@ func TestChaos(t *testing.T) {
 	fake := modeltest.New(t, model.script)
 	modelURL, gate := slowProxy(t, fake.URL())
 
-	// The processes.
+	// The processes: the server under deploy/nats.conf (listening on a
+	// free port, with its store in dir), each service signed in as its own
+	// user.
 	port := natstest.FreePort(t)
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	config := chaosServerConfig(t, dir)
+	serverVars, issuerSeed := deployedServerEnv(t)
+	serverEnv := os.Environ()
+	for k, v := range serverVars {
+		serverEnv = append(serverEnv, k+"="+v)
+	}
 	data := filepath.Join(dir, "data")
 	env := append(os.Environ(),
 		"CORRAL_NATS_URL="+natsURL,
@@ -101,11 +121,14 @@ func TestChaos(t *testing.T) {
 		"CORRAL_LOG_LEVEL=debug",
 		"CORRAL_SHUTDOWN_GRACE=1s",
 	)
+	as := func(user string) []string {
+		return append(slices.Clip(env), "CORRAL_NATS_USER="+user, "CORRAL_NATS_PASSWORD="+password(user))
+	}
 	procs := map[string]*chaosProc{
 		compNATS: newChaosProc(t, dir, compNATS, bins[compNATS],
-			[]string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "nats")}, os.Environ()),
-		compHarness: newChaosProc(t, dir, compHarness, bins[compHarness], nil, env),
-		compSandbox: newChaosProc(t, dir, compSandbox, bins[compSandbox], nil, env),
+			[]string{"-c", config, "-a", "127.0.0.1", "-p", strconv.Itoa(port)}, serverEnv),
+		compHarness: newChaosProc(t, dir, compHarness, bins[compHarness], nil, as(credential.UserHarness)),
+		compSandbox: newChaosProc(t, dir, compSandbox, bins[compSandbox], nil, as(credential.UserSandbox)),
 	}
 	// Registered after the fake model's cleanup, so it runs before it.
 	t.Cleanup(func() {
@@ -120,25 +143,35 @@ func TestChaos(t *testing.T) {
 			t.Errorf("process %d outlived its stopped parent (killed now): %s", o.pid, oneLine(o.cmd, 300))
 		}
 	})
+	authLog := filepath.Join(dir, "auth.log")
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, name := range []string{compNATS, compHarness, compSandbox} {
 				t.Logf("chaos: last lines of the %s log (%s):\n%s", name, procs[name].logPath, procs[name].tail(60))
 			}
+			t.Logf("chaos: the auth service's log is %s", authLog)
 		}
 	})
 	procs[compNATS].start()
-	nc := chaosConnect(t, natsURL)
-	js, err := jetstream.New(nc)
+	// The administrator sets up the streams and buckets, as corral setup
+	// does: the services may not create or change them.
+	js, adminRefused := chaosConnect(t, natsURL, credential.UserAdmin, password(credential.UserAdmin))
+	setupCtx, setupDone := context.WithTimeout(context.Background(), time.Minute)
+	err = bus.Setup(setupCtx, js)
+	setupDone()
 	if err != nil {
 		t.Fatal(err)
 	}
+	authRefused := startChaosAuth(t, natsURL, issuerSeed, authLog)
+	cred, secret := issue(t, js, chaosTenant, chaosUser, credential.RoleUser)
+	client, clientRefused := chaosConnect(t, natsURL, cred.ID, secret)
 	procs[compHarness].start()
 	procs[compSandbox].start()
+	// Each service is up, signed in, once its consumers exist.
 	chaosRetry(t, 30*time.Second, func(ctx context.Context) error {
-		for _, s := range []string{bus.StreamRequests, bus.StreamEvents, bus.StreamTools} {
-			if _, err := js.Stream(ctx, s); err != nil {
-				return fmt.Errorf("stream %s: %w", s, err)
+		for _, c := range chaosConsumers {
+			if _, err := js.Consumer(ctx, c.stream, c.consumer); err != nil {
+				return fmt.Errorf("consumer %s: %w", c.consumer, err)
 			}
 		}
 		return nil
@@ -168,7 +201,7 @@ func TestChaos(t *testing.T) {
 	}
 	spread := time.Duration(nKills) * 3 * time.Second * 3 / 4
 	published := make(chan error, 1)
-	go func() { published <- publishSessions(ctx, js, sessions, spread) }()
+	go func() { published <- publishSessions(ctx, client, clientRefused, sessions, spread) }()
 
 	// Wait for every session to end, the kills to be made and the
 	// sessions to be published.
@@ -242,6 +275,28 @@ func TestChaos(t *testing.T) {
 			}
 		}
 	}
+	// Everyone worked within the permissions deploy/nats.conf gives them.
+	for name, v := range map[string]*violations{"admin": adminRefused, "auth": authRefused, "client": clientRefused} {
+		if errs := v.all(); len(errs) > 0 {
+			t.Errorf("the server refused the %s: %s", name, strings.Join(errs, "; "))
+		}
+	}
+	for name, p := range procs {
+		if refused := p.lines(violation); len(refused) > 0 {
+			t.Errorf("%s: permission violations in its log: %s", name, strings.Join(refused, "; "))
+		}
+	}
+	// A client signing in again after a restart of the server may come
+	// before the auth service is back, and be refused (it tries again); a
+	// service signs in with its password, and never is.
+	clientSignIns := 0
+	for _, l := range procs[compNATS].lines(signInRefused) {
+		if credential.IsID(signInRefused.FindStringSubmatch(l)[1]) {
+			clientSignIns++
+		} else {
+			t.Errorf("nats-server refused a service's sign-in: %s", oneLine(l, 300))
+		}
+	}
 	for name, p := range procs {
 		if exits := p.unexpectedExits(); len(exits) > 0 {
 			t.Logf("chaos: %s exited %d times on its own (restarted): %s", name, len(exits), strings.Join(exits, "; "))
@@ -251,9 +306,48 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	t.Logf("chaos: sessions=%d completed=%d tool_calls=%d kills=%d (harness=%d sandbox-manager=%d nats-server=%d) "+
-		"interrupted_calls=%d (with no sandbox-manager kill: %d) calls_without_dispatched_event=%d duplicate_model_answers=%d unexplained_duplicates=%d elapsed=%v",
+		"interrupted_calls=%d (with no sandbox-manager kill: %d) calls_without_dispatched_event=%d duplicate_model_answers=%d unexplained_duplicates=%d "+
+		"refused_client_sign_ins=%d elapsed=%v",
 		nSessions, r.completed, r.toolCalls, len(kills), counts[compHarness], counts[compSandbox], counts[compNATS],
-		r.interrupted, r.interruptedAlive, r.undispatched, r.duplicates, r.unexplained, elapsed.Round(time.Millisecond))
+		r.interrupted, r.interruptedAlive, r.undispatched, r.duplicates, r.unexplained, clientSignIns, elapsed.Round(time.Millisecond))
+}
+
+// deployedJetStream is deploy/nats.conf's jetstream block, which
+// [chaosServerConfig] replaces.
+var deployedJetStream = regexp.MustCompile(`(?m)^jetstream \{\s*store_dir: \S+\s*\}`)
+
+// chaosServerConfig writes dir/nats.conf, deploy/nats.conf with its store
+// in dir/nats, and returns its path. The flags -a and -p override the
+// config's listen address, but nats-server refuses -sd beside a config's
+// store_dir ("Duplicate 'store_dir' configuration"): the file includes
+// deploy/nats.conf, unchanged, and replaces its jetstream block, which
+// holds the store alone.
+func chaosServerConfig(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(deployedConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !deployedJetStream.Match(b) {
+		t.Fatalf("%s: the jetstream block sets more than store_dir, or is gone: the chaos test replaces it whole", deployedConfig)
+	}
+	abs, err := filepath.Abs(deployedConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(dir, abs) // an include is relative to its file
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "nats.conf")
+	conf := fmt.Sprintf("include %q\njetstream {\n  store_dir: %q\n}\n", rel, filepath.Join(dir, "nats"))
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func chaosSkip(t *testing.T, why string) {
@@ -318,18 +412,69 @@ func (g *modelGate) afterRelease(ctx context.Context) {
 	time.Sleep(rand.N(3 * time.Millisecond))
 }
 
-// chaosConnect connects the test's client, reconnecting forever.
-func chaosConnect(t *testing.T, url string) *nats.Conn {
+// chaosConnect connects the test's client signed in as user with pass
+// once the server takes the sign-in, reconnecting forever, and collects
+// the permission violations the server reports to it.
+func chaosConnect(t *testing.T, url, user, pass string) (jetstream.JetStream, *violations) {
 	t.Helper()
-	var nc *nats.Conn
 	chaosRetry(t, 30*time.Second, func(context.Context) error {
-		var err error
-		nc, err = nats.Connect(url, nats.Name("chaos-test"), nats.MaxReconnects(-1),
-			nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(-1))
-		return err
+		nc, err := nats.Connect(url, bus.SignIn(user, pass))
+		if err != nil {
+			return err
+		}
+		nc.Close()
+		return nil
 	})
-	t.Cleanup(nc.Close)
-	return nc
+	// A client's sign-in after a restart of the server can be refused
+	// while the auth service is not back, and nats.go gives up on a
+	// connection refused twice in a row.
+	return connectWith(t, url, user, pass, nats.Name("chaos-test"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(-1), nats.IgnoreAuthErrorAbort())
+}
+
+// startChaosAuth runs the auth service in the test process, signed in as
+// its own user and reconnecting forever, with the issuer whose seed is
+// seed and its log in logPath, until the test ends. It returns once the
+// service takes the server's questions, with what the server refuses it.
+func startChaosAuth(t *testing.T, url, seed, logPath string) *violations {
+	t.Helper()
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	js, v := chaosConnect(t, url, credential.UserAuth, password(credential.UserAuth))
+	vars := map[string]string{"CORRAL_NATS_URL": url, "CORRAL_AUTH_ISSUER_SEED": seed}
+	cfg, err := auth.LoadConfig(func(k string) string { return vars[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := auth.New(ctx, cfg, js, slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(stopped)
+		runErr = svc.Run(ctx)
+	}()
+	// Registered after the connection's close, so it runs before it.
+	t.Cleanup(func() {
+		cancel()
+		<-stopped
+		if runErr != nil {
+			t.Errorf("auth: %v", runErr)
+		}
+	})
+	select {
+	case <-svc.Ready():
+	case <-stopped:
+		t.Fatalf("auth: %v", runErr)
+	}
+	return v
 }
 
 // chaosRetry calls f until it succeeds, failing the test after timeout.
@@ -350,9 +495,11 @@ func chaosRetry(t *testing.T, timeout time.Duration, f func(ctx context.Context)
 	}
 }
 
-// publishSessions publishes one request per session, spread over spread,
-// each retried until the stream has it: the server may be down.
-func publishSessions(ctx context.Context, js jetstream.JetStream, sessions []uuid.UUID, spread time.Duration) error {
+// publishSessions publishes one request per session as chaosUser, spread
+// over spread, each retried until the stream has it: the server may be
+// down. It gives up on a publish the server refuses (as refused reports)
+// and when the connection closes.
+func publishSessions(ctx context.Context, js jetstream.JetStream, refused *violations, sessions []uuid.UUID, spread time.Duration) error {
 	begin := time.Now()
 	for i, s := range sessions {
 		at := begin.Add(spread * time.Duration(i) / time.Duration(len(sessions)))
@@ -361,16 +508,22 @@ func publishSessions(ctx context.Context, js jetstream.JetStream, sessions []uui
 			return ctx.Err()
 		case <-time.After(time.Until(at)):
 		}
-		req := event.Request{Header: event.NewHeader(event.TypeRequest, chaosTenant, s), User: "chaos", Prompt: chaosPrompt(i)}
+		req := event.Request{Header: event.NewHeader(event.TypeRequest, chaosTenant, s), User: chaosUser, Prompt: chaosPrompt(i)}
+		subject := bus.RequestSubject(chaosTenant, s, req.User)
 		for {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := bus.Publish(pctx, js, bus.RequestSubject(chaosTenant, s, req.User), req.ID.String(), &req)
+			err := bus.Publish(pctx, js, subject, req.ID.String(), &req)
 			cancel()
 			if err == nil {
 				break
 			}
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				return fmt.Errorf("session %d: %w", i, err)
+			case refused.seen(subject):
+				return fmt.Errorf("session %d: the server refused the publish to %s: %w", i, subject, err)
+			case js.Conn().IsClosed():
+				return fmt.Errorf("session %d: the connection closed (%v): %w", i, js.Conn().LastError(), err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -403,6 +556,14 @@ func sessionEnds(ctx context.Context, js jetstream.JetStream) (map[uuid.UUID]str
 	return out, nil
 }
 
+// chaosConsumers are the durable consumers of the harness and the
+// sandbox-manager.
+var chaosConsumers = []struct{ stream, consumer string }{
+	{bus.StreamRequests, bus.ConsumerHarnessRequests},
+	{bus.StreamEvents, bus.ConsumerHarnessSteps},
+	{bus.StreamTools, bus.ConsumerSandboxCalls},
+}
+
 // quiesce waits until no request, step or tool call is waiting or in
 // flight.
 func quiesce(js jetstream.JetStream, timeout time.Duration) error {
@@ -411,11 +572,7 @@ func quiesce(js jetstream.JetStream, timeout time.Duration) error {
 		err := func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			for _, c := range []struct{ stream, consumer string }{
-				{bus.StreamRequests, bus.ConsumerHarnessRequests},
-				{bus.StreamEvents, bus.ConsumerHarnessSteps},
-				{bus.StreamTools, bus.ConsumerSandboxCalls},
-			} {
+			for _, c := range chaosConsumers {
 				cons, err := js.Consumer(ctx, c.stream, c.consumer)
 				if err != nil {
 					return fmt.Errorf("consumer %s: %w", c.consumer, err)

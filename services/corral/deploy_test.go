@@ -498,15 +498,8 @@ func checkCopySource(t *testing.T, dockerfile, context, src string, ignored *pat
 // names, each routing to all three, with JetStream and the users of
 // deploy/nats.conf.
 func TestClusterConfigs(t *testing.T) {
-	for user, env := range natsUsers {
-		t.Setenv(env, password(user))
-	}
-	_, issuer, err := auth.NewIssuer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("CORRAL_AUTH_ISSUER", issuer)
-	single, err := server.ProcessConfigFile(filepath.Join(repoRoot, "deploy/nats.conf"))
+	setDeployedServerEnv(t)
+	single, err := server.ProcessConfigFile(deployedConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,15 +535,9 @@ func TestClusterConfigs(t *testing.T) {
 // service exactly the permissions of credential.Services, which corral dev
 // runs with, and that every other user signs in through the auth callout.
 func TestDeployedUsersAreTheTestedOnes(t *testing.T) {
-	for user, env := range natsUsers {
-		t.Setenv(env, password(user))
-	}
-	_, issuer, err := auth.NewIssuer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("CORRAL_AUTH_ISSUER", issuer)
-	opts, err := server.ProcessConfigFile(filepath.Join(repoRoot, "deploy/nats.conf"))
+	env, _ := setDeployedServerEnv(t)
+	issuer := env["CORRAL_AUTH_ISSUER"]
+	opts, err := server.ProcessConfigFile(deployedConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

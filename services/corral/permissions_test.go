@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -72,6 +73,13 @@ func (v *violations) seen(subject string) bool {
 	return false
 }
 
+// all returns the violations reported so far.
+func (v *violations) all() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.errs)
+}
+
 // connectAs connects as user; the connection is closed when the test ends,
 // after the cleanups registered later (the services' shutdown) have run.
 func connectAs(t testing.TB, url, user string) (jetstream.JetStream, *violations) {
@@ -79,20 +87,45 @@ func connectAs(t testing.TB, url, user string) (jetstream.JetStream, *violations
 	return connectWith(t, url, user, password(user))
 }
 
+// deployedConfig is deploy/nats.conf, seen from this package.
+const deployedConfig = repoRoot + "/deploy/nats.conf"
+
+// deployedServerEnv returns what deploy/nats.conf reads from its server's
+// environment: every user's password (see [password]) and the public key
+// of a fresh issuer of the auth service (CORRAL_AUTH_ISSUER), whose seed
+// it returns too, for the auth service.
+func deployedServerEnv(t testing.TB) (env map[string]string, seed string) {
+	t.Helper()
+	seed, public, err := auth.NewIssuer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env = map[string]string{"CORRAL_AUTH_ISSUER": public}
+	for user, name := range natsUsers {
+		env[name] = password(user)
+	}
+	return env, seed
+}
+
+// setDeployedServerEnv sets [deployedServerEnv]'s variables in this
+// process's environment for the test's time, for a server run in it, and
+// returns them with the issuer's seed.
+func setDeployedServerEnv(t testing.TB) (env map[string]string, seed string) {
+	t.Helper()
+	env, seed = deployedServerEnv(t)
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	return env, seed
+}
+
 // startDeployedServer starts deploy/nats.conf's server, with every user's
 // password set and an auth service's issuer key, and returns its URL and
 // the issuer's seed.
 func startDeployedServer(t testing.TB) (url, seed string) {
 	t.Helper()
-	for user, env := range natsUsers {
-		t.Setenv(env, password(user))
-	}
-	seed, public, err := auth.NewIssuer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("CORRAL_AUTH_ISSUER", public)
-	srv, err := bus.StartServer(bus.ServerConfig{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir(), ConfigFile: "../../deploy/nats.conf"})
+	_, seed = setDeployedServerEnv(t)
+	srv, err := bus.StartServer(bus.ServerConfig{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir(), ConfigFile: deployedConfig})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +155,12 @@ func issue(t testing.TB, ajs jetstream.JetStream, tenant, user string, role cred
 // connectWith connects signed in as user with password (a service's, or a
 // credential's, whose inbox it takes), as the services and the CLI do
 // ([bus.Connect]: an operation the server refuses fails at once),
-// collecting the permission violations the server reports.
-func connectWith(t testing.TB, url, user, pass string) (jetstream.JetStream, *violations) {
+// collecting the permission violations the server reports. opts add to
+// the connection's options (reconnects, say).
+func connectWith(t testing.TB, url, user, pass string, opts ...nats.Option) (jetstream.JetStream, *violations) {
 	t.Helper()
 	v := &violations{}
-	nc, err := bus.Connect(url, user, slog.New(slog.NewTextHandler(v, nil)), bus.SignIn(user, pass))
+	nc, err := bus.Connect(url, user, slog.New(slog.NewTextHandler(v, nil)), append([]nats.Option{bus.SignIn(user, pass)}, opts...)...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
 	}
