@@ -59,23 +59,6 @@ func eventSubject(tenant string, session uuid.UUID, kind, writer string) string 
 	return "events." + tenant + "." + session.String() + "." + kind + "." + writer
 }
 
-func deadLetters(t *testing.T, js jetstream.JetStream) []event.DeadLetter {
-	t.Helper()
-	msgs, err := bus.ReadAll(context.Background(), js, bus.StreamDeadLetter, "deadletter.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []event.DeadLetter
-	for _, m := range msgs {
-		var dl event.DeadLetter
-		if err := json.Unmarshal(m.Data, &dl); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, dl)
-	}
-	return out
-}
-
 func TestConsumeAcksAndRetries(t *testing.T) {
 	t.Parallel()
 	_, _, js := natstest.Run(t)
@@ -110,7 +93,7 @@ func TestConsumeAcksAndRetries(t *testing.T) {
 		}
 		return nil
 	})
-	if dl := deadLetters(t, js); len(dl) != 0 {
+	if dl := natstest.DeadLetters(t, js, "deadletter.>"); len(dl) != 0 {
 		t.Errorf("dead letters = %v, want none", dl)
 	}
 }
@@ -171,13 +154,13 @@ func TestConsumeGivesUpPoison(t *testing.T) {
 	publish(t, js, "panics", []byte(`{"n":3}`))
 	publish(t, js, "fine", []byte(`{"n":4}`))
 	natstest.WaitFor(t, 15*time.Second, func() error {
-		if n := len(deadLetters(t, js)); n != 4 {
+		if n := len(natstest.DeadLetters(t, js, "deadletter.>")); n != 4 {
 			return fmt.Errorf("%d dead letters, want 4", n)
 		}
 		return nil
 	})
 	reasons := map[string]bool{}
-	for _, dl := range deadLetters(t, js) {
+	for _, dl := range natstest.DeadLetters(t, js, "deadletter.>") {
 		reasons[dl.Reason] = true
 		if dl.Stream != bus.StreamTools || len(dl.Data) == 0 || dl.Delivered == 0 {
 			t.Errorf("dead letter lacks its origin: %+v", dl)
@@ -224,7 +207,7 @@ func TestConsumeRejected(t *testing.T) {
 	publish(t, js, "forged", []byte(`{}`))
 	publish(t, js, "fine", []byte(`{}`))
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if n := len(deadLetters(t, js)); n != 1 {
+		if n := len(natstest.DeadLetters(t, js, "deadletter.>")); n != 1 {
 			return fmt.Errorf("%d dead letters, want 1", n)
 		}
 		s, err := js.Stream(context.Background(), bus.StreamTools)

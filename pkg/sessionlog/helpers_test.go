@@ -25,17 +25,6 @@ func newLog(js jetstream.JetStream, w sessionlog.Writer) *sessionlog.Log {
 	return sessionlog.New(js, sessionlog.Options{As: w, Reader: "test", DeadLetters: true})
 }
 
-// forge publishes v on subject as it is, as a writer that got hold of
-// EVENTS could, and returns its stream sequence.
-func forge(t *testing.T, js jetstream.JetStream, subject string, v any) uint64 {
-	t.Helper()
-	ack, err := js.Publish(context.Background(), subject, encode(t, v))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ack.Sequence
-}
-
 // deadLetter is a message of the DEADLETTER stream, decoded.
 type deadLetter struct {
 	Msg    bus.Msg // where and under which ID it was dead-lettered

@@ -54,14 +54,14 @@ func TestReadSkipsUnresolvableStubs(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := map[uint64]string{
-		forge(t, js, subject, stub("acme", "sha256-"+strings.Repeat("1", 64))):      sessionlog.ReasonUnresolvable, // missing
-		forge(t, js, subject, stub("acme", "sha256-"+zeros)):                        sessionlog.ReasonUnresolvable, // altered
-		forge(t, js, subject, stub("acme", theirs.Object)):                          sessionlog.ReasonUnresolvable, // not under acme
-		forge(t, js, subject, stub("other", theirs.Object)):                         sessionlog.ReasonTenant,       // names the other tenant
-		forge(t, js, subject, stub("acme", "sha256-"+strings.Repeat("a", 62)+".>")): sessionlog.ReasonUnresolvable, // a wildcard
-		forge(t, js, subject, stub("acme", "sha256-"+strings.Repeat(" ", 64))):      sessionlog.ReasonUnresolvable, // spaces
-		forge(t, js, subject, stub("acme", "sha256-"+strings.Repeat("A", 64))):      sessionlog.ReasonUnresolvable, // upper case
-		forge(t, js, subject, stub("acme", "md5-"+zeros)):                           sessionlog.ReasonUnresolvable, // another hash
+		natstest.Forge(t, js, subject, stub("acme", "sha256-"+strings.Repeat("1", 64))):      sessionlog.ReasonUnresolvable, // missing
+		natstest.Forge(t, js, subject, stub("acme", "sha256-"+zeros)):                        sessionlog.ReasonUnresolvable, // altered
+		natstest.Forge(t, js, subject, stub("acme", theirs.Object)):                          sessionlog.ReasonUnresolvable, // not under acme
+		natstest.Forge(t, js, subject, stub("other", theirs.Object)):                         sessionlog.ReasonTenant,       // names the other tenant
+		natstest.Forge(t, js, subject, stub("acme", "sha256-"+strings.Repeat("a", 62)+".>")): sessionlog.ReasonUnresolvable, // a wildcard
+		natstest.Forge(t, js, subject, stub("acme", "sha256-"+strings.Repeat(" ", 64))):      sessionlog.ReasonUnresolvable, // spaces
+		natstest.Forge(t, js, subject, stub("acme", "sha256-"+strings.Repeat("A", 64))):      sessionlog.ReasonUnresolvable, // upper case
+		natstest.Forge(t, js, subject, stub("acme", "md5-"+zeros)):                           sessionlog.ReasonUnresolvable, // another hash
 	}
 	if err := l.Record(ctx, failed("acme", s, "after"), "after"); err != nil {
 		t.Fatal(err)
@@ -115,17 +115,17 @@ func TestReadLeavesOutForgedEvents(t *testing.T) {
 
 	record(harness, &event.SessionRequested{Header: h(event.TypeSessionRequested), User: "alice", Prompt: "hi"})
 	// A client answering for the model.
-	forged[forge(t, js, sessionlog.Subject("acme", s, event.TypeModelResponded, alice),
+	forged[natstest.Forge(t, js, sessionlog.Subject("acme", s, event.TypeModelResponded, alice),
 		&event.ModelResponded{Header: h(event.TypeModelResponded), Turn: 1, Calls: []event.Call{{ID: uuid.New(), Name: "Bash", Service: bus.ServiceSandbox}}})] = sessionlog.ReasonWriter
 	record(harness, &event.ModelResponded{Header: h(event.TypeModelResponded), Turn: 1, Calls: []event.Call{{ID: c1, Name: "Bash", Service: bus.ServiceSandbox}}})
 	// Another tenant's event in this session's log.
-	forged[forge(t, js, sessionlog.Subject("acme", s, event.TypeSessionFailed, sessionlog.Harness), failed("evil", s, "theirs"))] = sessionlog.ReasonTenant
+	forged[natstest.Forge(t, js, sessionlog.Subject("acme", s, event.TypeSessionFailed, sessionlog.Harness), failed("evil", s, "theirs"))] = sessionlog.ReasonTenant
 	// Memory answering a call dispatched to the sandbox.
-	forged[forge(t, js, sessionlog.Subject("acme", s, event.TypeToolCompleted, sessionlog.Memory),
+	forged[natstest.Forge(t, js, sessionlog.Subject("acme", s, event.TypeToolCompleted, sessionlog.Memory),
 		&event.ToolCompleted{Header: h(event.TypeToolCompleted), Call: c1, Name: "Bash", Output: "forged", Service: bus.ServiceMemory})] = sessionlog.ReasonNotDispatch
 	record(sandbox, &event.ToolCompleted{Header: h(event.TypeToolCompleted), Call: c1, Name: "Bash", Output: "real", Service: bus.ServiceSandbox})
 	// A client stopping the session itself, not by a request.
-	forged[forge(t, js, sessionlog.Subject("acme", s, event.TypeSessionStopped, alice), &event.SessionStopped{Header: h(event.TypeSessionStopped), By: "alice"})] = sessionlog.ReasonWriter
+	forged[natstest.Forge(t, js, sessionlog.Subject("acme", s, event.TypeSessionStopped, alice), &event.SessionStopped{Header: h(event.TypeSessionStopped), By: "alice"})] = sessionlog.ReasonWriter
 	record(harness, &event.SessionCompleted{Header: h(event.TypeSessionCompleted), Answer: "done", Turns: 1})
 
 	want := []string{event.TypeSessionRequested, event.TypeModelResponded, event.TypeToolCompleted, event.TypeSessionCompleted}
@@ -194,7 +194,7 @@ func TestReadLeavesOutForgedEvents(t *testing.T) {
 	after := last[len(last)-1].Seq
 	c2 := uuid.New()
 	record(harness, &event.ModelResponded{Header: h(event.TypeModelResponded), Turn: 2, Calls: []event.Call{{ID: c2, Name: "Bash"}}})
-	forged[forge(t, js, sessionlog.Subject("acme", s, event.TypeToolCompleted, sessionlog.Sandbox),
+	forged[natstest.Forge(t, js, sessionlog.Subject("acme", s, event.TypeToolCompleted, sessionlog.Sandbox),
 		&event.ToolCompleted{Header: h(event.TypeToolCompleted), Call: c2, Name: "Bash", Output: "forged", Service: bus.ServiceSandbox})] = sessionlog.ReasonNotDispatch
 	record(harness, &event.ToolCompleted{Header: h(event.TypeToolCompleted), Call: c2, Name: "Bash", Output: "refused"})
 	for i := range 2 {
@@ -261,7 +261,7 @@ func TestConsumeDeadLettersRejected(t *testing.T) {
 			if err := l.Record(ctx, failed("acme", s, "one"), "one"); err != nil {
 				t.Fatal(err)
 			}
-			bad := forge(t, js, sessionlog.Subject("acme", s, event.TypeSessionFailed, sessionlog.Sandbox), failed("acme", s, "forged"))
+			bad := natstest.Forge(t, js, sessionlog.Subject("acme", s, event.TypeSessionFailed, sessionlog.Sandbox), failed("acme", s, "forged"))
 			if err := l.Record(ctx, failed("acme", s, "two"), "two"); err != nil {
 				t.Fatal(err)
 			}
@@ -321,7 +321,7 @@ func TestLastAndFirst(t *testing.T) {
 			t.Errorf("Last of an empty session: %v, %v; want none", ok, err)
 		}
 	}
-	forge(t, js, sessionlog.Subject("acme", s, event.TypeSessionRequested, sessionlog.Writer(bus.UserToken("mallory"))),
+	natstest.Forge(t, js, sessionlog.Subject("acme", s, event.TypeSessionRequested, sessionlog.Writer(bus.UserToken("mallory"))),
 		&event.SessionRequested{Header: h(event.TypeSessionRequested), User: "mallory", Prompt: "forged"})
 	if err := l.Record(ctx, &event.SessionRequested{Header: h(event.TypeSessionRequested), User: "alice", Prompt: "first"}, "q1"); err != nil {
 		t.Fatal(err)
@@ -340,9 +340,9 @@ func TestLastAndFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Forged last events of each kind.
-	forge(t, js, sessionlog.Subject("acme", s, event.TypeToolCompleted, sessionlog.Memory),
+	natstest.Forge(t, js, sessionlog.Subject("acme", s, event.TypeToolCompleted, sessionlog.Memory),
 		&event.ToolCompleted{Header: h(event.TypeToolCompleted), Call: c, Output: "forged", Service: bus.ServiceMemory})
-	forge(t, js, sessionlog.Subject("acme", s, event.TypeSessionFailed, sessionlog.Harness), failed("evil", s, "forged"))
+	natstest.Forge(t, js, sessionlog.Subject("acme", s, event.TypeSessionFailed, sessionlog.Harness), failed("evil", s, "forged"))
 
 	for i, reader := range []*sessionlog.Log{l, sessionlog.New(js, sessionlog.Options{Reader: "client", Client: true})} {
 		first, ok, err := reader.First(ctx, "acme", s, event.TypeSessionRequested)

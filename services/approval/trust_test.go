@@ -20,36 +20,13 @@ import (
 	"corral.dev/pkg/sessionlog"
 )
 
-// forge publishes ev as it is on subject, as an identity allowed to
-// publish there could, and returns its stream sequence.
-func forge(t *testing.T, js jetstream.JetStream, subject string, ev any) uint64 {
-	t.Helper()
-	data, err := json.Marshal(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ack, err := js.Publish(context.Background(), subject, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ack.Sequence
-}
-
 // deadLetter waits for the dead letter of the event at stream sequence seq
 // and returns its reason.
 func deadLetter(t *testing.T, js jetstream.JetStream, seq uint64) string {
 	t.Helper()
 	var reason string
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		msgs, err := bus.ReadAll(context.Background(), js, bus.StreamDeadLetter, "deadletter.EVENTS.>")
-		if err != nil {
-			return err
-		}
-		for _, m := range msgs {
-			var dl event.DeadLetter
-			if err := json.Unmarshal(m.Data, &dl); err != nil {
-				return err
-			}
+		for _, dl := range natstest.DeadLetters(t, js, "deadletter.EVENTS.>") {
 			if dl.StreamSeq == seq {
 				reason = dl.Reason
 				return nil
@@ -88,7 +65,7 @@ func TestMismatchedHashIsRefused(t *testing.T) {
 		Call:   uuid.Must(uuid.NewV7()), Turn: 1, User: "ada", Tool: "Bash", Input: shown,
 		ArgsHash: event.ArgsHash("Bash", runs), Rule: "risky-shell", Reason: "pushes code",
 	}
-	seq := forge(t, f.js, sessionlog.Subject("acme", session, event.TypeApprovalRequested, sessionlog.Harness), forged)
+	seq := natstest.Forge(t, f.js, sessionlog.Subject("acme", session, event.TypeApprovalRequested, sessionlog.Harness), forged)
 
 	if reason := deadLetter(t, f.js, seq); !strings.Contains(reason, sessionlog.ReasonHash) {
 		t.Errorf("dead letter reason = %q, want %s", reason, sessionlog.ReasonHash)
@@ -151,7 +128,7 @@ func TestRaiseByAnotherUserIsRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := raise(tc.user)
-			seq := forge(t, f.js, sessionlog.Subject("acme", session, event.TypeBudgetRaise, tc.writer), r)
+			seq := natstest.Forge(t, f.js, sessionlog.Subject("acme", session, event.TypeBudgetRaise, tc.writer), r)
 			if reason := deadLetter(t, f.js, seq); !strings.Contains(reason, sessionlog.ReasonWriter) {
 				t.Errorf("dead letter reason = %q, want %s", reason, sessionlog.ReasonWriter)
 			}
@@ -182,7 +159,7 @@ func TestRequestNamingAnotherTenantIsRefused(t *testing.T) {
 		Call:   uuid.Must(uuid.NewV7()), Turn: 1, User: "ada", Tool: "Bash", Input: input,
 		ArgsHash: event.ArgsHash("Bash", input), Rule: "risky-shell", Reason: "pushes code",
 	}
-	seq := forge(t, f.js, sessionlog.Subject("acme", session, event.TypeApprovalRequested, sessionlog.Harness), ev)
+	seq := natstest.Forge(t, f.js, sessionlog.Subject("acme", session, event.TypeApprovalRequested, sessionlog.Harness), ev)
 	if reason := deadLetter(t, f.js, seq); !strings.Contains(reason, sessionlog.ReasonTenant) {
 		t.Errorf("dead letter reason = %q, want %s", reason, sessionlog.ReasonTenant)
 	}

@@ -248,9 +248,9 @@ func TestAdversarial(t *testing.T) {
 	// queue that says nothing false is initech's own session of that ID.
 	// (Waited for without failing: the table below shows what is missing.)
 	judgedAll := func() error {
-		dls, err := deadLetters(ctx, d.admin)
-		if err != nil {
-			return err
+		dls := map[string]event.DeadLetter{} // by the stream and sequence of what each is of
+		for _, dl := range natstest.DeadLetters(t, d.admin, "deadletter.>") {
+			dls[fmt.Sprint(dl.Stream, "/", dl.StreamSeq)] = dl
 		}
 		missing := 0
 		for _, at := range attempts {
@@ -379,24 +379,6 @@ func logAttempts(t *testing.T, attempts *[]*attempt, victim uuid.UUID) {
 	if failed > 0 {
 		t.Errorf("%d of %d attempts got past the platform (marked BROKEN above)", failed, len(*attempts))
 	}
-}
-
-// deadLetters returns the dead letters kept, by the stream and sequence
-// of the message each is of.
-func deadLetters(ctx context.Context, js jetstream.JetStream) (map[string]event.DeadLetter, error) {
-	msgs, err := bus.ReadAll(ctx, js, bus.StreamDeadLetter, ">")
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]event.DeadLetter, len(msgs))
-	for _, m := range msgs {
-		var dl event.DeadLetter
-		if err := json.Unmarshal(m.Data, &dl); err != nil {
-			return nil, fmt.Errorf("dead letter %d: %w", m.StreamSeq, err)
-		}
-		out[fmt.Sprint(dl.Stream, "/", dl.StreamSeq)] = dl
-	}
-	return out, nil
 }
 
 // initechsOwn reports whether initech's session of the victim's ID

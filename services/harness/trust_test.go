@@ -20,35 +20,12 @@ import (
 	"corral.dev/pkg/sessionlog"
 )
 
-// forge publishes ev as it is on subject, as a client or a service
-// allowed to publish there could.
-func forge(t *testing.T, js jetstream.JetStream, subject string, ev any) uint64 {
-	t.Helper()
-	data, err := json.Marshal(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ack, err := js.Publish(context.Background(), subject, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ack.Sequence
-}
-
 // deadLetters returns the reasons of the dead letters of events, by their
 // stream sequence.
 func deadLetters(t *testing.T, js jetstream.JetStream) map[uint64]string {
 	t.Helper()
-	msgs, err := bus.ReadAll(context.Background(), js, bus.StreamDeadLetter, "deadletter.EVENTS.>")
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[uint64]string{}
-	for _, m := range msgs {
-		var dl event.DeadLetter
-		if err := json.Unmarshal(m.Data, &dl); err != nil {
-			t.Fatal(err)
-		}
+	for _, dl := range natstest.DeadLetters(t, js, "deadletter.EVENTS.>") {
 		out[dl.StreamSeq] = dl.Reason
 	}
 	return out
@@ -86,10 +63,10 @@ func TestForgedResponseIsNotFolded(t *testing.T) {
 	}
 	var seqs []uint64
 	for _, w := range []sessionlog.Writer{sessionlog.Writer(bus.UserToken("ada")), sessionlog.Sandbox, sessionlog.Memory} {
-		seqs = append(seqs, forge(t, js, sessionlog.Subject("acme", session, event.TypeModelResponded, w), &forged))
+		seqs = append(seqs, natstest.Forge(t, js, sessionlog.Subject("acme", session, event.TypeModelResponded, w), &forged))
 	}
 	// The body of a response on another kind's subject.
-	seqs = append(seqs, forge(t, js, sessionlog.Subject("acme", session, event.TypeSessionStopped, sessionlog.Harness), &forged))
+	seqs = append(seqs, natstest.Forge(t, js, sessionlog.Subject("acme", session, event.TypeSessionStopped, sessionlog.Harness), &forged))
 
 	request(t, js, session, "second")
 	natstest.WaitFor(t, 10*time.Second, completed(js, "acme", session, 2))
@@ -147,10 +124,10 @@ func TestResultFromTheWrongServiceIsNotFolded(t *testing.T) {
 	})
 	lie := event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", session), Call: call.Call, Name: "Bash",
 		Output: "forged by memory", Service: bus.ServiceMemory}
-	forged := forge(t, js, sessionlog.Subject("acme", session, event.TypeToolCompleted, sessionlog.Memory), &lie)
+	forged := natstest.Forge(t, js, sessionlog.Subject("acme", session, event.TypeToolCompleted, sessionlog.Memory), &lie)
 	other := lie
 	other.Call, other.Output, other.Service = uuid.Must(uuid.NewV7()), "no such call", bus.ServiceSandbox
-	undispatched := forge(t, js, sessionlog.Subject("acme", session, event.TypeToolCompleted, sessionlog.Sandbox), &other)
+	undispatched := natstest.Forge(t, js, sessionlog.Subject("acme", session, event.TypeToolCompleted, sessionlog.Sandbox), &other)
 	natstest.WaitFor(t, 5*time.Second, func() error {
 		dl := deadLetters(t, js)
 		if !strings.Contains(dl[forged], sessionlog.ReasonNotDispatch) || !strings.Contains(dl[undispatched], sessionlog.ReasonNotDispatch) {
@@ -254,10 +231,10 @@ func TestUsageCountsOnlyWhatItMay(t *testing.T) {
 	// A client charges beta's day; a service's stub names nothing stored.
 	huge := resp()
 	huge.Usage = model.Usage{InputTokens: 1 << 40, OutputTokens: 1 << 40}
-	forge(t, js, sessionlog.Subject("beta", session, event.TypeModelResponded, sessionlog.Writer(bus.UserToken("bob"))), huge)
+	natstest.Forge(t, js, sessionlog.Subject("beta", session, event.TypeModelResponded, sessionlog.Writer(bus.UserToken("bob"))), huge)
 	stub := event.Offloaded{Header: event.NewHeader(event.TypeOffloaded, "beta", session), Of: event.TypeModelResponded,
 		Object: "sha256-" + strings.Repeat("0", 64), Size: 1 << 20}
-	forge(t, js, sessionlog.Subject("beta", session, event.TypeModelResponded, sessionlog.Harness), &stub)
+	natstest.Forge(t, js, sessionlog.Subject("beta", session, event.TypeModelResponded, sessionlog.Harness), &stub)
 	record(t, js, resp(), "r2")
 
 	kv, err := js.KeyValue(context.Background(), bus.BucketUsage)

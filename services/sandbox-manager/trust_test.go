@@ -47,15 +47,6 @@ func stopSession(t *testing.T, js jetstream.JetStream, tenant string, session uu
 	record(t, js, sessionlog.Harness, &event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, tenant, session), By: "ada"})
 }
 
-// forge publishes ev on subject as it is, as a credential that may publish
-// there could.
-func forge(t *testing.T, js jetstream.JetStream, subject string, ev any) {
-	t.Helper()
-	if err := bus.Publish(context.Background(), js, subject, uuid.NewString(), ev); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // resultOf returns the result of call among rs.
 func resultOf(t *testing.T, rs []event.ToolCompleted, call uuid.UUID) event.ToolCompleted {
 	t.Helper()
@@ -88,8 +79,8 @@ func TestStopOfAnotherTenantsSessionIsIgnored(t *testing.T) {
 	// Stops of beta's session, each on a subject of acme's: of one of its
 	// sessions, and of its own session of the same ID.
 	forged := event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, "beta", victim), By: "mallory"}
-	forge(t, js, sessionlog.Subject("acme", uuid.Must(uuid.NewV7()), event.TypeSessionStopped, sessionlog.Harness), &forged)
-	forge(t, js, sessionlog.Subject("acme", victim, event.TypeSessionStopped, sessionlog.Harness), &forged)
+	natstest.Forge(t, js, sessionlog.Subject("acme", uuid.Must(uuid.NewV7()), event.TypeSessionStopped, sessionlog.Harness), &forged)
+	natstest.Forge(t, js, sessionlog.Subject("acme", victim, event.TypeSessionStopped, sessionlog.Harness), &forged)
 	// A stop recorded after them: once it is read, so were they.
 	barrier := uuid.Must(uuid.NewV7())
 	stopSession(t, js, "acme", barrier)
