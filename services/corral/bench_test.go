@@ -101,11 +101,9 @@ func deployedClient(b *testing.B, script modeltest.Script) benchClient {
 		all := maps.Clone(d.violations)
 		all["client"] = v
 		for who, v := range all {
-			v.mu.Lock()
-			if len(v.errs) > 0 {
-				b.Errorf("%s hit permission violations: %v", who, v.errs)
+			if errs := v.all(); len(errs) > 0 {
+				b.Errorf("%s hit permission violations: %v", who, errs)
 			}
-			v.mu.Unlock()
 		}
 	})
 	return benchClient{js: js, tenant: d.getenv("CORRAL_TENANT"), user: d.getenv("CORRAL_USER")}

@@ -308,8 +308,8 @@ func TestDeployedPermissions(t *testing.T) {
 		return nil
 	})
 	for name, v := range d.violations {
-		if len(v.errs) > 0 {
-			t.Errorf("%s hit permission violations in normal work: %v", name, v.errs)
+		if errs := v.all(); len(errs) > 0 {
+			t.Errorf("%s hit permission violations in normal work: %v", name, errs)
 		}
 	}
 
