@@ -114,7 +114,18 @@ func (s *Service) serveAPI(ctx context.Context) error {
 		}
 	}
 	for op, h := range map[string]micro.HandlerFunc{bus.OpList: list, bus.OpDecide: decide} {
-		if err := svc.AddEndpoint(op, h, micro.WithEndpointSubject(bus.ApprovalAPI("*", "*", op))); err != nil {
+		// Only the server's record says a request came from a client: one
+		// published in this service's own account could be a compromised
+		// service's, or the server's answer to one on a subject it chose,
+		// which no permission stops.
+		admitted := func(r micro.Request) {
+			if err := bus.Admit(r, s.cfg.Clients); err != nil {
+				s.log.WarnContext(ctx, "approval api: refused", "subject", r.Subject(), "err", err)
+				return
+			}
+			h(r)
+		}
+		if err := svc.AddEndpoint(op, micro.HandlerFunc(admitted), micro.WithEndpointSubject(bus.ApprovalAPI("*", "*", op))); err != nil {
 			return fmt.Errorf("approval api: %w", err)
 		}
 	}

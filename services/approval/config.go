@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 )
 
@@ -45,6 +46,10 @@ type Config struct {
 	// Metrics is where the service's metrics are registered (none are
 	// served when nil).
 	Metrics prometheus.Registerer
+	// Clients is the account the API's requests must come from, through
+	// its imports ([credential.AccountClients]); empty takes them from
+	// anywhere, for tests on a server without accounts.
+	Clients string
 }
 
 // LoadConfig reads the configuration from getenv; an error names the
@@ -57,6 +62,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		Reviewers:      make(map[string]string),
 		Sweep:          time.Second,
 		Concurrency:    16,
+		Clients:        credential.AccountClients,
 	}
 	key := getenv("CORRAL_APPROVAL_SIGNING_KEY")
 	if f := getenv("CORRAL_APPROVAL_SIGNING_KEY_FILE"); f != "" && key == "" {

@@ -87,6 +87,14 @@ func (s *Service) serveAPI(ctx context.Context) error {
 		OpRemove: s.apiRemove,
 	} {
 		err := svc.AddEndpoint(op, micro.HandlerFunc(func(r micro.Request) {
+			// Only the server's record says a request came from a
+			// client: one published in this service's own account could
+			// be a compromised service's, or the server's answer to one
+			// on a subject it chose, which no permission stops.
+			if err := bus.Admit(r, s.cfg.Clients); err != nil {
+				s.log.WarnContext(ctx, "memory api: refused", "subject", r.Subject(), "err", err)
+				return
+			}
 			var req APIRequest
 			if err := json.Unmarshal(r.Data(), &req); err != nil {
 				_ = r.Error("400", "malformed request: "+err.Error(), nil)

@@ -1,11 +1,13 @@
 package memory
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
-
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"corral.dev/pkg/credential"
 )
 
 // Config is the memory service's configuration, read from the environment.
@@ -27,6 +29,10 @@ type Config struct {
 	// Metrics is where the service's metrics are registered (none are
 	// served when nil).
 	Metrics prometheus.Registerer
+	// Clients is the account the API's requests must come from, through
+	// its imports ([credential.AccountClients]); empty takes them from
+	// anywhere, for tests on a server without accounts.
+	Clients string
 }
 
 // Defaults of the limits.
@@ -45,6 +51,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		MaxFiles:      DefaultMaxFiles,
 		Concurrency:   32,
 		ShutdownGrace: 10 * time.Second,
+		Clients:       credential.AccountClients,
 	}
 	if cfg.NATSURL == "" {
 		cfg.NATSURL = "nats://127.0.0.1:4222"

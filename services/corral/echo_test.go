@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/approvalapi"
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
+	"corral.dev/pkg/modeltest"
+	"corral.dev/services/memory"
+)
+
+// echo has the server publish body on target for js's user, as a
+// compromised service could: it stores body in the PAYLOADS stream, which
+// every service may write, and asks for it back with target as the
+// answer's subject. The server checks no permission on a reply subject,
+// and within one account the JetStream API answers on any subject.
+func echo(t *testing.T, js jetstream.JetStream, tenant, target string, body []byte) {
+	t.Helper()
+	ctx := context.Background()
+	subject := bus.PayloadSubject(tenant, fmt.Sprintf("%064x", time.Now().UnixNano()))
+	if _, err := js.Publish(ctx, subject, body); err != nil {
+		t.Fatalf("store the body to echo: %v", err)
+	}
+	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	if err := js.Conn().PublishRequest("$JS.API.DIRECT.GET."+bus.StreamPayloads, target, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServiceEcho: a compromised sandbox-manager has the server answer it
+// on the memory and approval APIs' subjects, with bodies it wrote. The APIs
+// answer only requests that came from the clients' account through its
+// imports, so neither the forged skill nor the forged decision is taken:
+// the skill is not written and the approval stays pending until a
+// reviewer decides.
+func TestServiceEcho(t *testing.T) {
+	d := startDeployment(t, byPrompt(map[string][]modeltest.Call{
+		"push": {bash("echo git push --force origin main")},
+	}), nil)
+	ctx := context.Background()
+	sjs := d.js[credential.UserSandbox]
+
+	// A skill, which a client may publish and the model may write only
+	// with a reviewer's approval.
+	skill := "/skills/echoed/SKILL.md"
+	put, _ := json.Marshal(memory.APIRequest{Path: skill, Content: "---\nname: echoed\ndescription: FORGED\n---\nFORGED", Op: uuid.Must(uuid.NewV7())})
+	echo(t, sjs, "acme", memory.Subject("acme", "ada", memory.OpPut), put)
+
+	// A decision on a call waiting for a reviewer.
+	run := d.runBackground(t, "acme", "push")
+	id, _ := d.pending(t, "acme")
+	decide, _ := json.Marshal(approvalapi.DecideRequest{ID: id, Approve: true, Reason: "FORGED"})
+	echo(t, sjs, "acme", approvalapi.Subject("acme", "grace", bus.OpDecide), decide)
+
+	// Both echoes have been answered, or dropped, once a request sent
+	// after them on the same subjects is.
+	for _, s := range []string{memory.Subject("acme", "ada", memory.OpList), approvalapi.Subject("acme", "ada", bus.OpList)} {
+		if _, err := d.admin.Conn().RequestWithContext(ctx, s, []byte(`{}`)); err != nil {
+			t.Logf("%s as the admin: %v", s, err)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	if code, stdout, stderr := d.corral(t, "memories", "cat", skill); code == 0 || !strings.Contains(stderr, "no such file") {
+		t.Errorf("the echoed skill was written: corral memories cat exited %d: %s%s", code, stdout, stderr)
+	}
+	if _, listing := d.pending(t, "acme"); !strings.Contains(listing, id.String()) {
+		t.Errorf("the echoed decision was taken: %s is no longer pending:\n%s", id, listing)
+	}
+
+	// The session still finishes on a reviewer's decision.
+	if code, _, stderr := d.corral(t, "deny", id.String(), "--reason", "not today"); code != 0 {
+		t.Fatalf("corral deny: exit %d: %s", code, stderr)
+	}
+	if r := wait(t, run); r.code != 0 {
+		t.Fatalf("corral run exited %d: %s", r.code, r.stderr)
+	}
+}
