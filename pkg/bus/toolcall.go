@@ -1,8 +1,10 @@
 package bus
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -10,15 +12,20 @@ import (
 )
 
 // DecodeToolCall decodes a call delivered from the TOOLS stream and checks
-// it against its subject, tools.<service>.<tenant>.<session>: a call whose
-// body names another tenant or session, or no call, is refused with an
-// error matching [ErrRejected]. Only the harness may publish calls; this
-// keeps a mistake or a forged body from acting in another session.
-func DecodeToolCall(m Msg) (*event.ToolCall, error) {
+// it against its subject, tools.<service>.<tenant>.<session>, and the
+// harness's public key: a call whose body names another tenant or
+// session, or no call, or that the harness did not sign for the subject's
+// service, is refused with an error matching [ErrRejected]. Only the
+// harness may publish calls, but a service of the same account can have
+// the server publish a body it chose on any subject; the signature keeps
+// such a body, or a mistake, from running. A nil key skips the signature:
+// for tests of a service alone.
+func DecodeToolCall(m Msg, harness ed25519.PublicKey) (*event.ToolCall, error) {
 	tenant, session, err := ParseSubject(m.Subject)
 	if err != nil {
 		return nil, Rejected(err)
 	}
+	service, _, _ := strings.Cut(strings.TrimPrefix(m.Subject, "tools."), ".")
 	var c event.ToolCall
 	if err := json.Unmarshal(m.Data, &c); err != nil {
 		return nil, Rejected(fmt.Errorf("decode %s: %w", m.Subject, err))
@@ -32,6 +39,11 @@ func DecodeToolCall(m Msg) (*event.ToolCall, error) {
 		return nil, Rejected(fmt.Errorf("a call with no call ID"))
 	case event.CheckTenant(tenant) != nil:
 		return nil, Rejected(event.CheckTenant(tenant))
+	}
+	if harness != nil {
+		if err := c.Verify(harness, service); err != nil {
+			return nil, Rejected(err)
+		}
 	}
 	return &c, nil
 }

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -11,13 +12,19 @@ import (
 	"corral.dev/pkg/event"
 )
 
-// A tool call is believed for the tenant and session its subject names:
-// a body naming others is rejected.
+// A tool call is believed for the tenant and session its subject names,
+// and only if the harness signed it for the subject's service: a body
+// naming others, or signed by another key, for another service or over
+// other arguments, is rejected.
 func TestDecodeToolCall(t *testing.T) {
 	t.Parallel()
 	s, other := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	pub, key, _ := ed25519.GenerateKey(nil)
+	_, otherKey, _ := ed25519.GenerateKey(nil)
 	call := func(tenant string, session uuid.UUID) *event.ToolCall {
-		return &event.ToolCall{Header: event.NewHeader(event.TypeToolCall, tenant, session), Call: uuid.New(), Turn: 1, User: "alice", Name: "Bash", Input: json.RawMessage(`{"command":"ls"}`)}
+		c := &event.ToolCall{Header: event.NewHeader(event.TypeToolCall, tenant, session), Call: uuid.New(), Turn: 1, User: "alice", Name: "Bash", Input: json.RawMessage(`{"command":"ls"}`)}
+		c.Sign(key, bus.ServiceSandbox)
+		return c
 	}
 	encode := func(v any) []byte {
 		data, err := json.Marshal(v)
@@ -31,6 +38,14 @@ func TestDecodeToolCall(t *testing.T) {
 	noID.Call = uuid.Nil
 	wrongType := call("acme", s)
 	wrongType.Type = event.TypeToolCompleted
+	unsigned := call("acme", s)
+	unsigned.Signature = nil
+	forged := call("acme", s)
+	forged.Sign(otherKey, bus.ServiceSandbox)
+	otherArgs := call("acme", s)
+	otherArgs.Input = json.RawMessage(`{"command":"rm -rf /workspace"}`)
+	otherUser := call("acme", s)
+	otherUser.User = "bob"
 	tests := []struct {
 		name    string
 		subject string
@@ -47,11 +62,16 @@ func TestDecodeToolCall(t *testing.T) {
 		{"subject without a session", "tools.sandbox.acme", encode(good), false},
 		{"subject with a bad session", "tools.sandbox.acme.not-a-uuid", encode(good), false},
 		{"bad tenant on both", bus.ToolSubject(bus.ServiceSandbox, "ACME", s), encode(call("ACME", s)), false},
+		{"unsigned", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(unsigned), false},
+		{"signed by another key", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(forged), false},
+		{"signed for another service", bus.ToolSubject(bus.ServiceMemory, "acme", s), encode(good), false},
+		{"other arguments", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(otherArgs), false},
+		{"another user", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(otherUser), false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c, err := bus.DecodeToolCall(bus.Msg{Subject: tc.subject, Data: tc.data})
+			c, err := bus.DecodeToolCall(bus.Msg{Subject: tc.subject, Data: tc.data}, pub)
 			if !tc.ok {
 				if !errors.Is(err, bus.ErrRejected) {
 					t.Fatalf("DecodeToolCall = %+v, %v; want an error matching ErrRejected", c, err)

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/google/uuid"
@@ -108,6 +109,28 @@ func (d *ApprovalDecided) Verify(key ed25519.PublicKey, tenant string, session, 
 		return fmt.Errorf("bad signature")
 	}
 	return nil
+}
+
+// LoadPrivateKey reads the private key that the environment variable name
+// holds ([DecodePrivateKey]), or the file that name_FILE names holds. It
+// returns nil, and no error, when neither is set.
+func LoadPrivateKey(getenv func(string) string, name string) (ed25519.PrivateKey, error) {
+	s := getenv(name)
+	if f := getenv(name + "_FILE"); f != "" && s == "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s_FILE: %w", name, err)
+		}
+		s = string(b)
+	}
+	if s == "" {
+		return nil, nil
+	}
+	k, err := DecodePrivateKey(s)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return k, nil
 }
 
 // DecodePublicKey reads an approval service's public key: 32 bytes in

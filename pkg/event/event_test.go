@@ -1,6 +1,7 @@
 package event_test
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"reflect"
 	"slices"
@@ -66,7 +67,12 @@ func TestBuiltMessagesValidate(t *testing.T) {
 		&event.SessionRequested{Header: event.NewHeader(event.TypeSessionRequested, "acme", s), Request: uuid.Must(uuid.NewV7()), User: "ada", Model: "openai:gpt-4.1", Prompt: "hi"},
 		&event.ModelResponded{Header: event.NewHeader(event.TypeModelResponded, "acme", s), Turn: 1, Model: "openai:gpt-4.1",
 			Content: []model.Block{{Type: model.TextBlock, Text: "done"}}, StopReason: "stop"},
-		&event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "acme", s), Call: call, Turn: 1, User: "ada", Name: "Bash", Input: json.RawMessage(`{"command":"true"}`)},
+		func() *event.ToolCall {
+			c := &event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "acme", s), Call: call, Turn: 1, User: "ada", Name: "Bash", Input: json.RawMessage(`{"command":"true"}`)}
+			_, key, _ := ed25519.GenerateKey(nil)
+			c.Sign(key, "sandbox")
+			return c
+		}(),
 		&event.ToolDispatched{Header: event.NewHeader(event.TypeToolDispatched, "acme", s), Call: call, Turn: 1, Name: "Bash", Summary: `{"command":"true"}`, Service: "sandbox"},
 		&event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", s), Call: call, Name: "Bash", ExitCode: &code},
 		&event.SessionCompleted{Header: event.NewHeader(event.TypeSessionCompleted, "acme", s), Answer: "done", Turns: 1},

@@ -1,7 +1,9 @@
 package event
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -96,6 +98,40 @@ type ToolCall struct {
 	// right after it if nothing came in between, and says so (see
 	// [ToolCompleted].After). Zero when unknown.
 	After uint64 `json:"after,omitempty"`
+	// Signature is the harness's Ed25519 signature of
+	// [ToolCall.SignedBytes]. A tool service runs a call only if it
+	// verifies with the harness's public key: whoever else managed to put
+	// a body on its queue, only the harness decides what runs.
+	Signature []byte `json:"signature,omitempty"`
+}
+
+// SignedBytes returns what a call's signature covers: the service it is
+// for and every field that decides what it does (After only says where
+// its result goes in the log).
+func (c *ToolCall) SignedBytes(service string) []byte {
+	b, _ := json.Marshal([]any{
+		"corral.tool.v1.call", service, c.Tenant, c.Session, c.Call, c.Turn, c.User,
+		c.Name, ArgsHash(c.Name, c.Input), c.ExpectVersion,
+	})
+	return b
+}
+
+// Sign signs c, for service, with the harness's private key.
+func (c *ToolCall) Sign(key ed25519.PrivateKey, service string) {
+	c.Signature = ed25519.Sign(key, c.SignedBytes(service))
+}
+
+// Verify reports whether c is a call for service signed by key.
+func (c *ToolCall) Verify(key ed25519.PublicKey, service string) error {
+	switch {
+	case len(key) != ed25519.PublicKeySize:
+		return fmt.Errorf("no key to verify the call with")
+	case len(c.Signature) == 0:
+		return fmt.Errorf("the call is not signed")
+	case !ed25519.Verify(key, c.SignedBytes(service), c.Signature):
+		return fmt.Errorf("the call's signature is not the harness's for the %s", service)
+	}
+	return nil
 }
 
 // ToolDispatched records that a call was put on the work queue.
@@ -169,4 +205,18 @@ type DeadLetter struct {
 	Reason    string    `json:"reason"`
 	// Data is the original payload.
 	Data []byte `json:"data"`
+}
+
+// LoadCallKey reads the harness's public key for calls, which every tool
+// service needs, from CORRAL_CALL_PUBLIC_KEY.
+func LoadCallKey(getenv func(string) string) (ed25519.PublicKey, error) {
+	s := getenv("CORRAL_CALL_PUBLIC_KEY")
+	if s == "" {
+		return nil, fmt.Errorf("CORRAL_CALL_PUBLIC_KEY is not set: a tool service runs only calls that the harness signed, which this key verifies (corral keygen makes the pair)")
+	}
+	k, err := DecodePublicKey(s)
+	if err != nil {
+		return nil, fmt.Errorf("CORRAL_CALL_PUBLIC_KEY: %w", err)
+	}
+	return k, nil
 }

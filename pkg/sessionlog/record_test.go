@@ -2,6 +2,7 @@ package sessionlog_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"slices"
@@ -211,7 +212,7 @@ func TestRecordResult(t *testing.T) {
 
 // A call a tool service gives up on is answered with an error result of
 // that service, in the session its subject names; a call whose body names
-// another session is answered nowhere.
+// another session, or that the harness did not sign, is answered nowhere.
 func TestGiveUpCall(t *testing.T) {
 	t.Parallel()
 	_, _, js := natstest.Run(t)
@@ -222,11 +223,16 @@ func TestGiveUpCall(t *testing.T) {
 	if err := harness.Record(ctx, &event.ModelResponded{Header: event.NewHeader(event.TypeModelResponded, "acme", s), Turn: 1, Calls: []event.Call{{ID: c, Name: "Bash", Service: bus.ServiceSandbox}}}, "r1"); err != nil {
 		t.Fatal(err)
 	}
-	giveUp := sandbox.GiveUpCall(bus.ServiceSandbox)
-	call := func(tenant string, session uuid.UUID) bus.Msg {
-		return bus.Msg{Subject: bus.ToolSubject(bus.ServiceSandbox, "acme", s), Data: encode(t, &event.ToolCall{Header: event.NewHeader(event.TypeToolCall, tenant, session), Call: c, Name: "Bash"})}
+	pub, key, _ := ed25519.GenerateKey(nil)
+	_, otherKey, _ := ed25519.GenerateKey(nil)
+	giveUp := sandbox.GiveUpCall(bus.ServiceSandbox, pub)
+	signed := func(tenant string, session uuid.UUID, key ed25519.PrivateKey) bus.Msg {
+		tc := &event.ToolCall{Header: event.NewHeader(event.TypeToolCall, tenant, session), Call: c, Name: "Bash"}
+		tc.Sign(key, bus.ServiceSandbox)
+		return bus.Msg{Subject: bus.ToolSubject(bus.ServiceSandbox, "acme", s), Data: encode(t, tc)}
 	}
-	for _, m := range []bus.Msg{call("evil", s), call("acme", other), {Subject: "tools.sandbox.acme", Data: []byte(`{}`)}} {
+	call := func(tenant string, session uuid.UUID) bus.Msg { return signed(tenant, session, key) }
+	for _, m := range []bus.Msg{call("evil", s), call("acme", other), signed("acme", s, otherKey), {Subject: "tools.sandbox.acme", Data: []byte(`{}`)}} {
 		if err := giveUp(ctx, m, errors.New("boom")); err != nil {
 			t.Errorf("giving up a call that names another session: %v", err)
 		}

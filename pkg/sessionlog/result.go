@@ -2,6 +2,7 @@ package sessionlog
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 
 	"corral.dev/pkg/bus"
@@ -39,11 +40,12 @@ func (l *Log) RecordResult(ctx context.Context, r *event.ToolCompleted, after ui
 // answers a call that can never run (undecodable, or failing every
 // delivery) with an error result naming the service, so that its session
 // does not wait for it forever. The session is the one the call's subject
-// names; a message whose subject or body names no call is left to the dead
-// letter.
-func (l *Log) GiveUpCall(service string) func(ctx context.Context, m bus.Msg, reason error) error {
+// names; a message whose subject or body names no call, or that the
+// harness did not sign (harness, its public key: see [bus.DecodeToolCall]),
+// is left to the dead letter.
+func (l *Log) GiveUpCall(service string, harness ed25519.PublicKey) func(ctx context.Context, m bus.Msg, reason error) error {
 	return func(ctx context.Context, m bus.Msg, reason error) error {
-		c, err := bus.DecodeToolCall(m)
+		c, err := bus.DecodeToolCall(m, harness)
 		if err != nil {
 			return nil
 		}

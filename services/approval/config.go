@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"crypto/ed25519"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -64,20 +63,12 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		Concurrency:    16,
 		Clients:        credential.AccountClients,
 	}
-	key := getenv("CORRAL_APPROVAL_SIGNING_KEY")
-	if f := getenv("CORRAL_APPROVAL_SIGNING_KEY_FILE"); f != "" && key == "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return Config{}, fmt.Errorf("CORRAL_APPROVAL_SIGNING_KEY_FILE: %w", err)
-		}
-		key = string(b)
-	}
-	if key == "" {
-		return Config{}, fmt.Errorf("CORRAL_APPROVAL_SIGNING_KEY (or _FILE) is not set: the approval service signs every decision with it (corral approvals keygen makes one)")
-	}
 	var err error
-	if cfg.SigningKey, err = event.DecodePrivateKey(key); err != nil {
-		return Config{}, fmt.Errorf("CORRAL_APPROVAL_SIGNING_KEY: %w", err)
+	if cfg.SigningKey, err = event.LoadPrivateKey(getenv, "CORRAL_APPROVAL_SIGNING_KEY"); err != nil {
+		return Config{}, err
+	}
+	if cfg.SigningKey == nil {
+		return Config{}, fmt.Errorf("CORRAL_APPROVAL_SIGNING_KEY (or _FILE) is not set: the approval service signs every decision with it (corral keygen makes one)")
 	}
 	if s := getenv("CORRAL_REVIEWER_TOKENS"); s != "" {
 		for _, pair := range strings.Split(s, ",") {

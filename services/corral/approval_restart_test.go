@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/ed25519"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,9 +8,9 @@ import (
 	"syscall"
 	"testing"
 
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
-	"corral.dev/pkg/natstest"
 )
 
 // TestApprovalSurvivesAKill kills the approval service (SIGKILL, its own
@@ -26,24 +25,18 @@ func TestApprovalSurvivesAKill(t *testing.T) {
 	if out, err := exec.Command(goBin, "build", "-o", bin, "corral.dev/services/approval/cmd/approval").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	srv, _, js := natstest.Run(t)
-	fake := modeltest.New(t, byPrompt(map[string][]modeltest.Call{"push": {bash("echo git push ok")}}))
-	_, key, _ := ed25519.GenerateKey(nil)
-	env := map[string]string{
-		"OPENAI_BASE_URL": fake.URL() + "/v1", "OPENAI_API_KEY": "sk-test", "CORRAL_MODEL": "openai:gpt-test",
-		"CORRAL_DATA_DIR": t.TempDir(), "CORRAL_SHUTDOWN_GRACE": "1s", "CORRAL_NATS_URL": srv.ClientURL(),
-		"CORRAL_APPROVAL_PUBLIC_KEY": event.EncodeKey(key.Public().(ed25519.PublicKey)),
-		"CORRAL_REVIEWER_TOKEN":      graceToken,
-	}
-	getenv := func(k string) string { return env[k] }
-	runServices(t, js, getenv, true)
+	// The deployed configuration, every service under its own user: the
+	// approval service's, in a process of its own.
+	d := startDeployment(t, byPrompt(map[string][]modeltest.Call{"push": {bash("echo git push ok")}}), nil, credential.UserApproval)
+	p := d.platform
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "approval.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	startApproval := func() *exec.Cmd {
 		cmd := exec.Command(bin)
-		cmd.Env = append(os.Environ(), "CORRAL_NATS_URL="+srv.ClientURL(), "CORRAL_APPROVAL_SIGNING_KEY="+event.EncodeKey(key), "CORRAL_LOG_LEVEL=debug",
+		cmd.Env = append(os.Environ(), "CORRAL_NATS_URL="+d.url, "CORRAL_APPROVAL_SIGNING_KEY="+event.EncodeKey(d.key), "CORRAL_LOG_LEVEL=debug",
+			"CORRAL_NATS_USER="+credential.UserApproval, "CORRAL_NATS_PASSWORD="+password(credential.UserApproval),
 			"CORRAL_REVIEWER_TOKENS=grace="+graceToken)
 		cmd.Stdout, cmd.Stderr = logFile, logFile
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -55,7 +48,6 @@ func TestApprovalSurvivesAKill(t *testing.T) {
 	}
 	svc := startApproval()
 
-	p := &platform{url: srv.ClientURL(), getenv: getenv, model: fake}
 	run := p.runBackground(t, "acme", "push")
 	id, _ := p.pending(t, "acme")
 	if err := svc.Process.Signal(syscall.SIGKILL); err != nil {
@@ -71,7 +63,7 @@ func TestApprovalSurvivesAKill(t *testing.T) {
 	if again != id {
 		t.Fatalf("after the restart the pending approval is %s, want %s:\n%s", again, id, listing)
 	}
-	if code, _, stderr := p.corral(t, "approve", "--tenant", "acme", "--user", "grace", id.String()); code != 0 {
+	if code, _, stderr := p.corral(t, "approve", id.String()); code != 0 {
 		t.Fatalf("corral approve exited %d: %s", code, stderr)
 	}
 	r := wait(t, run)

@@ -59,7 +59,7 @@ or on the reviewers' web page.`,
 	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "your tenant, whose approvals these are (CORRAL_TENANT)")
 	cmd.Flags().StringVar(&user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "you (CORRAL_USER)")
 	cmd.Flags().BoolVar(&all, "all", false, "list decided approvals too")
-	cmd.AddCommand(e.keygenCmd())
+	cmd.AddCommand(e.keygenCmd("approvals"))
 	return cmd
 }
 

@@ -51,6 +51,7 @@ func benchPlatform(b testing.TB, script modeltest.Script) (*server.Server, jetst
 		"CORRAL_NATS_URL": srv.ClientURL(),
 	}
 	maps.Copy(env, benchSettings(b))
+	maps.Copy(env, callKeys)
 	return srv, js, func(k string) string { return env[k] }
 }
 

@@ -121,6 +121,7 @@ func TestChaos(t *testing.T) {
 		"CORRAL_LOG_LEVEL=debug",
 		"CORRAL_SHUTDOWN_GRACE=1s",
 	)
+	env = append(env, callKeyEnv()...)
 	as := func(user string) []string {
 		return append(slices.Clip(env), "CORRAL_NATS_USER="+user, "CORRAL_NATS_PASSWORD="+password(user))
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -110,6 +111,7 @@ func TestClusterLosesAServer(t *testing.T) {
 		"OPENAI_BASE_URL": gate.URL + "/v1", "OPENAI_API_KEY": "sk-test", "CORRAL_MODEL": "openai:gpt-test",
 		"CORRAL_DATA_DIR": data, "CORRAL_SHUTDOWN_GRACE": "1s", "CORRAL_SANDBOX_SNAPSHOTS": "off",
 	}
+	maps.Copy(env, callKeys)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })

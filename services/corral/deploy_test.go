@@ -59,6 +59,7 @@ func deployEnv(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	pub, key, _ := ed25519.GenerateKey(nil)
+	callPub, callKey, _ := ed25519.GenerateKey(nil)
 	seed, issuer, err := auth.NewIssuer()
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +71,8 @@ func deployEnv(t *testing.T) map[string]string {
 		"OPENAI_API_KEY":              "sk-" + rand.Text(),
 		"CORRAL_APPROVAL_SIGNING_KEY": event.EncodeKey(key),
 		"CORRAL_APPROVAL_PUBLIC_KEY":  event.EncodeKey(pub),
+		"CORRAL_CALL_SIGNING_KEY":     event.EncodeKey(callKey),
+		"CORRAL_CALL_PUBLIC_KEY":      event.EncodeKey(callPub),
 		"CORRAL_REVIEWER_TOKENS":      "grace=" + rand.Text(),
 		"CORRAL_SLACK_SIGNING_SECRET": rand.Text(),
 		"CORRAL_SLACK_BOT_TOKEN":      "xoxb-" + rand.Text(),

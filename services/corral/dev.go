@@ -350,32 +350,45 @@ Stop that server, or run Corral on another port and point the clients at it:
 	return err
 }
 
-// devKeys returns the settings `corral dev` makes for approvals unless the
-// environment gives them: a signing key, its public half for the harness,
-// and one reviewer's token. They are kept in data, so that a restart keeps
-// decisions verifiable and the reviewer signed in.
+// devKeys returns the signing settings `corral dev` makes unless the
+// environment gives them: the approval service's key and its public half
+// for the harness, the harness's key for calls and its public half for
+// the tool services, and one reviewer's token. They are kept in data, so
+// that a restart keeps decisions and queued calls verifiable and the
+// reviewer signed in.
 func devKeys(data string, getenv func(string) string) (map[string]string, error) {
 	out := make(map[string]string)
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, err
 	}
-	key := getenv("CORRAL_APPROVAL_SIGNING_KEY")
-	if key == "" && getenv("CORRAL_APPROVAL_SIGNING_KEY_FILE") == "" {
-		k, err := keepSecret(filepath.Join(data, "approval.key"), func() string {
-			_, priv, _ := ed25519.GenerateKey(rand.Reader)
-			return event.EncodeKey(priv)
-		})
+	// The approval service's key for decisions, and the harness's for
+	// calls.
+	for _, pair := range [][2]string{
+		{"CORRAL_APPROVAL_SIGNING_KEY", "CORRAL_APPROVAL_PUBLIC_KEY"},
+		{"CORRAL_CALL_SIGNING_KEY", "CORRAL_CALL_PUBLIC_KEY"},
+	} {
+		name, public := pair[0], pair[1]
+		key, err := event.LoadPrivateKey(getenv, name)
 		if err != nil {
 			return nil, err
 		}
-		out["CORRAL_APPROVAL_SIGNING_KEY"], key = k, k
-	}
-	if getenv("CORRAL_APPROVAL_PUBLIC_KEY") == "" && key != "" {
-		priv, err := event.DecodePrivateKey(key)
-		if err != nil {
-			return nil, fmt.Errorf("CORRAL_APPROVAL_SIGNING_KEY: %w", err)
+		if key == nil {
+			file := strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(name, "CORRAL_"), "_SIGNING_KEY")) + ".key"
+			k, err := keepSecret(filepath.Join(data, file), func() string {
+				_, priv, _ := ed25519.GenerateKey(rand.Reader)
+				return event.EncodeKey(priv)
+			})
+			if err != nil {
+				return nil, err
+			}
+			if key, err = event.DecodePrivateKey(k); err != nil {
+				return nil, fmt.Errorf("%s: %w", filepath.Join(data, file), err)
+			}
+			out[name] = k
 		}
-		out["CORRAL_APPROVAL_PUBLIC_KEY"] = event.EncodeKey(priv.Public().(ed25519.PublicKey))
+		if getenv(public) == "" {
+			out[public] = event.EncodeKey(key.Public().(ed25519.PublicKey))
+		}
 	}
 	if getenv("CORRAL_REVIEWER_TOKENS") == "" && getenv("CORRAL_REVIEWER_HEADER") == "" {
 		token, err := keepSecret(filepath.Join(data, "reviewer.token"), func() string { return rand.Text() })

@@ -63,7 +63,7 @@ func BenchmarkResume(b *testing.B) {
 	defer nc.Close()
 
 	var env []string
-	for _, k := range []string{"OPENAI_BASE_URL", "OPENAI_API_KEY", "CORRAL_MODEL", "CORRAL_NATS_URL", "CORRAL_MAX_TURNS"} {
+	for _, k := range []string{"OPENAI_BASE_URL", "OPENAI_API_KEY", "CORRAL_MODEL", "CORRAL_NATS_URL", "CORRAL_MAX_TURNS", "CORRAL_CALL_SIGNING_KEY"} {
 		env = append(env, k+"="+getenv(k))
 	}
 	logf, err := os.Create(filepath.Join(b.TempDir(), "harness.log"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +46,7 @@ func TestSessionMovesWhenItsNodeDies(t *testing.T) {
 		"OPENAI_BASE_URL": fake.URL() + "/v1", "OPENAI_API_KEY": "sk-test", "CORRAL_MODEL": "openai:gpt-test",
 		"CORRAL_SHUTDOWN_GRACE": "1s", "CORRAL_NATS_URL": srv.ClientURL(),
 	}
+	maps.Copy(env, callKeys)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	hcfg, err := harness.LoadConfig(func(k string) string { return env[k] })
@@ -61,7 +63,7 @@ func TestSessionMovesWhenItsNodeDies(t *testing.T) {
 
 	node := func(name string) *exec.Cmd {
 		cmd := exec.Command(bin)
-		cmd.Env = append(os.Environ(), "CORRAL_NATS_URL="+srv.ClientURL(), "CORRAL_DATA_DIR="+filepath.Join(t.TempDir(), name), "CORRAL_SHUTDOWN_GRACE=1s")
+		cmd.Env = append(append(os.Environ(), callKeyEnv()...), "CORRAL_NATS_URL="+srv.ClientURL(), "CORRAL_DATA_DIR="+filepath.Join(t.TempDir(), name), "CORRAL_SHUTDOWN_GRACE=1s")
 		log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 		if err != nil {
 			t.Fatal(err)

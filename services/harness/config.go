@@ -52,6 +52,12 @@ type Config struct {
 	// approval runs only on a decision it verifies. Without it, such calls
 	// are refused.
 	ApprovalKey ed25519.PublicKey
+	// CallKey signs every tool call the harness puts on a queue
+	// (CORRAL_CALL_SIGNING_KEY, the base64 seed, or
+	// CORRAL_CALL_SIGNING_KEY_FILE): the tool services run only calls that
+	// its public half (CORRAL_CALL_PUBLIC_KEY) verifies. Nil signs none,
+	// for tests of the harness alone.
+	CallKey ed25519.PrivateKey
 	// Metrics is where the service's metrics are registered (none are
 	// served when nil).
 	Metrics prometheus.Registerer
@@ -98,6 +104,12 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		if cfg.ApprovalKey, err = event.DecodePublicKey(k); err != nil {
 			return Config{}, fmt.Errorf("CORRAL_APPROVAL_PUBLIC_KEY: %w", err)
 		}
+	}
+	if cfg.CallKey, err = event.LoadPrivateKey(getenv, "CORRAL_CALL_SIGNING_KEY"); err != nil {
+		return Config{}, err
+	}
+	if cfg.CallKey == nil {
+		return Config{}, fmt.Errorf("CORRAL_CALL_SIGNING_KEY (or _FILE) is not set: the harness signs every tool call with it, and the tool services run only calls its public half verifies (corral keygen makes the pair)")
 	}
 	if cfg.DefaultModel == "" {
 		switch {

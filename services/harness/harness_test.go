@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -29,10 +30,16 @@ func start(t *testing.T, script modeltest.Script) (jetstream.JetStream, *modelte
 	return js, fake
 }
 
+// testCallKey is the harness's key for calls in these tests.
+var testCallKey = func() string {
+	_, key, _ := ed25519.GenerateKey(nil)
+	return event.EncodeKey(key)
+}()
+
 func runHarness(t *testing.T, js jetstream.JetStream, fake *modeltest.Server) {
 	t.Helper()
 	cfg, err := LoadConfig(func(k string) string {
-		return map[string]string{"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": "k", "CORRAL_MODEL": "openai:m"}[k]
+		return map[string]string{"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": "k", "CORRAL_MODEL": "openai:m", "CORRAL_CALL_SIGNING_KEY": testCallKey}[k]
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ func newLeaseHarnesses(t *testing.T, js jetstream.JetStream, n int) ([]*Service,
 	t.Helper()
 	var hs []*Service
 	for range n {
-		cfg, err := LoadConfig(func(string) string { return "" })
+		cfg, err := LoadConfig(func(k string) string { return map[string]string{"CORRAL_CALL_SIGNING_KEY": testCallKey}[k] })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -266,6 +266,9 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, r
 	}
 	for _, q := range queue {
 		q.call.After = after
+		if s.cfg.CallKey != nil {
+			q.call.Sign(s.cfg.CallKey, q.service)
+		}
 		if err := bus.Publish(ctx, s.js, bus.ToolSubject(q.service, st.tenant, st.session), q.call.Call.String(), &q.call); err != nil {
 			return err
 		}

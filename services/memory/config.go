@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"strconv"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/event"
 )
 
 // Config is the memory service's configuration, read from the environment.
@@ -26,6 +28,11 @@ type Config struct {
 	// ShutdownGrace is how long running calls may finish at shutdown
 	// (CORRAL_SHUTDOWN_GRACE, a Go duration).
 	ShutdownGrace time.Duration
+	// CallKey is the harness's public key for calls
+	// (CORRAL_CALL_PUBLIC_KEY): a call runs only if it verifies the
+	// harness's signature of it. Nil runs unsigned calls, for tests of the
+	// service alone.
+	CallKey ed25519.PublicKey
 	// Metrics is where the service's metrics are registered (none are
 	// served when nil).
 	Metrics prometheus.Registerer
@@ -78,6 +85,10 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return Config{}, fmt.Errorf("CORRAL_SHUTDOWN_GRACE=%q: want a duration such as 10s", s)
 		}
 		cfg.ShutdownGrace = d
+	}
+	var err error
+	if cfg.CallKey, err = event.LoadCallKey(getenv); err != nil {
+		return Config{}, err
 	}
 	return cfg, nil
 }

@@ -97,7 +97,7 @@ func (s *Service) Run(ctx context.Context) error {
 			},
 			Concurrency: s.cfg.Concurrency,
 			Handler:     s.handleCall,
-			OnGiveUp:    s.logs.GiveUpCall(bus.ServiceMemory),
+			OnGiveUp:    s.logs.GiveUpCall(bus.ServiceMemory, s.cfg.CallKey),
 			AckDelay:    bus.ToolAckDelay,
 			Grace:       s.cfg.ShutdownGrace,
 			Logger:      s.log,

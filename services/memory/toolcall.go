@@ -31,7 +31,7 @@ const (
 // refuses a body naming others). Its user is the body's: only the harness
 // may publish calls, and it names the session's user.
 func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
-	c, err := bus.DecodeToolCall(m)
+	c, err := bus.DecodeToolCall(m, s.cfg.CallKey)
 	if err != nil {
 		return err // rejected: dead-lettered
 	}

@@ -1,6 +1,7 @@
 package sandboxmanager
 
 import (
+	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"corral.dev/pkg/event"
 )
 
 // Config is the sandbox-manager's configuration, read from the environment
@@ -77,6 +80,11 @@ type Config struct {
 	// snapshots are on (CORRAL_SANDBOX_WORKSPACE_TTL, default 168h): the
 	// session's next call restores it from its snapshot.
 	WorkspaceTTL time.Duration
+	// CallKey is the harness's public key for calls
+	// (CORRAL_CALL_PUBLIC_KEY): a call runs only if it verifies the
+	// harness's signature of it. Nil runs unsigned calls, for tests of the
+	// service alone.
+	CallKey ed25519.PublicKey
 	// Metrics is where the service's metrics are registered (none are
 	// served when nil).
 	Metrics prometheus.Registerer
@@ -203,6 +211,10 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return Config{}, fmt.Errorf("CORRAL_SHUTDOWN_GRACE=%q: want a positive duration such as 10s", s)
 		}
 		cfg.ShutdownGrace = d
+	}
+	var err error
+	if cfg.CallKey, err = event.LoadCallKey(getenv); err != nil {
+		return Config{}, err
 	}
 	return cfg, nil
 }

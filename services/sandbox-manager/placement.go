@@ -359,7 +359,7 @@ func (s *Service) serveForwarded(ctx context.Context) error {
 // still placed here. The call is checked against the subject it was
 // delivered on, as the forwarder checked it.
 func (s *Service) runForwarded(ctx context.Context, m bus.Msg) error {
-	c, err := bus.DecodeToolCall(m)
+	c, err := bus.DecodeToolCall(m, s.cfg.CallKey)
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,7 @@ func placedOn(t *testing.T, js jetstream.JetStream, session uuid.UUID) string {
 // response is recorded, as the harness records it before it dispatches.
 func callMsg(t *testing.T, js jetstream.JetStream, session uuid.UUID, command string) bus.Msg {
 	t.Helper()
-	c := event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "acme", session), Call: uuid.Must(uuid.NewV7()), Turn: 1, User: "ada", Name: "Bash", Input: json.RawMessage(fmt.Sprintf(`{"command":%q}`, command))}
+	c := signed(event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "acme", session), Call: uuid.Must(uuid.NewV7()), Turn: 1, User: "ada", Name: "Bash", Input: json.RawMessage(fmt.Sprintf(`{"command":%q}`, command))})
 	responded(t, js, "acme", session, c.Call, c.Name)
 	data, err := json.Marshal(&c)
 	if err != nil {

@@ -133,7 +133,7 @@ func (s *Service) Run(ctx context.Context) error {
 		// A call that can never run is answered with an error result; a
 		// rejected one (its body and subject disagree) speaks for no
 		// session and is only dead-lettered.
-		OnGiveUp: s.logs.GiveUpCall(bus.ServiceSandbox),
+		OnGiveUp: s.logs.GiveUpCall(bus.ServiceSandbox, s.cfg.CallKey),
 		AckDelay: bus.ToolAckDelay,
 		Grace:    s.cfg.ShutdownGrace,
 		Logger:   s.log,

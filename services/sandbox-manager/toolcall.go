@@ -39,7 +39,7 @@ func repeatable(name string) bool {
 // A call whose body names another tenant or session than its subject is
 // rejected: returned as it is, it is dead-lettered and answers no session.
 func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
-	c, err := bus.DecodeToolCall(m)
+	c, err := bus.DecodeToolCall(m, s.cfg.CallKey)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package sandboxmanager
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,14 +53,27 @@ func startNode(t *testing.T, js jetstream.JetStream, env map[string]string) (*Se
 	return svc, stop
 }
 
+// callPub and callKey are the harness's key pair for calls in these
+// tests: the nodes verify every call with callPub.
+var callPub, callKey, _ = ed25519.GenerateKey(nil)
+
+// signed returns c signed as the harness signs a call for the sandbox.
+func signed(c event.ToolCall) event.ToolCall {
+	c.Sign(callKey, bus.ServiceSandbox)
+	return c
+}
+
 // newNode returns a sandbox-manager on js with a data directory of its
 // own and the settings in env, not yet running.
 func newNode(t *testing.T, js jetstream.JetStream, env map[string]string) *Service {
 	t.Helper()
 	dir := t.TempDir()
 	cfg, err := LoadConfig(func(k string) string {
-		if k == "CORRAL_DATA_DIR" && env[k] == "" {
+		switch {
+		case k == "CORRAL_DATA_DIR" && env[k] == "":
 			return dir
+		case k == "CORRAL_CALL_PUBLIC_KEY":
+			return event.EncodeKey(callPub)
 		}
 		return env[k]
 	})
@@ -108,7 +122,7 @@ func dispatch(t *testing.T, js jetstream.JetStream, session uuid.UUID, call uuid
 func dispatchIn(t *testing.T, js jetstream.JetStream, tenant string, session uuid.UUID, call uuid.UUID, name, input, msgID string) {
 	t.Helper()
 	responded(t, js, tenant, session, call, name)
-	c := event.ToolCall{Header: event.NewHeader(event.TypeToolCall, tenant, session), Call: call, Turn: 1, User: "ada", Name: name, Input: json.RawMessage(input)}
+	c := signed(event.ToolCall{Header: event.NewHeader(event.TypeToolCall, tenant, session), Call: call, Turn: 1, User: "ada", Name: name, Input: json.RawMessage(input)})
 	if err := bus.Publish(context.Background(), js, bus.ToolSubject(bus.ServiceSandbox, tenant, session), msgID, &c); err != nil {
 		t.Fatal(err)
 	}

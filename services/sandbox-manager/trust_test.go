@@ -119,7 +119,7 @@ func TestToolCallNamingAnotherTenantIsRejected(t *testing.T) {
 	// A call of beta's dispatched to the sandbox, so that a result of it
 	// would be believed.
 	responded(t, js, "beta", victim, call, "Bash")
-	c := event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "beta", victim), Call: call, Turn: 1, User: "ada", Name: "Bash", Input: json.RawMessage(`{"command":"touch pwned"}`)}
+	c := signed(event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "beta", victim), Call: call, Turn: 1, User: "ada", Name: "Bash", Input: json.RawMessage(`{"command":"touch pwned"}`)})
 	data, err := json.Marshal(&c)
 	if err != nil {
 		t.Fatal(err)

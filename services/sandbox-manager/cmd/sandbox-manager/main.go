@@ -1,7 +1,8 @@
 // Command sandbox-manager runs tool calls in bubblewrap sandboxes for Corral.
 //
 // It is configured from the environment: CORRAL_NATS_URL, CORRAL_DATA_DIR, CORRAL_BWRAP,
-// CORRAL_SANDBOX_CONCURRENCY, CORRAL_SANDBOX_TIMEOUT, CORRAL_LOG_LEVEL.
+// CORRAL_SANDBOX_CONCURRENCY, CORRAL_SANDBOX_TIMEOUT, CORRAL_CALL_PUBLIC_KEY,
+// CORRAL_LOG_LEVEL.
 package main
 
 import (
