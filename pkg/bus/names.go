@@ -172,6 +172,12 @@ func SessionKey(tenant string, session uuid.UUID) string {
 	return tenant + "." + session.String()
 }
 
+// CallKey is a tool call's key in the calls bucket: its session's key and
+// its ID.
+func CallKey(tenant string, session, call uuid.UUID) string {
+	return SessionKey(tenant, session) + "." + call.String()
+}
+
 // PlacementKey is a session's key in [BucketPlacements].
 func PlacementKey(tenant string, session uuid.UUID) string { return SessionKey(tenant, session) }
 
@@ -283,12 +289,12 @@ var buckets = []jetstream.KeyValueConfig{
 		History:     1,
 	},
 	{
-		// A call ID is written here just before its command starts. A
-		// redelivered call that finds its marker was running when its
-		// sandbox-manager died, and is not run again behind the model's
-		// back unless it is safe to repeat.
+		// A call is written here (CallKey) just before its command
+		// starts. A redelivered call that finds its marker was running
+		// when its sandbox-manager died, and is not run again behind the
+		// model's back unless it is safe to repeat.
 		Bucket:      BucketCalls,
-		Description: "tool calls started: call ID -> sandbox-manager instance",
+		Description: "tool calls started: <tenant>.<session>.<call> -> sandbox-manager instance",
 		TTL:         CallMarkerTTL,
 		Storage:     jetstream.FileStorage,
 		History:     1,

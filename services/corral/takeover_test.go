@@ -96,7 +96,7 @@ func TestSessionMovesWhenItsNodeDies(t *testing.T) {
 			return fmt.Errorf("%d calls out", len(evs))
 		}
 		session = evs[1].Session
-		e, err := calls.Get(ctx, evs[1].Call.String())
+		e, err := calls.Get(ctx, bus.CallKey(evs[1].Tenant, evs[1].Session, evs[1].Call))
 		if err != nil {
 			return err
 		}

@@ -98,7 +98,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		}
 	} else {
 		rctx, rcancel := bus.Bound(ctx)
-		_, err = s.calls.Create(rctx, c.Call.String(), []byte(s.cfg.Instance))
+		_, err = s.calls.Create(rctx, bus.CallKey(c.Tenant, c.Session, c.Call), []byte(s.cfg.Instance))
 		rcancel()
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyExists) {

@@ -216,7 +216,7 @@ func TestInterruptedCalls(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The mark a sandbox-manager that died mid-call left behind.
-			if _, err := kv.Create(context.Background(), call.String(), []byte("dead-manager")); err != nil {
+			if _, err := kv.Create(context.Background(), bus.CallKey("acme", session, call), []byte("dead-manager")); err != nil {
 				t.Fatal(err)
 			}
 			dispatch(t, js, session, call, tc.tool, tc.input, call.String())
