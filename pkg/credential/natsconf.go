@@ -166,8 +166,6 @@ func ConfigVariable(user string) string {
 	switch user {
 	case UserSandbox:
 		name = "SANDBOX"
-	case UserSlack:
-		name = "SLACK"
 	}
 	return "$CORRAL_NATS_PASSWORD_" + name
 }

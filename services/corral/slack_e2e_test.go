@@ -15,10 +15,9 @@ import (
 )
 
 const (
-	slackSecret      = "8f742231b10e8888abcd99yyyzzz85a5"
-	slackBotToken    = "xoxb-17653672481-19874698323-pdFZKVeTuE8sk7oOcBrzbqgy"
-	slackTeam        = "T0TEAM"
-	slackReviewToken = "slack-token-0123456789"
+	slackSecret   = "8f742231b10e8888abcd99yyyzzz85a5"
+	slackBotToken = "xoxb-17653672481-19874698323-pdFZKVeTuE8sk7oOcBrzbqgy"
+	slackTeam     = "T0TEAM"
 )
 
 // prompts returns what people asked in a conversation, oldest first.
@@ -85,14 +84,13 @@ func TestSlackThreadIsASession(t *testing.T) {
 	}
 	listen := freeAddr(t)
 	p := startDev(t, script, map[string]string{
-		"CORRAL_REVIEWER_TOKENS":      "grace=" + graceToken + ",heidi=" + heidiToken + ",slack=" + slackReviewToken,
+		"CORRAL_REVIEWER_TOKENS":      "grace=" + graceToken + ",heidi=" + heidiToken,
 		"CORRAL_SLACK_SIGNING_SECRET": slackSecret,
 		"CORRAL_SLACK_BOT_TOKEN":      slackBotToken,
 		"CORRAL_SLACK_API_URL":        fake.URL(),
 		"CORRAL_SLACK_LISTEN":         listen,
 		"CORRAL_SLACK_TENANT":         "acme",
 		"CORRAL_SLACK_REVIEWERS":      "U0GRACE:grace",
-		"CORRAL_SLACK_REVIEWER_TOKEN": slackReviewToken,
 	})
 	app := slacktest.App{URL: "http://" + listen, Secret: slackSecret, Team: slackTeam, Bot: "U0BOT"}
 	natstest.WaitFor(t, 15*time.Second, func() error {
@@ -187,8 +185,10 @@ func TestSlackThreadIsASession(t *testing.T) {
 	if requested != 1 {
 		t.Errorf("%d requests recorded after a retried event, want 1", requested)
 	}
-	if decision == nil || !decision.Approved || decision.Reviewer != "grace" || !strings.Contains(decision.Reason, "grace") {
-		t.Errorf("decision %+v: want approved by grace, the reviewer who clicked", decision)
+	// Decided as the reviewer of the bridge's credential, the only one it
+	// may name; the reason names who clicked.
+	if decision == nil || !decision.Approved || decision.Reviewer != slackUser || !strings.Contains(decision.Reason, "grace (slack:U0GRACE)") {
+		t.Errorf("decision %+v: want approved by the bridge's reviewer, naming grace, who clicked", decision)
 	}
 
 	// A follow-up in the thread continues the same session; its call is
@@ -239,8 +239,8 @@ func TestSlackThreadIsASession(t *testing.T) {
 	if requested != 2 {
 		t.Errorf("%d requests in the session's log, want 2", requested)
 	}
-	if len(decisions) != 2 || decisions[1].Approved || decisions[1].Reviewer != "grace" || !strings.Contains(decisions[1].Reason, "grace") {
-		t.Errorf("decisions %+v: want the second denied by grace, the reviewer who clicked", decisions)
+	if len(decisions) != 2 || decisions[1].Approved || decisions[1].Reviewer != slackUser || !strings.Contains(decisions[1].Reason, "grace (slack:U0GRACE)") {
+		t.Errorf("decisions %+v: want the second denied by the bridge's reviewer, naming grace, who clicked", decisions)
 	}
 	if n := len(p.model.Requests()); n != 4 {
 		t.Errorf("the model was asked %d times, want 4", n)
