@@ -3,10 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
@@ -265,4 +268,78 @@ func inOrder(got []string, want ...string) bool {
 		}
 	}
 	return len(want) == 0
+}
+
+// corral dev issues the Slack bridge's credential of each tenant it serves
+// once, keeps it in --data and signs the bridge in with it again after a
+// restart; mapping reviewers makes it a reviewer's.
+func TestSlackDevKeepsTheBridgesCredentials(t *testing.T) {
+	fake := slacktest.New(t, slackBotToken)
+	addr, data, listen := freeAddr(t), t.TempDir(), freeAddr(t)
+	script := func(c modeltest.Conversation) (modeltest.Turn, error) {
+		return modeltest.Turn{Text: "Answered: " + c.Messages[0].Text}, nil
+	}
+	env := map[string]string{
+		"CORRAL_SLACK_SIGNING_SECRET": slackSecret,
+		"CORRAL_SLACK_BOT_TOKEN":      slackBotToken,
+		"CORRAL_SLACK_API_URL":        fake.URL(),
+		"CORRAL_SLACK_LISTEN":         listen,
+		"CORRAL_SLACK_TEAMS":          slackTeam + "=acme",
+	}
+	app := slacktest.App{URL: "http://" + listen, Secret: slackSecret, Team: slackTeam, Bot: "U0BOT"}
+	kept := func() credential.Credential {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(data, devAuthFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a devAuth
+		if err := json.Unmarshal(b, &a); err != nil {
+			t.Fatal(err)
+		}
+		if len(a.Slack) != 1 {
+			t.Fatalf("kept Slack credentials: %+v, want acme's", a.Slack)
+		}
+		return a.Slack["acme"].Credential
+	}
+	ask := func(n int) {
+		t.Helper()
+		prompt := fmt.Sprintf("question %d", n)
+		root := fake.Post("C1", "", "U1", "<@U0BOT> "+prompt)
+		natstest.WaitFor(t, 15*time.Second, func() error {
+			r, err := app.Event(fmt.Sprint("Ev", n), app.AppMention("C1", "U1", prompt, root, ""))
+			if err == nil && r.Status != 200 {
+				err = fmt.Errorf("bridge answered %d %q", r.Status, r.Body)
+			}
+			return err
+		})
+		natstest.WaitFor(t, 30*time.Second, func() error {
+			texts := slacktest.Texts(appMessages(fake, "C1", root))
+			if len(texts) == 0 || texts[len(texts)-1] != "Answered: "+prompt {
+				return fmt.Errorf("thread: %q", texts)
+			}
+			return nil
+		})
+	}
+
+	_, stop := startDevAt(t, addr, data, script, env)
+	ask(1)
+	stop()
+	first := kept()
+	if first.Tenant != "acme" || first.Role != credential.RoleBot {
+		t.Errorf("the bridge's credential: %+v, want a bot's of acme", first)
+	}
+	_, stop = startDevAt(t, addr, data, script, env)
+	ask(2)
+	stop()
+	if again := kept(); again.ID != first.ID {
+		t.Errorf("after a restart the bridge signs in as %s, want %s again", again.ID, first.ID)
+	}
+	env["CORRAL_SLACK_REVIEWERS"] = "U0GRACE:grace"
+	_, stop = startDevAt(t, addr, data, script, env)
+	ask(3)
+	stop()
+	if rev := kept(); rev.Role != credential.RoleReviewer || rev.Tenant != "acme" || rev.User != slackUser {
+		t.Errorf("with reviewers the bridge's credential is %+v, want a reviewer's of acme, %s", rev, slackUser)
+	}
 }
