@@ -145,6 +145,15 @@ func TestAdversarial(t *testing.T) {
 		return err
 	})
 	other := uuid.Must(uuid.NewV7())
+	// A thread of acme's, for the read paths to the Slack bridge's bucket
+	// to find.
+	threads, err := d.admin.KeyValue(ctx, bus.BucketSlack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := threads.Put(ctx, "acme.thread."+victim.String(), []byte(`{"tenant":"acme"}`)); err != nil {
+		t.Fatal(err)
+	}
 
 	bot, botSecret := issue(t, d.admin, "initech", "initech-bot", credential.RoleBot)
 	mallory, mallorySecret := issue(t, d.admin, "acme", "mallory", credential.RoleUser)
@@ -468,6 +477,8 @@ func readPaths(victim uuid.UUID) map[string]readPath {
 		"consumer on events.>":                                        {try: consume(bus.StreamEvents, "events.>")},
 		"direct get payloads.acme.>":                                  {try: last(bus.StreamPayloads, "payloads.acme.>")},
 		"direct get $KV.usage.acme.>":                                 {try: kv(bus.BucketUsage, "acme.>")},
+		"direct get $KV.slack.acme.>":                                 {try: kv(bus.BucketSlack, "acme.>"), userScoped: true},
+		"consumer on $KV.slack.acme.>":                                {try: consume("KV_"+bus.BucketSlack, "$KV.slack.acme.>"), userScoped: true},
 		"consumer on $KV.usage.acme.>":                                {try: consume("KV_"+bus.BucketUsage, "$KV.usage.acme.>")},
 		"direct get $KV.approvals.acme.>":                             {try: kv(bus.BucketApprovals, "acme.>"), userScoped: true},
 		"direct get $KV.calls.>":                                      {try: kv(bus.BucketCalls, ">"), userScoped: true},
