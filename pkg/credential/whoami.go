@@ -79,29 +79,32 @@ func Whoami(ctx context.Context, nc *nats.Conn) (Credential, error) {
 // gives any credential of that ID.
 func Identify(id string, p Permissions) (Credential, error) {
 	c := Credential{ID: id}
+	// The subjects that say who: the requests one (its tenant, and a
+	// user's user) and a decide (a reviewer's reviewer, or an
+	// operator's), in whatever order the server lists them.
+	var user, reviewer string
 	for _, s := range p.Publish {
 		tok := strings.Split(s, ".")
 		switch {
 		case len(tok) == 4 && tok[0] == "requests":
-			c.Tenant, c.Role = tok[1], RoleBot
-			if tok[3] != "*" {
-				c.Role = RoleUser
-				c.User, _ = bus.ParseUserToken(tok[3])
-			}
+			c.Tenant, user = tok[1], tok[3]
 		case len(tok) == 5 && s == bus.ApprovalAPI(tok[2], tok[3], bus.OpDecide):
-			if tok[3] == "*" {
-				c.Role = RoleOperator
-				break
-			}
-			c.Role = RoleReviewer
-			c.User, _ = bus.ParseUserToken(tok[3])
+			reviewer = tok[3]
 		}
 	}
-	if c.Tenant == "" {
+	switch {
+	case c.Tenant == "":
 		return Credential{}, fmt.Errorf("%w: the connection may publish no request: it is no client's", ErrInvalid)
-	}
-	if c.Tenant == AllTenants {
+	case c.Tenant == AllTenants:
 		c.Role = RoleOperator
+	case user != "*":
+		c.Role = RoleUser
+		c.User, _ = bus.ParseUserToken(user)
+	case reviewer != "":
+		c.Role = RoleReviewer
+		c.User, _ = bus.ParseUserToken(reviewer)
+	default:
+		c.Role = RoleBot
 	}
 	want := c.Permissions()
 	if !sameSet(want.Publish, p.Publish) || !sameSet(want.Deny, p.Deny) || !sameSet(want.Subscribe, p.Subscribe) {

@@ -23,9 +23,15 @@ func TestIdentify(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Identify(id, tc.c.Permissions())
+			p := tc.c.Permissions()
+			got, err := Identify(id, p)
 			if err != nil || got != tc.want {
 				t.Errorf("Identify(permissions of %+v) = %+v, %v; want %+v", tc.c, got, err, tc.want)
+			}
+			// The server lists them in an order of its own.
+			slices.Reverse(p.Publish)
+			if got, err := Identify(id, p); err != nil || got != tc.want {
+				t.Errorf("Identify(permissions of %+v, reversed) = %+v, %v; want %+v", tc.c, got, err, tc.want)
 			}
 		})
 	}
