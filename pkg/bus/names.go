@@ -56,6 +56,10 @@ const (
 	BucketWorkspaces  = "workspaces"
 	BucketNodes       = "nodes"
 	BucketPlacements  = "placements"
+	// BucketSlack is the Slack bridge's threads, each under its tenant
+	// (<tenant>.thread.<session>): a bot's credential reaches its own
+	// tenant's keys alone. The bridge's package sets it up.
+	BucketSlack = "slack"
 )
 
 // EventDurables are the services' durable consumers of the EVENTS stream:

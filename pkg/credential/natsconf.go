@@ -41,7 +41,9 @@ func ClientImports() []string {
 	for _, r := range []Role{RoleBot, RoleOperator} {
 		c := Credential{Tenant: "*", Role: r}
 		for _, s := range c.Permissions().Publish {
-			if !slices.Contains(out, s) {
+			// The server answers who a client is in the client's own
+			// account.
+			if s != UserInfoSubject && !slices.Contains(out, s) {
 				out = append(out, s)
 			}
 		}
@@ -164,8 +166,6 @@ func ConfigVariable(user string) string {
 	switch user {
 	case UserSandbox:
 		name = "SANDBOX"
-	case UserSlack:
-		name = "SLACK"
 	}
 	return "$CORRAL_NATS_PASSWORD_" + name
 }

@@ -21,7 +21,14 @@ type Permissions struct {
 //     events.<tenant>. (the server refuses a consumer whose filter is not
 //     the one its create subject names), pulls, and direct gets of the
 //     last message of a subject, and their stored large events;
-//   - the tenant's daily usage, the same way.
+//   - the tenant's daily usage, the same way;
+//   - for a bot, a reviewer and an operator (who speak for the tenant's
+//     users: the Slack bridge), the tenant's keys of the Slack bridge's
+//     bucket, <tenant>.>: read the same way, and written by publishing
+//     on them (a put, or a compare-and-set with the expected last
+//     sequence of the key's subject);
+//   - who the server says the client is ([UserInfoSubject], answered
+//     by the server itself; see [Whoami]).
 //
 // Nothing else: no stream's info (which would list other tenants'
 // subjects), no batched direct get (whose subject names no filter), no
@@ -56,6 +63,10 @@ func (c Credential) Permissions() Permissions {
 	case RoleOperator:
 		p.Publish = append(p.Publish, bus.ApprovalAPI(t, u, bus.OpDecide))
 	}
+	if c.Role != RoleUser {
+		p.Publish = append(p.Publish, slackKeys(t)...)
+	}
+	p.Publish = append(p.Publish, UserInfoSubject)
 	for _, d := range bus.EventDurables() {
 		p.Deny = append(p.Deny,
 			"$JS.API.CONSUMER.*."+bus.StreamEvents+"."+d,
@@ -64,4 +75,19 @@ func (c Credential) Permissions() Permissions {
 		)
 	}
 	return p
+}
+
+// slackKeys are the subjects that read and write tenant's keys of
+// [bus.BucketSlack]. The bucket's stream allows no roll-up (see the Slack
+// bridge's Setup): a publish on one's own keys cannot purge another
+// tenant's.
+func slackKeys(tenant string) []string {
+	stream, keys := "KV_"+bus.BucketSlack, "$KV."+bus.BucketSlack+"."+tenant+".>"
+	return []string{
+		keys,
+		"$JS.API.DIRECT.GET." + stream + "." + keys,
+		"$JS.API.CONSUMER.CREATE." + stream + ".*." + keys,
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".*",
+		"$JS.API.CONSUMER.DELETE." + stream + ".*",
+	}
 }

@@ -24,7 +24,6 @@ const (
 	UserSandbox  = "sandbox-manager"
 	UserMemory   = "memory"
 	UserApproval = "approval"
-	UserSlack    = "slack-bridge"
 	// UserAuth answers the server's questions about client connections.
 	UserAuth = "auth"
 	// UserAdmin runs corral setup and manages credentials; it may do
@@ -132,22 +131,6 @@ func Services() []Service {
 				Subscribe: []string{"_INBOX.>", "corral.approval.>", "$SRV.>"},
 			},
 			Responds: true,
-		},
-		{
-			// The Slack bridge speaks for the users of the tenants its
-			// Slack workspaces map to: it publishes their requests, reads
-			// their sessions' logs, decides approvals for the reviewers
-			// it knows, and keeps its threads in the slack bucket.
-			User: UserSlack,
-			Permissions: Permissions{
-				Publish: []string{
-					"$JS.API.INFO", "$JS.API.STREAM.INFO.>", "$JS.API.CONSUMER.>", "$JS.API.DIRECT.GET.>",
-					"$JS.API.STREAM.MSG.GET.>", "$JS.FC.>", "$JS.ACK.>",
-					"requests.>", "corral.approval.>", "$KV.slack.>",
-				},
-				Deny:      denyConsumers(),
-				Subscribe: []string{"_INBOX.>"},
-			},
 		},
 		{
 			// It reads the credentials bucket, and answers the server on

@@ -66,6 +66,14 @@ func TestPermissions(t *testing.T) {
 		{"user: batched direct get", ada, "$JS.API.DIRECT.GET.EVENTS", false},
 		{"user: stream info", ada, "$JS.API.STREAM.INFO.EVENTS", false},
 		{"user: the auth callout", ada, Subject, false},
+		{"bot: its tenant's Slack threads", bot, "$KV.slack.acme.thread." + session.String(), true},
+		{"reviewer: its tenant's Slack threads", rita, "$KV.slack.acme.thread." + session.String(), true},
+		{"bot: another tenant's Slack threads", bot, "$KV.slack.initech.thread." + session.String(), false},
+		{"bot: Slack threads of no tenant", bot, "$KV.slack.thread.acme." + session.String(), false},
+		{"user: Slack threads", ada, "$KV.slack.acme.thread." + session.String(), false},
+		{"bot: read another tenant's Slack threads", bot, "$JS.API.DIRECT.GET.KV_slack.$KV.slack.initech.>", false},
+		{"bot: a consumer of another tenant's Slack threads", bot, "$JS.API.CONSUMER.CREATE.KV_slack.x.$KV.slack.initech.>", false},
+		{"bot: the Slack bucket's stream", bot, "$JS.API.STREAM.PURGE.KV_slack", false},
 	}
 	for _, tc := range publish {
 		t.Run(tc.name, func(t *testing.T) {

@@ -29,6 +29,10 @@ import (
 	"corral.dev/services/memory"
 )
 
+// slackBridge is the Slack bridge as an attacker: signed in with its
+// credential of acme, a bot's.
+const slackBridge = "slack (acme bot)"
+
 // forged is what every forged body says, so that a test can look for it
 // wherever something might have believed one.
 const forged = "FORGED"
@@ -103,7 +107,8 @@ type attempt struct {
 // TestAdversarial attacks the deployed configuration (every service under
 // its own user of deploy/nats.conf, clients through the auth service) as a
 // tenant's bot of another tenant, another user of the victim's tenant, the
-// Slack bridge, the sandbox-manager and the memory service would: each
+// Slack bridge (with its credential, a bot's of the victim's tenant), the
+// sandbox-manager and the memory service would: each
 // publishes every event kind on every subject of the session logs and
 // request queue it may publish on, aimed at acme's session that is running,
 // with headers naming that session, another tenant and another session;
@@ -140,19 +145,30 @@ func TestAdversarial(t *testing.T) {
 		return err
 	})
 	other := uuid.Must(uuid.NewV7())
+	// A thread of acme's, for the read paths to the Slack bridge's bucket
+	// to find.
+	threads, err := d.admin.KeyValue(ctx, bus.BucketSlack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := threads.Put(ctx, "acme.thread."+victim.String(), []byte(`{"tenant":"acme"}`)); err != nil {
+		t.Fatal(err)
+	}
 
 	bot, botSecret := issue(t, d.admin, "initech", "initech-bot", credential.RoleBot)
 	mallory, mallorySecret := issue(t, d.admin, "acme", "mallory", credential.RoleUser)
+	slack, slackSecret := issue(t, d.admin, "acme", "slack", credential.RoleBot)
 	attackers := []*attacker{
 		{name: "initech's bot", tenant: "initech"},
 		{name: "acme's mallory", tenant: "acme", user: "mallory"},
-		{name: credential.UserSlack},
+		{name: slackBridge, tenant: "acme"},
 		{name: credential.UserSandbox},
 		{name: credential.UserMemory},
 	}
 	attackers[0].js, attackers[0].v = connectWith(t, d.url, bot.ID, botSecret)
 	attackers[1].js, attackers[1].v = connectWith(t, d.url, mallory.ID, mallorySecret)
-	for _, a := range attackers[2:] {
+	attackers[2].js, attackers[2].v = connectWith(t, d.url, slack.ID, slackSecret)
+	for _, a := range attackers[3:] {
 		a.js, a.v = connectAs(t, d.url, a.name)
 	}
 	// What each may publish on, from its permissions, aimed at acme's
@@ -164,7 +180,9 @@ func TestAdversarial(t *testing.T) {
 		switch a.name {
 		case "acme's mallory":
 			perms = mallory.Permissions()
-		case credential.UserSlack, credential.UserSandbox, credential.UserMemory:
+		case slackBridge:
+			perms = slack.Permissions()
+		case credential.UserSandbox, credential.UserMemory:
 			for _, s := range credential.Services() {
 				if s.User == a.name {
 					perms = s.Permissions
@@ -203,7 +221,7 @@ func TestAdversarial(t *testing.T) {
 		for _, subject := range a.subjects {
 			for _, kind := range kinds {
 				for _, h := range headers {
-					if a.name == credential.UserSlack && h.name == "acme's session" && strings.HasPrefix(subject, "requests.") &&
+					if a.name == slackBridge && h.name == "acme's session" && strings.HasPrefix(subject, "requests.") &&
 						slices.Contains([]string{event.TypeRequest, event.TypeSessionStopped, event.TypeBudgetRaise}, kind) {
 						// The bridge speaks for acme's users: a request, stop or raise
 						// it makes for ada is hers to make.
@@ -459,6 +477,8 @@ func readPaths(victim uuid.UUID) map[string]readPath {
 		"consumer on events.>":                                        {try: consume(bus.StreamEvents, "events.>")},
 		"direct get payloads.acme.>":                                  {try: last(bus.StreamPayloads, "payloads.acme.>")},
 		"direct get $KV.usage.acme.>":                                 {try: kv(bus.BucketUsage, "acme.>")},
+		"direct get $KV.slack.acme.>":                                 {try: kv(bus.BucketSlack, "acme.>"), userScoped: true},
+		"consumer on $KV.slack.acme.>":                                {try: consume("KV_"+bus.BucketSlack, "$KV.slack.acme.>"), userScoped: true},
 		"consumer on $KV.usage.acme.>":                                {try: consume("KV_"+bus.BucketUsage, "$KV.usage.acme.>")},
 		"direct get $KV.approvals.acme.>":                             {try: kv(bus.BucketApprovals, "acme.>"), userScoped: true},
 		"direct get $KV.calls.>":                                      {try: kv(bus.BucketCalls, ">"), userScoped: true},

@@ -76,6 +76,7 @@ func deployEnv(t *testing.T) map[string]string {
 		"CORRAL_REVIEWER_TOKENS":      "grace=" + rand.Text(),
 		"CORRAL_SLACK_SIGNING_SECRET": rand.Text(),
 		"CORRAL_SLACK_BOT_TOKEN":      "xoxb-" + rand.Text(),
+		"CORRAL_SLACK_CREDENTIALS":    "default=c-" + strings.Repeat("0", 32) + ":" + rand.Text(),
 	}
 	for name := range env {
 		if strings.HasPrefix(name, "CORRAL_NATS_PASSWORD_") {
@@ -208,6 +209,17 @@ func TestDeployFiles(t *testing.T) {
 		if bin == "nats-server" {
 			continue
 		}
+		if bin == "slack-bridge" {
+			// A client: it signs in with its tenants' credentials,
+			// which LoadConfig checks above, not as a user of the
+			// server's configuration.
+			if user := senv["CORRAL_NATS_USER"]; user != "" {
+				t.Errorf("%s signs in to NATS as %q: it signs in with CORRAL_SLACK_CREDENTIALS alone", name, user)
+			}
+			if senv["CORRAL_SLACK_CREDENTIALS"] == "" {
+				t.Errorf("%s is given no CORRAL_SLACK_CREDENTIALS", name)
+			}
+		}
 		u, err := url.Parse(senv["CORRAL_NATS_URL"])
 		if err != nil || u.Scheme != "nats" {
 			t.Errorf("%s: CORRAL_NATS_URL=%q: want nats://nats:4222", name, senv["CORRAL_NATS_URL"])
@@ -217,6 +229,7 @@ func TestDeployFiles(t *testing.T) {
 		user := senv["CORRAL_NATS_USER"]
 		pw, ok := serverUsers[user]
 		switch {
+		case bin == "slack-bridge":
 		case !ok:
 			t.Errorf("%s signs in to NATS as %q, which deploy/nats.conf does not know", name, user)
 		case pw != senv["CORRAL_NATS_PASSWORD"]:

@@ -50,9 +50,11 @@ token kept in --data and printed at start. The key that signs decisions is
 made once and kept in --data too.
 
 With CORRAL_SLACK_SIGNING_SECRET and CORRAL_SLACK_BOT_TOKEN set, the Slack
-bridge runs too, on CORRAL_SLACK_LISTEN (see the README's Slack section); its
-clicks decide as the reviewer whose token CORRAL_SLACK_REVIEWER_TOKEN is,
-by default the one made here.`,
+bridge runs too, on CORRAL_SLACK_LISTEN (see the README's Slack section). It
+signs in as a client, with a credential of each tenant it serves: unless
+CORRAL_SLACK_CREDENTIALS gives them, a bot's made here and kept in --data (a
+reviewer's, "slack", whose clicks decide, when CORRAL_SLACK_REVIEWERS maps
+reviewers).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if data == "" {
@@ -198,6 +200,16 @@ Stop that server, or run Corral on another port and point the clients at it:
 	if err := bus.Setup(ctx, ajsAdmin); err != nil {
 		return err
 	}
+	// The Slack bridge runs when a Slack app is configured, signed in
+	// with credentials issued here unless the environment gives them.
+	var bcfg *slackbridge.Config
+	if getenv("CORRAL_SLACK_SIGNING_SECRET") != "" && getenv("CORRAL_SLACK_BOT_TOKEN") != "" {
+		c, err := slackConfig(data, creds, getenv)
+		if err != nil {
+			return err
+		}
+		bcfg = &c
+	}
 	if err := creds.issue(ctx, ajsAdmin); err != nil {
 		return err
 	}
@@ -245,21 +257,6 @@ Stop that server, or run Corral on another port and point the clients at it:
 		return err
 	}
 	acfg.Metrics = reg
-	// The Slack bridge runs when a Slack app is configured.
-	var bcfg *slackbridge.Config
-	if getenv("CORRAL_SLACK_SIGNING_SECRET") != "" && getenv("CORRAL_SLACK_BOT_TOKEN") != "" {
-		c, err := slackbridge.LoadConfig(func(k string) string {
-			if v := getenv(k); v != "" || k != "CORRAL_SLACK_REVIEWER_TOKEN" {
-				return v
-			}
-			_, token, _ := strings.Cut(keys["CORRAL_REVIEWER_TOKENS"], "=")
-			return token // the reviewer dev made, if it did
-		})
-		if err != nil {
-			return err
-		}
-		bcfg = &c
-	}
 	listeners := []struct{ addr, what, flag string }{{approvals, "the reviewers' page", "--approvals"}, {o.metrics, "the metrics", "--metrics"}}
 	if bcfg != nil {
 		listeners = append(listeners, struct{ addr, what, flag string }{bcfg.Listen, "the Slack bridge", "CORRAL_SLACK_LISTEN="})
@@ -281,24 +278,23 @@ Stop that server, or run Corral on another port and point the clients at it:
 	}
 
 	conns := []*nats.Conn{hnc, snc, mnc, anc, authnc}
-	var sb *slackbridge.Service
 	if bcfg != nil {
-		// Its bucket, which the bridge's user may not create.
+		// Its bucket, which the bridge's credentials may not create.
 		if _, err := slackbridge.Setup(ctx, ajsAdmin); err != nil {
 			return err
 		}
-		bnc, bjs, err := connect("slack-bridge")
-		if err != nil {
-			return err
-		}
-		defer bnc.Drain()
-		if sb, err = slackbridge.New(ctx, *bcfg, bjs, log); err != nil {
-			return err
-		}
-		conns = append(conns, bnc)
 	}
 
-	g, gctx := errgroup.WithContext(ctx)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(rctx)
+	// stop stops what runs, and waits for it, when dev fails after it
+	// started.
+	stop := func(err error) error {
+		cancel()
+		_ = g.Wait()
+		return err
+	}
 	g.Go(func() error { return authsvc.Run(gctx) })
 	// Clients learn how to sign in once they can.
 	select {
@@ -307,7 +303,23 @@ Stop that server, or run Corral on another port and point the clients at it:
 		return g.Wait()
 	}
 	if err := os.WriteFile(filepath.Join(data, clientEnvFile), []byte(creds.clientEnv(url)), 0o600); err != nil {
-		return err
+		return stop(err)
+	}
+	var sb *slackbridge.Service
+	if bcfg != nil {
+		// A client, signed in through the auth service like any other,
+		// in this process.
+		bconns, err := slackbridge.Connect(ctx, *bcfg, log, nats.InProcessServer(srv))
+		if err != nil {
+			return stop(err)
+		}
+		for _, c := range bconns {
+			defer c.NC.Drain()
+			conns = append(conns, c.NC)
+		}
+		if sb, err = slackbridge.New(ctx, *bcfg, bconns, log); err != nil {
+			return stop(err)
+		}
 	}
 	g.Go(func() error { return h.Run(gctx) })
 	g.Go(func() error { return sm.Run(gctx) })
@@ -415,4 +427,32 @@ func keepSecret(file string, mk func() string) (string, error) {
 		return "", err
 	}
 	return s, nil
+}
+
+// slackConfig returns the Slack bridge's configuration from getenv. Unless
+// CORRAL_SLACK_CREDENTIALS (or its file) gives the bridge's credentials,
+// they are those kept in creds (made there the first time): a bot's of
+// each tenant the bridge serves, or a reviewer's with CORRAL_SLACK_REVIEWERS.
+func slackConfig(data string, creds *devAuth, getenv func(string) string) (slackbridge.Config, error) {
+	if getenv("CORRAL_SLACK_CREDENTIALS") != "" || getenv("CORRAL_SLACK_CREDENTIALS_FILE") != "" {
+		return slackbridge.LoadConfig(getenv)
+	}
+	tenants, err := slackbridge.Tenants(getenv)
+	if err != nil {
+		return slackbridge.Config{}, err
+	}
+	role := credential.RoleBot
+	if getenv("CORRAL_SLACK_REVIEWERS") != "" {
+		role = credential.RoleReviewer
+	}
+	logins, err := creds.slackCredentials(data, tenants, role)
+	if err != nil {
+		return slackbridge.Config{}, err
+	}
+	return slackbridge.LoadConfig(func(k string) string {
+		if k == "CORRAL_SLACK_CREDENTIALS" {
+			return logins
+		}
+		return getenv(k)
+	})
 }

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -22,7 +24,8 @@ import (
 
 // devAuth is what corral dev signs in with, kept in its data directory so
 // that a restart keeps every client signed in: each service's password,
-// the auth service's signing key, and the developer's credential.
+// the auth service's signing key, the developer's credential, and the
+// Slack bridge's.
 type devAuth struct {
 	Passwords  map[string]string `json:"passwords"`
 	IssuerSeed string            `json:"issuer_seed"`
@@ -31,6 +34,16 @@ type devAuth struct {
 	// person can run sessions of any tenant, approve and stop them.
 	Client credential.Credential `json:"client"`
 	Secret string                `json:"secret"`
+	// Slack are the Slack bridge's credentials, by tenant: a bot's of
+	// each tenant the bridge serves, or a reviewer's when it maps
+	// reviewers.
+	Slack map[string]devCredential `json:"slack,omitempty"`
+}
+
+// devCredential is a credential corral dev issued and its secret.
+type devCredential struct {
+	Credential credential.Credential `json:"credential"`
+	Secret     string                `json:"secret"`
 }
 
 // devAuthFile is where corral dev keeps its devAuth, readable by its user
@@ -77,15 +90,54 @@ func loadDevAuth(data, user string) (*devAuth, error) {
 		changed = true
 	}
 	if changed {
-		b, err := json.MarshalIndent(&a, "", "  ")
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(file, b, 0o600); err != nil {
+		if err := a.save(data); err != nil {
 			return nil, err
 		}
 	}
 	return &a, nil
+}
+
+// save keeps a in data.
+func (a *devAuth) save(data string) error {
+	b, err := json.MarshalIndent(a, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(data, devAuthFile), b, 0o600)
+}
+
+// slackUser is the user of the Slack bridge's credentials corral dev
+// issues: the reviewer its clicks are decided as.
+const slackUser = "slack"
+
+// slackCredentials returns the Slack bridge's credentials for tenants, of
+// role, as CORRAL_SLACK_CREDENTIALS spells them: those kept in data, and
+// new ones for the tenants that have none of that role (kept there too).
+// [devAuth.issue] puts them in the credentials bucket.
+func (a *devAuth) slackCredentials(data string, tenants []string, role credential.Role) (string, error) {
+	if a.Slack == nil {
+		a.Slack = make(map[string]devCredential)
+	}
+	changed := false
+	var pairs []string
+	for _, t := range tenants {
+		c, ok := a.Slack[t]
+		if !ok || c.Credential.Role != role || c.Credential.Tenant != t {
+			cred, secret, err := credential.New(t, slackUser, role, "slack bridge (corral dev)")
+			if err != nil {
+				return "", fmt.Errorf("slack bridge: %w", err)
+			}
+			c, changed = devCredential{Credential: cred, Secret: secret}, true
+			a.Slack[t] = c
+		}
+		pairs = append(pairs, t+"="+c.Credential.ID+":"+c.Secret)
+	}
+	if changed {
+		if err := a.save(data); err != nil {
+			return "", err
+		}
+	}
+	return strings.Join(pairs, ","), nil
 }
 
 // serverConfig writes the server's configuration in data, as
@@ -111,19 +163,27 @@ func moveStore(store string) error {
 	return os.Rename(old, cur)
 }
 
-// issue keeps the developer's credential in the credentials bucket, where
-// the auth service finds it.
+// issue keeps the developer's credential and the Slack bridge's in the
+// credentials bucket, where the auth service finds them.
 func (a *devAuth) issue(ctx context.Context, js jetstream.JetStream) error {
 	kv, err := js.KeyValue(ctx, bus.BucketCredentials)
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(&a.Client)
-	if err != nil {
-		return err
+	creds := []credential.Credential{a.Client}
+	for _, t := range slices.Sorted(maps.Keys(a.Slack)) {
+		creds = append(creds, a.Slack[t].Credential)
 	}
-	_, err = kv.Put(ctx, a.Client.ID, b)
-	return err
+	for _, c := range creds {
+		b, err := json.Marshal(&c)
+		if err != nil {
+			return err
+		}
+		if _, err := kv.Put(ctx, c.ID, b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // clientEnv is what a client needs to reach corral dev at url: the lines

@@ -29,6 +29,7 @@ import (
 	"corral.dev/services/harness"
 	"corral.dev/services/memory"
 	sandboxmanager "corral.dev/services/sandbox-manager"
+	slackbridge "corral.dev/services/slack-bridge"
 )
 
 // The users of deploy/nats.conf, with the passwords the test gives them.
@@ -38,7 +39,6 @@ var natsUsers = map[string]string{
 	"memory":          "CORRAL_NATS_PASSWORD_MEMORY",
 	"approval":        "CORRAL_NATS_PASSWORD_APPROVAL",
 	"auth":            "CORRAL_NATS_PASSWORD_AUTH",
-	"slack-bridge":    "CORRAL_NATS_PASSWORD_SLACK",
 	"admin":           "CORRAL_NATS_PASSWORD_ADMIN",
 }
 
@@ -191,7 +191,7 @@ func connectWith(t testing.TB, url, user, pass string, opts ...nats.Option) (jet
 
 // deployment is deploy/nats.conf's server with every service running in
 // this process under its own user: the harness, sandbox-manager, memory,
-// auth and approval services. Its platform's client (corral) signs in with
+// auth and approval services; the Slack bridge's bucket is set up. Its platform's client (corral) signs in with
 // a reviewer's credential of acme for ada.
 type deployment struct {
 	*platform
@@ -233,6 +233,9 @@ func startDeployment(t testing.TB, script modeltest.Script, env map[string]strin
 		t.Fatal(err)
 	}
 	if _, err := memory.NewKVStore(ctx, d.admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slackbridge.Setup(ctx, d.admin); err != nil {
 		t.Fatal(err)
 	}
 	client, secret := issue(t, d.admin, "acme", "ada", credential.RoleReviewer)

@@ -54,8 +54,8 @@ CORRAL_NATS_REPLICAS), new ones get one copy and existing ones keep theirs.`,
 			if err := bus.Setup(ctx, js, opts...); err != nil {
 				return err
 			}
-			// The Slack bridge's own bucket: under deploy/nats.conf its
-			// user may not create it.
+			// The Slack bridge's own bucket: its credentials may not
+			// create it.
 			kv, err := slackbridge.Setup(ctx, js)
 			if err == nil && n != 0 {
 				err = replicate(ctx, js, kv, n)
@@ -72,19 +72,20 @@ CORRAL_NATS_REPLICAS), new ones get one copy and existing ones keep theirs.`,
 	return cmd
 }
 
-// replicate gives the KV bucket kv n replicas.
+// replicate gives the KV bucket kv n replicas. Its stream is changed in
+// that alone: the Slack bridge's bucket allows no roll-up, which updating
+// it as a bucket would allow again.
 func replicate(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, n int) error {
-	st, err := kv.Status(ctx)
+	st, err := js.Stream(ctx, "KV_"+kv.Bucket())
 	if err != nil {
 		return fmt.Errorf("kv %s: %w", kv.Bucket(), err)
 	}
-	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok || bs.StreamInfo().Config.Replicas == n {
+	cfg := st.CachedInfo().Config
+	if cfg.Replicas == n {
 		return nil
 	}
-	cfg := bs.Config()
 	cfg.Replicas = n
-	if _, err := js.UpdateKeyValue(ctx, cfg); err != nil {
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("kv %s: %d replicas: %w", kv.Bucket(), n, err)
 	}
 	return nil

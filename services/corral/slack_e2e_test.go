@@ -3,10 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
@@ -15,10 +18,9 @@ import (
 )
 
 const (
-	slackSecret      = "8f742231b10e8888abcd99yyyzzz85a5"
-	slackBotToken    = "xoxb-17653672481-19874698323-pdFZKVeTuE8sk7oOcBrzbqgy"
-	slackTeam        = "T0TEAM"
-	slackReviewToken = "slack-token-0123456789"
+	slackSecret   = "8f742231b10e8888abcd99yyyzzz85a5"
+	slackBotToken = "xoxb-17653672481-19874698323-pdFZKVeTuE8sk7oOcBrzbqgy"
+	slackTeam     = "T0TEAM"
 )
 
 // prompts returns what people asked in a conversation, oldest first.
@@ -85,14 +87,13 @@ func TestSlackThreadIsASession(t *testing.T) {
 	}
 	listen := freeAddr(t)
 	p := startDev(t, script, map[string]string{
-		"CORRAL_REVIEWER_TOKENS":      "grace=" + graceToken + ",heidi=" + heidiToken + ",slack=" + slackReviewToken,
+		"CORRAL_REVIEWER_TOKENS":      "grace=" + graceToken + ",heidi=" + heidiToken,
 		"CORRAL_SLACK_SIGNING_SECRET": slackSecret,
 		"CORRAL_SLACK_BOT_TOKEN":      slackBotToken,
 		"CORRAL_SLACK_API_URL":        fake.URL(),
 		"CORRAL_SLACK_LISTEN":         listen,
 		"CORRAL_SLACK_TENANT":         "acme",
 		"CORRAL_SLACK_REVIEWERS":      "U0GRACE:grace",
-		"CORRAL_SLACK_REVIEWER_TOKEN": slackReviewToken,
 	})
 	app := slacktest.App{URL: "http://" + listen, Secret: slackSecret, Team: slackTeam, Bot: "U0BOT"}
 	natstest.WaitFor(t, 15*time.Second, func() error {
@@ -187,8 +188,10 @@ func TestSlackThreadIsASession(t *testing.T) {
 	if requested != 1 {
 		t.Errorf("%d requests recorded after a retried event, want 1", requested)
 	}
-	if decision == nil || !decision.Approved || decision.Reviewer != "grace" || !strings.Contains(decision.Reason, "grace") {
-		t.Errorf("decision %+v: want approved by grace, the reviewer who clicked", decision)
+	// Decided as the reviewer of the bridge's credential, the only one it
+	// may name; the reason names who clicked.
+	if decision == nil || !decision.Approved || decision.Reviewer != slackUser || !strings.Contains(decision.Reason, "grace (slack:U0GRACE)") {
+		t.Errorf("decision %+v: want approved by the bridge's reviewer, naming grace, who clicked", decision)
 	}
 
 	// A follow-up in the thread continues the same session; its call is
@@ -239,8 +242,8 @@ func TestSlackThreadIsASession(t *testing.T) {
 	if requested != 2 {
 		t.Errorf("%d requests in the session's log, want 2", requested)
 	}
-	if len(decisions) != 2 || decisions[1].Approved || decisions[1].Reviewer != "grace" || !strings.Contains(decisions[1].Reason, "grace") {
-		t.Errorf("decisions %+v: want the second denied by grace, the reviewer who clicked", decisions)
+	if len(decisions) != 2 || decisions[1].Approved || decisions[1].Reviewer != slackUser || !strings.Contains(decisions[1].Reason, "grace (slack:U0GRACE)") {
+		t.Errorf("decisions %+v: want the second denied by the bridge's reviewer, naming grace, who clicked", decisions)
 	}
 	if n := len(p.model.Requests()); n != 4 {
 		t.Errorf("the model was asked %d times, want 4", n)
@@ -265,4 +268,78 @@ func inOrder(got []string, want ...string) bool {
 		}
 	}
 	return len(want) == 0
+}
+
+// corral dev issues the Slack bridge's credential of each tenant it serves
+// once, keeps it in --data and signs the bridge in with it again after a
+// restart; mapping reviewers makes it a reviewer's.
+func TestSlackDevKeepsTheBridgesCredentials(t *testing.T) {
+	fake := slacktest.New(t, slackBotToken)
+	addr, data, listen := freeAddr(t), t.TempDir(), freeAddr(t)
+	script := func(c modeltest.Conversation) (modeltest.Turn, error) {
+		return modeltest.Turn{Text: "Answered: " + c.Messages[0].Text}, nil
+	}
+	env := map[string]string{
+		"CORRAL_SLACK_SIGNING_SECRET": slackSecret,
+		"CORRAL_SLACK_BOT_TOKEN":      slackBotToken,
+		"CORRAL_SLACK_API_URL":        fake.URL(),
+		"CORRAL_SLACK_LISTEN":         listen,
+		"CORRAL_SLACK_TEAMS":          slackTeam + "=acme",
+	}
+	app := slacktest.App{URL: "http://" + listen, Secret: slackSecret, Team: slackTeam, Bot: "U0BOT"}
+	kept := func() credential.Credential {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(data, devAuthFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a devAuth
+		if err := json.Unmarshal(b, &a); err != nil {
+			t.Fatal(err)
+		}
+		if len(a.Slack) != 1 {
+			t.Fatalf("kept Slack credentials: %+v, want acme's", a.Slack)
+		}
+		return a.Slack["acme"].Credential
+	}
+	ask := func(n int) {
+		t.Helper()
+		prompt := fmt.Sprintf("question %d", n)
+		root := fake.Post("C1", "", "U1", "<@U0BOT> "+prompt)
+		natstest.WaitFor(t, 15*time.Second, func() error {
+			r, err := app.Event(fmt.Sprint("Ev", n), app.AppMention("C1", "U1", prompt, root, ""))
+			if err == nil && r.Status != 200 {
+				err = fmt.Errorf("bridge answered %d %q", r.Status, r.Body)
+			}
+			return err
+		})
+		natstest.WaitFor(t, 30*time.Second, func() error {
+			texts := slacktest.Texts(appMessages(fake, "C1", root))
+			if len(texts) == 0 || texts[len(texts)-1] != "Answered: "+prompt {
+				return fmt.Errorf("thread: %q", texts)
+			}
+			return nil
+		})
+	}
+
+	_, stop := startDevAt(t, addr, data, script, env)
+	ask(1)
+	stop()
+	first := kept()
+	if first.Tenant != "acme" || first.Role != credential.RoleBot {
+		t.Errorf("the bridge's credential: %+v, want a bot's of acme", first)
+	}
+	_, stop = startDevAt(t, addr, data, script, env)
+	ask(2)
+	stop()
+	if again := kept(); again.ID != first.ID {
+		t.Errorf("after a restart the bridge signs in as %s, want %s again", again.ID, first.ID)
+	}
+	env["CORRAL_SLACK_REVIEWERS"] = "U0GRACE:grace"
+	_, stop = startDevAt(t, addr, data, script, env)
+	ask(3)
+	stop()
+	if rev := kept(); rev.Role != credential.RoleReviewer || rev.Tenant != "acme" || rev.User != slackUser {
+		t.Errorf("with reviewers the bridge's credential is %+v, want a reviewer's of acme, %s", rev, slackUser)
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,7 +52,25 @@ var followed = []string{
 	event.TypeApprovalDecided,
 }
 
+// shown reports whether an event on subject, of a session's log, is of a
+// kind whose effect shows in a thread. The others are skipped unread.
+func shown(subject string) bool {
+	tok := strings.Split(subject, ".")
+	if len(tok) < 5 {
+		return false
+	}
+	if tok[3] == "session" {
+		return true
+	}
+	kind := tok[3] + "." + tok[4]
+	return len(tok) == 6 && slices.ContainsFunc(followed, func(typ string) bool { return event.Kind(typ) == kind })
+}
+
 func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
+	tn, err := s.tenant(session)
+	if err != nil {
+		return err
+	}
 	t, _, err := s.store.get(ctx, session)
 	if errors.Is(err, errNoThread) {
 		return nil
@@ -61,16 +81,13 @@ func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
 	if !t.open(time.Now()) {
 		return nil
 	}
-	// The filters name the tenant and session of the thread, and every
-	// event read is judged by its subject: a body naming another tenant,
-	// session or type, or an event its writer may not write, posts
-	// nothing.
-	filters := []string{bus.SessionLifecycle(session.Tenant, session.ID)}
-	for _, typ := range followed {
-		filters = append(filters, sessionlog.SessionKind(session.Tenant, session.ID, typ))
-	}
-	cons, err := s.js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    filters,
+	// One filter, every event of the thread's session, named in the
+	// consumer's create subject: what a client's credential may read,
+	// its own tenant's logs alone. Every event read is judged by its
+	// subject: a body naming another tenant, session or type, or an event
+	// its writer may not write, posts nothing.
+	cons, err := tn.js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{bus.SessionEvents(session.Tenant, session.ID)},
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       t.Seq + 1,
 		InactiveThreshold: 5 * time.Second,
@@ -109,11 +126,11 @@ func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
 			return fmt.Errorf("follow session %s: %w", session.key(), err)
 		}
 		seq := meta.Sequence.Stream
-		if seq <= t.Seq {
+		if seq <= t.Seq || !shown(msg.Subject()) {
 			continue
 		}
 		var ev any
-		e, err := s.logs.Judge(ctx, bus.Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: seq})
+		e, err := tn.logs.Judge(ctx, bus.Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: seq})
 		switch {
 		case err == nil:
 			ev = e.Event
@@ -135,7 +152,7 @@ func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
 }
 
 // onDispatched counts calls dispatched in t's thread and shows the last
-// as running, unless more events are pending.
+// as running, unless more of the session's events are pending.
 func (s *Service) onDispatched(ctx context.Context, t *thread, ds []*event.ToolDispatched, pending uint64) (func(t *thread), error) {
 	last := ds[len(ds)-1]
 	t2 := *t

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
@@ -52,6 +53,8 @@ func (s *syncBuffer) String() string {
 }
 
 // fixture is a bridge on an embedded NATS server, talking to a fake Slack.
+// The server signs in anyone with every permission: what the bridge's
+// credentials may do is proved in services/corral, under deploy/nats.conf.
 type fixture struct {
 	js    jetstream.JetStream
 	slack *slacktest.Server
@@ -61,9 +64,21 @@ type fixture struct {
 	stop  func()
 }
 
+// reviewer is the reviewer of the fixture's credentials.
+const reviewer = "slack"
+
+// credentialOf returns the credential the fixture's bridge is told its
+// connection for tenant is signed in with: a reviewer's of tenant.
+func credentialOf(tenant string) credential.Credential {
+	return credential.Credential{ID: "c-" + fmt.Sprintf("%032x", len(tenant)), Tenant: tenant, User: reviewer, Role: credential.RoleReviewer}
+}
+
 func newFixture(t *testing.T, env map[string]string) *fixture {
 	t.Helper()
 	_, _, js := natstest.Run(t)
+	if _, err := slackbridge.Setup(context.Background(), js); err != nil {
+		t.Fatal(err)
+	}
 	f := &fixture{js: js, slack: slacktest.New(t, token), log: &syncBuffer{}}
 	f.env = map[string]string{
 		"CORRAL_SLACK_SIGNING_SECRET": secret,
@@ -71,6 +86,7 @@ func newFixture(t *testing.T, env map[string]string) *fixture {
 		"CORRAL_SLACK_API_URL":        f.slack.URL(),
 		"CORRAL_SLACK_LISTEN":         freeAddr(t),
 		"CORRAL_SLACK_TEAMS":          team + "=acme",
+		"CORRAL_SLACK_CREDENTIALS":    "acme=" + credentialOf("acme").ID + ":secret",
 	}
 	for k, v := range env {
 		f.env[k] = v
@@ -78,6 +94,15 @@ func newFixture(t *testing.T, env map[string]string) *fixture {
 	f.app = slacktest.App{URL: "http://" + f.env["CORRAL_SLACK_LISTEN"], Secret: secret, Team: team, Bot: bot}
 	f.start(t)
 	return f
+}
+
+// conns returns a connection for each tenant cfg serves, all f.js's.
+func (f *fixture) conns(cfg slackbridge.Config) map[string]slackbridge.Conn {
+	out := make(map[string]slackbridge.Conn)
+	for tenant := range cfg.Credentials {
+		out[tenant] = slackbridge.Conn{NC: f.js.Conn(), Credential: credentialOf(tenant)}
+	}
+	return out
 }
 
 // start runs a bridge; f.stop stops it and waits.
@@ -89,8 +114,9 @@ func (f *fixture) start(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(f.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := slackbridge.New(ctx, cfg, f.js, log)
+	svc, err := slackbridge.New(ctx, cfg, f.conns(cfg), log)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)

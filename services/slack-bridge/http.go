@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/slackevents"
 
@@ -196,21 +197,33 @@ func (s *Service) ask(ctx context.Context, q question) error {
 	if q.Text == "" {
 		return s.slack.postEphemeral(ctx, message{Channel: q.Channel, User: q.User, ThreadTS: threadOf(q), Text: "Ask me something: mention me with what to do, or write to me directly."})
 	}
-	tenant := s.cfg.tenant(q.Team)
+	tenant, ok := s.cfg.tenant(q.Team)
+	if !ok {
+		s.log.WarnContext(ctx, "slack message from a workspace of no tenant", "team", q.Team)
+		return s.slack.postEphemeral(ctx, message{Channel: q.Channel, User: q.User, ThreadTS: threadOf(q), Text: noTenant})
+	}
 	session := SessionID(q.Team, q.Channel, q.ThreadTS)
 	ref := sessionRef{Tenant: tenant, ID: session}
+	tn, err := s.tenant(ref)
+	if err != nil {
+		return err
+	}
 	req := RequestID(q.Team, q.Channel, q.TS)
 	now := time.Now().UTC()
 	var seen bool
 	owner := UserPrefix + q.User
-	_, err := s.store.update(ctx, ref, func() (*thread, error) {
-		// A new thread's session is followed from the log's end now:
+	_, err = s.store.update(ctx, ref, func() (*thread, error) {
+		// A new thread's session is followed from its log's end now:
 		// nothing older is the thread's.
-		info, err := s.events.Info(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("stream info: %w", err)
+		var from uint64
+		last, err := bus.LastBySubject(ctx, tn.js, bus.StreamEvents, bus.SessionEvents(tenant, session))
+		switch {
+		case err == nil:
+			from = last.StreamSeq
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil, fmt.Errorf("session %s: %w", ref.key(), err)
 		}
-		return &thread{Session: session, Tenant: tenant, Team: q.Team, Channel: q.Channel, TS: q.ThreadTS, Seq: info.State.LastSeq, User: owner}, nil
+		return &thread{Session: session, Tenant: tenant, Team: q.Team, Channel: q.Channel, TS: q.ThreadTS, Seq: from, User: owner}, nil
 	}, func(t *thread) {
 		if t.User != "" {
 			owner = t.User
@@ -244,7 +257,7 @@ func (s *Service) ask(ctx context.Context, q question) error {
 		// The request's ID is its message ID: a second publish is dropped,
 		// and the harness ignores a request already in the session's log.
 		// The subject names the user: the harness takes it from there.
-		if err := bus.Publish(ctx, s.js, bus.RequestSubject(tenant, session, ev.User), req.String(), &ev); err != nil {
+		if err := bus.Publish(ctx, tn.js, bus.RequestSubject(tenant, session, ev.User), req.String(), &ev); err != nil {
 			return err
 		}
 		s.log.InfoContext(ctx, "slack request", "tenant", tenant, "session", session, "request", req, "user", ev.User)
@@ -252,6 +265,9 @@ func (s *Service) ask(ctx context.Context, q question) error {
 	s.followLater(ctx, ref)
 	return nil
 }
+
+// noTenant is what someone writing from a workspace of no tenant is told.
+const noTenant = "This Slack workspace is not connected to Corral: ask whoever runs Corral's Slack bridge to add it (CORRAL_SLACK_TEAMS)."
 
 // threadOf returns the thread a reply to q goes in: none for a message
 // that starts none.
@@ -282,6 +298,11 @@ func (s *Service) handleCommand(w http.ResponseWriter, r *http.Request, _ []byte
 	text := strings.TrimSpace(cmd.Text)
 	if text == "" || text == "help" {
 		reply(fmt.Sprintf("Usage: `%s what to do`. I start a thread here and answer in it; write in the thread (mentioning me) to go on.", cmd.Command))
+		return
+	}
+	if _, ok := s.cfg.tenant(cmd.TeamID); !ok {
+		s.log.WarnContext(r.Context(), "slash command from a workspace of no tenant", "team", cmd.TeamID)
+		reply(noTenant)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), commandWait)

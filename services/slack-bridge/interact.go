@@ -18,9 +18,10 @@ import (
 
 // handleInteraction takes clicks on the Approve and Deny buttons. Slack is
 // answered at once; the decision is made meanwhile, through the approval
-// service with the bridge's reviewer token, and the message then shows
-// who decided. A click by someone who is not a mapped reviewer is refused
-// with a message only they see.
+// service as the reviewer of the workspace's tenant's credential, with a
+// reason naming who clicked, and the message then shows the decision. A
+// click by someone who is not a mapped reviewer is refused with a message
+// only they see.
 func (s *Service) handleInteraction(w http.ResponseWriter, r *http.Request, body []byte) {
 	form, err := url.ParseQuery(string(body))
 	if err != nil || form.Get("payload") == "" {
@@ -83,6 +84,12 @@ func (s *Service) decide(ctx context.Context, c click) {
 		tell("You are not one of Corral's reviewers, so your click decided nothing. Reviewers are listed in the bridge's CORRAL_SLACK_REVIEWERS.")
 		return
 	}
+	tenant, ok := s.cfg.tenant(c.Team)
+	if !ok {
+		log.WarnContext(ctx, "approval click from a workspace of no tenant", "team", c.Team)
+		tell(noTenant)
+		return
+	}
 	session, call, err := parseApprovalValue(c.Value)
 	if err == nil && c.ThreadTS != "" && SessionID(c.Team, c.Channel, c.ThreadTS) != session {
 		err = errors.New("the button is not from this thread's session")
@@ -92,8 +99,17 @@ func (s *Service) decide(ctx context.Context, c click) {
 		tell("That button does not name an approval of this thread; nothing was decided.")
 		return
 	}
+	tn, err := s.tenant(sessionRef{Tenant: tenant, ID: session})
+	if err != nil || tn.reviewer == "" {
+		// New lets no bot's credential in with reviewers mapped.
+		log.ErrorContext(ctx, "approval click: the tenant's credential decides nothing", "tenant", tenant, "err", err)
+		tell("Nothing was decided: this bridge's credential for the workspace may not decide approvals.")
+		return
+	}
+	// Decided as the credential's reviewer, the one its permissions let
+	// it name; who clicked is in the reason.
 	req := approvalapi.DecideRequest{ID: call, Session: session, Approve: c.Approve, Reason: decisionReason(name, c.User)}
-	a, code, err := s.requestDecision(ctx, approvalapi.Subject(s.cfg.tenant(c.Team), name, bus.OpDecide), req)
+	a, code, err := s.requestDecision(ctx, tn.js.Conn(), approvalapi.Subject(tenant, tn.reviewer, bus.OpDecide), req)
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "approval decided in slack", "call", call, "status", a.Status, "reviewer", name)
@@ -110,19 +126,19 @@ func (s *Service) decide(ctx context.Context, c click) {
 	}
 }
 
-// requestDecision sends req to the approval service's API and returns the
-// approval decided, or the API's error and its code. A service that is
-// starting answers soon, and one that has not yet read the approval's
-// request from the session's log (the button went up as soon as the
-// bridge read it) knows it soon: both are asked again until decideWait.
-func (s *Service) requestDecision(ctx context.Context, subject string, req approvalapi.DecideRequest) (*approvalapi.Approval, string, error) {
+// requestDecision sends req to the approval service's API on nc and
+// returns the approval decided, or the API's error and its code. A
+// service that is starting answers soon, and one that has not yet read
+// the approval's request from the session's log (the button went up as
+// soon as the bridge read it) knows it soon: both are asked again until
+// decideWait.
+func (s *Service) requestDecision(ctx context.Context, nc *nats.Conn, subject string, req approvalapi.DecideRequest) (*approvalapi.Approval, string, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return nil, "", err
 	}
 	ctx, cancel := context.WithTimeout(ctx, decideWait)
 	defer cancel()
-	nc := s.js.Conn()
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		msg, err := nc.RequestWithContext(ctx, subject, data)
 		var code string

@@ -6,6 +6,11 @@
 // posts its progress, its pending approvals (with Approve and Deny
 // buttons, decided through the approval service) and its answer into the
 // thread.
+//
+// The bridge is a client of the platform, as any bot: it signs in once
+// for each tenant its workspaces belong to, with a credential of that
+// tenant ([Connect]), and does everything for a workspace through its
+// tenant's connection, whose permissions name that tenant alone.
 package slackbridge
 
 import (
@@ -20,18 +25,17 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/sessionlog"
 )
 
 // Service is the Slack bridge.
 type Service struct {
-	cfg    Config
-	js     jetstream.JetStream
-	events jetstream.Stream
-	// logs judges every event the bridge reads: it posts only what the
-	// session's log accepts, never what a body says about itself.
-	logs  *sessionlog.Log
+	cfg Config
+	// tenants are what the bridge does for each tenant it serves, by
+	// name: everything for a workspace goes through its tenant's.
+	tenants map[string]*tenant
+	// store keeps the threads, each through its tenant's connection.
 	store store
 	slack *webAPI
 	log   *slog.Logger
@@ -47,32 +51,74 @@ type Service struct {
 	addr     chan string
 }
 
-// New returns a bridge using js, whose streams [bus.Setup] has created; it
-// creates the bridge's own bucket (see [Setup]) if it is missing.
-func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logger) (*Service, error) {
-	kv, err := Setup(ctx, js)
-	if err != nil {
-		return nil, err
-	}
-	events, err := js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", bus.StreamEvents, err)
-	}
+// tenant is the bridge's side of one tenant: its connection, signed in
+// with the tenant's credential, and what reads and writes through it.
+type tenant struct {
+	name string
+	// reviewer is who clicks are decided as: the reviewer of the
+	// tenant's credential, or "" for a bot's, which decides nothing.
+	reviewer string
+	js       jetstream.JetStream
+	// logs judges every event the bridge reads: it posts only what the
+	// session's log accepts, never what a body says about itself.
+	logs *sessionlog.Log
+}
+
+// New returns a bridge that speaks for each tenant cfg serves through its
+// connection in conns ([Connect] makes them). It refuses a tenant without
+// one, or whose credential is not a bot's or a reviewer's of that tenant
+// (a reviewer's when cfg names reviewers), and a tenant whose keys of the
+// bridge's bucket it cannot read: the bucket is set up by an
+// administrator ([Setup]), and the streams by [bus.Setup].
+func New(ctx context.Context, cfg Config, conns map[string]Conn, log *slog.Logger) (*Service, error) {
 	log = log.With("service", "slack-bridge")
-	return &Service{
-		cfg:    cfg,
-		js:     js,
-		events: events,
-		// A client: no dead letters (it may not publish there), and it
-		// reads as a client may.
-		logs:  sessionlog.New(js, sessionlog.Options{Reader: "slack-bridge", Client: true, Logger: log}),
-		store: store{kv},
-		slack: &webAPI{base: cfg.APIURL, token: cfg.BotToken, hc: &http.Client{Timeout: 30 * time.Second}, log: log},
-		log:   log,
-		wake:  make(chan sessionRef, 64),
-		work:  make(chan func(context.Context), 64),
-		addr:  make(chan string, 1),
-	}, nil
+	s := &Service{
+		cfg:     cfg,
+		tenants: make(map[string]*tenant),
+		store:   store{js: make(map[string]jetstream.JetStream)},
+		slack:   &webAPI{base: cfg.APIURL, token: cfg.BotToken, hc: &http.Client{Timeout: 30 * time.Second}, log: log},
+		log:     log,
+		wake:    make(chan sessionRef, 64),
+		work:    make(chan func(context.Context), 64),
+		addr:    make(chan string, 1),
+	}
+	for _, name := range cfg.tenants() {
+		c, ok := conns[name]
+		if !ok || c.NC == nil {
+			return nil, fmt.Errorf("slack bridge: no connection for tenant %s", name)
+		}
+		if err := cfg.check(name, c.Credential); err != nil {
+			return nil, err
+		}
+		js, err := jetstream.New(c.NC)
+		if err != nil {
+			return nil, err
+		}
+		t := &tenant{
+			name: name,
+			js:   js,
+			// A client: no dead letters (it may not publish there), and
+			// it reads as a client may.
+			logs: sessionlog.New(js, sessionlog.Options{Reader: "slack-bridge", Client: true, Logger: log}),
+		}
+		if c.Credential.Role == credential.RoleReviewer {
+			t.reviewer = c.Credential.User
+		}
+		s.tenants[name], s.store.js[name] = t, js
+		if err := s.store.check(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// tenant returns the bridge's side of the tenant of session r.
+func (s *Service) tenant(r sessionRef) (*tenant, error) {
+	t, ok := s.tenants[r.Tenant]
+	if !ok {
+		return nil, fmt.Errorf("session %s: tenant %s is none of the bridge's", r.key(), r.Tenant)
+	}
+	return t, nil
 }
 
 // Addr returns the address Run serves Slack's requests on, once it does.
@@ -105,7 +151,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	})
 	s.addrOnce.Do(func() { s.addr <- ln.Addr().String() })
-	s.log.InfoContext(ctx, "slack bridge started", "listen", ln.Addr().String(), "api", s.cfg.APIURL, "tenant", s.cfg.Tenant)
+	s.log.InfoContext(ctx, "slack bridge started", "listen", ln.Addr().String(), "api", s.cfg.APIURL, "tenants", s.cfg.tenants())
 
 	for range workers {
 		wg.Go(func() {
@@ -121,9 +167,13 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	// Threads a previous run left open are followed again from what it
 	// had posted.
-	open, err := s.store.open(ctx)
-	if err != nil {
-		s.log.WarnContext(ctx, "resume threads", "err", err)
+	var open []sessionRef
+	for _, name := range s.cfg.tenants() {
+		refs, err := s.store.open(ctx, name)
+		if err != nil {
+			s.log.WarnContext(ctx, "resume threads", "tenant", name, "err", err)
+		}
+		open = append(open, refs...)
 	}
 	// Keyed by tenant and session: a session ID alone may be another
 	// tenant's too.

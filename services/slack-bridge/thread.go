@@ -1,24 +1,13 @@
 package slackbridge
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 )
-
-// Bucket is the KV bucket where the bridge keeps its threads: which
-// session each Slack thread is, what of the session's log it has posted,
-// and the messages it may still change.
-const Bucket = "slack"
 
 // threadTTL is how long a thread is remembered after its last change. A
 // thread forgotten and written in again goes on with the same session (its
@@ -30,26 +19,8 @@ const threadTTL = 90 * 24 * time.Hour
 // the requests stream drops duplicates, longer than any restart.
 const waitFor = time.Hour
 
-// Setup creates the bridge's KV bucket if it is missing and returns it.
-func Setup(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      Bucket,
-			Description: "the Slack bridge's threads: session, what was posted, messages with buttons",
-			TTL:         threadTTL,
-			Storage:     jetstream.FileStorage,
-			History:     1,
-		})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kv %s: %w (a NATS user that may not create buckets needs it created first)", Bucket, err)
-	}
-	return kv, nil
-}
-
 // thread is a Slack thread and the session it is, as kept in [Bucket]
-// under thread.<tenant>.<session>.
+// under <tenant>.thread.<session>.
 type thread struct {
 	Session uuid.UUID `json:"session"`
 	Tenant  string    `json:"tenant"`
@@ -147,83 +118,5 @@ type sessionRef struct {
 	ID     uuid.UUID
 }
 
-// key is the session's key in maps and in [Bucket] ([bus.SessionKey]).
+// key is the session's key in maps ([bus.SessionKey]).
 func (r sessionRef) key() string { return bus.SessionKey(r.Tenant, r.ID) }
-
-func threadKey(r sessionRef) string { return "thread." + r.key() }
-
-// store reads and changes threads in [Bucket].
-type store struct{ kv jetstream.KeyValue }
-
-// errNoThread is returned for a session that is no Slack thread.
-var errNoThread = errors.New("no such thread")
-
-func (s store) get(ctx context.Context, r sessionRef) (*thread, uint64, error) {
-	e, err := s.kv.Get(ctx, threadKey(r))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, errNoThread
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("thread %s: %w", r.key(), err)
-	}
-	var t thread
-	if err := json.Unmarshal(e.Value(), &t); err != nil {
-		return nil, 0, fmt.Errorf("thread %s: %w", r.key(), err)
-	}
-	return &t, e.Revision(), nil
-}
-
-// update applies fn to the thread of session r and stores it, retrying
-// when it changed in between. With init, a missing thread is made by init
-// and then changed by fn; without, it is errNoThread.
-func (s store) update(ctx context.Context, r sessionRef, init func() (*thread, error), fn func(t *thread)) (*thread, error) {
-	for {
-		t, rev, err := s.get(ctx, r)
-		if errors.Is(err, errNoThread) && init != nil {
-			if t, err = init(); err != nil {
-				return nil, err
-			}
-		} else if err != nil {
-			return nil, err
-		}
-		fn(t)
-		data, err := json.Marshal(t)
-		if err != nil {
-			return nil, err
-		}
-		_, err = bus.Swap(ctx, s.kv, threadKey(r), data, rev)
-		if bus.Conflict(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("store thread %s: %w", r.key(), err)
-		}
-		return t, nil
-	}
-}
-
-// open returns the sessions of the threads that are open.
-func (s store) open(ctx context.Context) ([]sessionRef, error) {
-	keys, err := s.kv.ListKeysFiltered(ctx, "thread.*.*")
-	if err != nil {
-		return nil, fmt.Errorf("list threads: %w", err)
-	}
-	var out []sessionRef
-	now := time.Now()
-	for k := range keys.Keys() {
-		tok := strings.Split(k, ".")
-		if len(tok) != 3 {
-			continue
-		}
-		id, err := uuid.Parse(tok[2])
-		if err != nil {
-			continue
-		}
-		r := sessionRef{Tenant: tok[1], ID: id}
-		t, _, err := s.get(ctx, r)
-		if err == nil && t.open(now) {
-			out = append(out, r)
-		}
-	}
-	return out, nil
-}

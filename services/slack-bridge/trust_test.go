@@ -99,8 +99,9 @@ func TestRequestSubjectNamesTheUser(t *testing.T) {
 	}
 }
 
-// The bridge keeps a thread under its tenant and session: a session ID
-// alone may be another tenant's.
+// The bridge keeps a thread under its tenant, then its session: a session
+// ID alone may be another tenant's, and a tenant's credential reaches the
+// keys under its tenant alone.
 func TestThreadKeyedByTenantAndSession(t *testing.T) {
 	f := newFixture(t, nil)
 	root := f.slack.Post("C1", "", "U1", "<@U0BOT> go")
@@ -110,7 +111,7 @@ func TestThreadKeyedByTenantAndSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	session := slackbridge.SessionID(team, "C1", root)
-	if _, err := kv.Get(context.Background(), "thread."+bus.SessionKey("acme", session)); err != nil {
+	if _, err := kv.Get(context.Background(), "acme.thread."+session.String()); err != nil {
 		t.Errorf("thread of acme's session %s: %v", session, err)
 	}
 	if _, err := kv.Get(context.Background(), "thread."+session.String()); err == nil {

@@ -6,8 +6,10 @@
 // It is configured from the environment: CORRAL_NATS_URL,
 // CORRAL_SLACK_SIGNING_SECRET, CORRAL_SLACK_BOT_TOKEN, CORRAL_SLACK_LISTEN,
 // CORRAL_SLACK_API_URL, CORRAL_SLACK_TENANT, CORRAL_SLACK_TEAMS,
-// CORRAL_SLACK_REVIEWERS, CORRAL_SLACK_REVIEWER_TOKEN, CORRAL_SLACK_MODEL,
-// CORRAL_METRICS_LISTEN, CORRAL_LOG_LEVEL.
+// CORRAL_SLACK_CREDENTIALS (or CORRAL_SLACK_CREDENTIALS_FILE),
+// CORRAL_SLACK_REVIEWERS, CORRAL_SLACK_MODEL, CORRAL_METRICS_LISTEN,
+// CORRAL_LOG_LEVEL. It signs in to NATS once for each tenant its
+// workspaces belong to, with that tenant's credential.
 package main
 
 import (
@@ -17,7 +19,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"corral.dev/pkg/bus"
+	"github.com/nats-io/nats.go"
+
 	"corral.dev/pkg/logger"
 	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/sessionlog"
@@ -39,12 +42,17 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	nc, js, err := bus.Join(ctx, cfg.NATSURL, "slack-bridge", getenv, log)
+	// One connection per tenant, each signed in with its credential.
+	conns, err := slackbridge.Connect(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer nc.Drain()
-	svc, err := slackbridge.New(ctx, cfg, js, log)
+	var ncs []*nats.Conn
+	for _, c := range conns {
+		ncs = append(ncs, c.NC)
+		defer c.NC.Drain()
+	}
+	svc, err := slackbridge.New(ctx, cfg, conns, log)
 	if err != nil {
 		return err
 	}
@@ -52,5 +60,5 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err := sessionlog.Register(reg); err != nil {
 		return err
 	}
-	return metrics.With(ctx, getenv("CORRAL_METRICS_LISTEN"), reg, metrics.Connected(nc), log, svc.Run)
+	return metrics.With(ctx, getenv("CORRAL_METRICS_LISTEN"), reg, metrics.Connected(ncs...), log, svc.Run)
 }
