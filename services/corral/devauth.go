@@ -38,6 +38,10 @@ type devAuth struct {
 	// each tenant the bridge serves, or a reviewer's when it maps
 	// reviewers.
 	Slack map[string]devCredential `json:"slack,omitempty"`
+	// Replaced are the IDs of the bridge's credentials that others
+	// replaced (of another role, once reviewers were mapped or no longer
+	// are): revoked at every start.
+	Replaced []string `json:"replaced,omitempty"`
 }
 
 // devCredential is a credential corral dev issued and its secret.
@@ -127,6 +131,9 @@ func (a *devAuth) slackCredentials(data string, tenants []string, role credentia
 			if err != nil {
 				return "", fmt.Errorf("slack bridge: %w", err)
 			}
+			if ok {
+				a.Replaced = append(a.Replaced, c.Credential.ID)
+			}
 			c, changed = devCredential{Credential: cred, Secret: secret}, true
 			a.Slack[t] = c
 		}
@@ -164,11 +171,17 @@ func moveStore(store string) error {
 }
 
 // issue keeps the developer's credential and the Slack bridge's in the
-// credentials bucket, where the auth service finds them.
+// credentials bucket, where the auth service finds them, and revokes the
+// bridge's replaced ones.
 func (a *devAuth) issue(ctx context.Context, js jetstream.JetStream) error {
 	kv, err := js.KeyValue(ctx, bus.BucketCredentials)
 	if err != nil {
 		return err
+	}
+	for _, id := range a.Replaced {
+		if err := kv.Delete(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return err
+		}
 	}
 	creds := []credential.Credential{a.Client}
 	for _, t := range slices.Sorted(maps.Keys(a.Slack)) {

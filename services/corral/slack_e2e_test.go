@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
@@ -272,7 +274,7 @@ func inOrder(got []string, want ...string) bool {
 
 // corral dev issues the Slack bridge's credential of each tenant it serves
 // once, keeps it in --data and signs the bridge in with it again after a
-// restart; mapping reviewers makes it a reviewer's.
+// restart; mapping reviewers makes it a reviewer's, and revokes the bot's.
 func TestSlackDevKeepsTheBridgesCredentials(t *testing.T) {
 	fake := slacktest.New(t, slackBotToken)
 	addr, data, listen := freeAddr(t), t.TempDir(), freeAddr(t)
@@ -287,7 +289,7 @@ func TestSlackDevKeepsTheBridgesCredentials(t *testing.T) {
 		"CORRAL_SLACK_TEAMS":          slackTeam + "=acme",
 	}
 	app := slacktest.App{URL: "http://" + listen, Secret: slackSecret, Team: slackTeam, Bot: "U0BOT"}
-	kept := func() credential.Credential {
+	kept := func() devCredential {
 		t.Helper()
 		b, err := os.ReadFile(filepath.Join(data, devAuthFile))
 		if err != nil {
@@ -300,7 +302,7 @@ func TestSlackDevKeepsTheBridgesCredentials(t *testing.T) {
 		if len(a.Slack) != 1 {
 			t.Fatalf("kept Slack credentials: %+v, want acme's", a.Slack)
 		}
-		return a.Slack["acme"].Credential
+		return a.Slack["acme"]
 	}
 	ask := func(n int) {
 		t.Helper()
@@ -325,21 +327,26 @@ func TestSlackDevKeepsTheBridgesCredentials(t *testing.T) {
 	_, stop := startDevAt(t, addr, data, script, env)
 	ask(1)
 	stop()
-	first := kept()
+	firstKept := kept()
+	first := firstKept.Credential
 	if first.Tenant != "acme" || first.Role != credential.RoleBot {
 		t.Errorf("the bridge's credential: %+v, want a bot's of acme", first)
 	}
 	_, stop = startDevAt(t, addr, data, script, env)
 	ask(2)
 	stop()
-	if again := kept(); again.ID != first.ID {
+	if again := kept().Credential; again.ID != first.ID {
 		t.Errorf("after a restart the bridge signs in as %s, want %s again", again.ID, first.ID)
 	}
 	env["CORRAL_SLACK_REVIEWERS"] = "U0GRACE:grace"
-	_, stop = startDevAt(t, addr, data, script, env)
+	p, stop := startDevAt(t, addr, data, script, env)
 	ask(3)
+	if nc, err := nats.Connect(p.url, nats.UserInfo(first.ID, firstKept.Secret), nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Error("the bot's credential the reviewer's replaced still signs in")
+	}
 	stop()
-	if rev := kept(); rev.Role != credential.RoleReviewer || rev.Tenant != "acme" || rev.User != slackUser {
+	if rev := kept().Credential; rev.Role != credential.RoleReviewer || rev.Tenant != "acme" || rev.User != slackUser {
 		t.Errorf("with reviewers the bridge's credential is %+v, want a reviewer's of acme, %s", rev, slackUser)
 	}
 }
