@@ -135,15 +135,7 @@ func TestAdversarial(t *testing.T) {
 	ctx := context.Background()
 
 	run := d.runBackground(t, "acme", prompt)
-	var victim uuid.UUID
-	natstest.WaitFor(t, 20*time.Second, func() error {
-		msgs, err := bus.ReadAll(ctx, d.admin, bus.StreamEvents, "events.acme.*."+event.Kind(event.TypeSessionRequested)+".>")
-		if err != nil || len(msgs) == 0 {
-			return fmt.Errorf("the session has not started: %v", err)
-		}
-		_, victim, err = bus.ParseSubject(msgs[0].Subject)
-		return err
-	})
+	victim := d.firstSession(t, "acme")
 	other := uuid.Must(uuid.NewV7())
 	// A thread of acme's, for the read paths to the Slack bridge's bucket
 	// to find.

@@ -71,15 +71,7 @@ func TestServiceEcho(t *testing.T) {
 
 	// A call that writes a skill, on the memory service's queue for the
 	// waiting session: once unsigned, once signed with a key of its own.
-	var session uuid.UUID
-	natstest.WaitFor(t, 10*time.Second, func() error {
-		msgs, err := bus.ReadAll(ctx, d.admin, bus.StreamEvents, "events.acme.*."+event.Kind(event.TypeSessionRequested)+".>")
-		if err != nil || len(msgs) == 0 {
-			return fmt.Errorf("no session yet: %v", err)
-		}
-		_, session, err = bus.ParseSubject(msgs[0].Subject)
-		return err
-	})
+	session := d.firstSession(t, "acme")
 	callSkill := "/skills/queued/SKILL.md"
 	input, _ := json.Marshal(map[string]string{"file_path": callSkill, "content": "---\nname: queued\ndescription: FORGED\n---\nFORGED"})
 	_, ownKey, _ := ed25519.GenerateKey(nil)

@@ -301,6 +301,22 @@ func startDeployment(t testing.TB, script modeltest.Script, env map[string]strin
 	return d
 }
 
+// firstSession waits for the first session of tenant to start, and returns
+// its ID.
+func (d *deployment) firstSession(t testing.TB, tenant string) uuid.UUID {
+	t.Helper()
+	var session uuid.UUID
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		msgs, err := bus.ReadAll(context.Background(), d.admin, bus.StreamEvents, "events."+tenant+".*."+event.Kind(event.TypeSessionRequested)+".>")
+		if err != nil || len(msgs) == 0 {
+			return fmt.Errorf("no session of %s has started: %v", tenant, err)
+		}
+		_, session, err = bus.ParseSubject(msgs[0].Subject)
+		return err
+	})
+	return session
+}
+
 // TestDeployedPermissions runs every service under its own user of
 // deploy/nats.conf through a session that needs an approval and a memory,
 // then proves what each user may not do.
