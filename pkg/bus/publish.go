@@ -13,16 +13,25 @@ import (
 // duplicate window is dropped by the server. It returns once the stream has
 // stored the message (or found it a duplicate).
 func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, v any) error {
+	_, err := PublishOnce(ctx, js, subject, msgID, v)
+	return err
+}
+
+// PublishOnce is [Publish], and reports whether the stream stored v:
+// false when it held a message of msgID already (within its duplicate
+// window), and dropped this one.
+func PublishOnce(ctx context.Context, js jetstream.JetStream, subject, msgID string, v any) (bool, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", subject, err)
+		return false, fmt.Errorf("encode %s: %w", subject, err)
 	}
 	ctx, cancel := Bound(ctx)
 	defer cancel()
 	ctx, stop := WhilePermitted(ctx, js.Conn(), subject)
 	defer stop()
-	if _, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID)); err != nil {
-		return fmt.Errorf("publish %s: %w", subject, Refusal(ctx, err))
+	ack, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
+	if err != nil {
+		return false, fmt.Errorf("publish %s: %w", subject, Refusal(ctx, err))
 	}
-	return nil
+	return !ack.Duplicate, nil
 }

@@ -174,17 +174,23 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 			continue
 		}
 		// The request's ID is its message ID: a publish repeated within
-		// the duplicate window is dropped by the server, and the harness
-		// ignores a request already in the session's log after it.
+		// the duplicate window is dropped by the server (a request
+		// submitted before that the harness has not taken yet), and the
+		// harness ignores a request already in the session's log after it.
 		j.req.Time = time.Now().UTC()
-		if err := bus.Publish(ctx, js, bus.RequestSubject(j.tenant, j.session, j.req.User), j.req.ID.String(), &j.req); err != nil {
+		fresh, err := bus.PublishOnce(ctx, js, bus.RequestSubject(j.tenant, j.session, j.req.User), j.req.ID.String(), &j.req)
+		if err != nil {
 			if ctx.Err() != nil {
 				return interrupted(file, fmt.Sprintf("with %d of %d jobs submitted", submitted+before, len(jobs)))
 			}
 			return fmt.Errorf("job %q: %w", j.id, err)
 		}
 		states[i].status = statusPending
-		submitted++
+		if fresh {
+			submitted++
+		} else {
+			before++
+		}
 	}
 	fmt.Fprintf(e.stderr, "%s: %d jobs: %d submitted now, %d before\n", file, len(jobs), submitted, before)
 	if noWait {
