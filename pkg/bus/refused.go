@@ -88,3 +88,13 @@ func Refusal(ctx context.Context, err error) error {
 	}
 	return err
 }
+
+// ConsumerCreate is the prefix of the JetStream API's subjects that create
+// a consumer: $JS.API.CONSUMER.CREATE.<stream>.<name>[.<filter>].
+const ConsumerCreate = "$JS.API.CONSUMER.CREATE."
+
+// ConsumerGate is the prefix of the subjects on which the auth service
+// creates clients' consumers for them: a client's request to create a
+// consumer, on ConsumerCreate+X, reaches the services' account as
+// ConsumerGate+X.
+const ConsumerGate = "corral.consumers.create."

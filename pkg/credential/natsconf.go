@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"corral.dev/pkg/bus"
 )
 
 // The server's accounts. The services, the streams and buckets live in
@@ -49,6 +51,21 @@ func ClientImports() []string {
 		}
 	}
 	return out
+}
+
+// exported returns the subject the services' account exports for a
+// client's subject: itself, but for the creation of a consumer, which goes
+// to the auth service's gate ([bus.ConsumerGate]) under the same tokens.
+// The gate creates the consumer if the client may have one more, and only
+// a pull consumer: a push consumer's deliveries go to a subject its
+// creator chose, in the services' account. The import shares who asked
+// (the server's Nats-Request-Info names the credential), which the gate
+// counts consumers by.
+func exported(subject string) string {
+	if rest, ok := strings.CutPrefix(subject, bus.ConsumerCreate); ok {
+		return bus.ConsumerGate + rest
+	}
+	return subject
 }
 
 // streamed reports whether the answer to a publish on subject may be
@@ -98,7 +115,7 @@ func NATSConfig(w io.Writer, password func(user string) string, issuer string) e
 		if streamed(s) {
 			p.line(3, "{ service: %q, response_type: stream, accounts: [%s] }", s, AccountClients)
 		} else {
-			p.line(3, "{ service: %q, accounts: [%s] }", s, AccountClients)
+			p.line(3, "{ service: %q, accounts: [%s] }", exported(s), AccountClients)
 		}
 	}
 	p.line(2, "]")
@@ -107,7 +124,11 @@ func NATSConfig(w io.Writer, password func(user string) string, issuer string) e
 	p.line(1, "%s {", AccountClients)
 	p.line(2, "imports = [")
 	for _, s := range ClientImports() {
-		p.line(3, "{ service: { account: %s, subject: %q } }", AccountServices, s)
+		if e := exported(s); e != s {
+			p.line(3, "{ service: { account: %s, subject: %q }, to: %q, share: true }", AccountServices, e, s)
+		} else {
+			p.line(3, "{ service: { account: %s, subject: %q } }", AccountServices, s)
+		}
 	}
 	p.line(2, "]")
 	p.line(1, "}")

@@ -2,6 +2,8 @@ package credential
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -133,16 +135,43 @@ func Services() []Service {
 			Responds: true,
 		},
 		{
-			// It reads the credentials bucket, and answers the server on
-			// $SYS.REQ.USER.AUTH (which the server lets it hear).
+			// It reads the credentials bucket, answers the server on
+			// $SYS.REQ.USER.AUTH (which the server lets it hear), and
+			// creates and lists clients' consumers for its gate.
 			User: UserAuth,
 			Permissions: Permissions{
-				Publish:   []string{"$JS.API.INFO", "$JS.API.STREAM.INFO.KV_" + bus.BucketCredentials, "$JS.API.DIRECT.GET.KV_" + bus.BucketCredentials + ".>", "$JS.API.STREAM.MSG.GET.KV_" + bus.BucketCredentials},
-				Subscribe: []string{"_INBOX.>", "$SYS.REQ.USER.AUTH"},
+				Publish: append([]string{"$JS.API.INFO", "$JS.API.STREAM.INFO.KV_" + bus.BucketCredentials, "$JS.API.DIRECT.GET.KV_" + bus.BucketCredentials + ".>", "$JS.API.STREAM.MSG.GET.KV_" + bus.BucketCredentials},
+					gateAPI()...),
+				Subscribe: []string{"_INBOX.>", "$SYS.REQ.USER.AUTH", bus.ConsumerGate + ">"},
 			},
 			Responds: true,
 		},
 	}
+}
+
+// GatedStreams are the streams clients may create consumers on, through
+// the auth service's gate.
+func GatedStreams() []string {
+	var out []string
+	for _, s := range ClientImports() {
+		if rest, ok := strings.CutPrefix(s, bus.ConsumerCreate); ok {
+			stream, _, _ := strings.Cut(rest, ".")
+			if !slices.Contains(out, stream) {
+				out = append(out, stream)
+			}
+		}
+	}
+	return out
+}
+
+// gateAPI is what the gate asks of JetStream: creating consumers on the
+// gated streams, and listing them to count a client's.
+func gateAPI() []string {
+	var out []string
+	for _, stream := range GatedStreams() {
+		out = append(out, bus.ConsumerCreate+stream+".>", "$JS.API.CONSUMER.LIST."+stream)
+	}
+	return out
 }
 
 // ServerUser returns s as the NATS server's user signing in with password,

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -31,6 +32,13 @@ type Config struct {
 	Account string
 	// Workers is how many questions are answered at once.
 	Workers int
+	// MaxConsumers bounds the consumers one credential may have on each
+	// stream it may read (CORRAL_AUTH_MAX_CONSUMERS; default 32).
+	MaxConsumers int
+	// ConsumerIdle is how long a client's consumer may go unused before
+	// the server deletes it (CORRAL_AUTH_CONSUMER_IDLE, a Go duration;
+	// default 10m): a client asking for longer, or forever, gets this.
+	ConsumerIdle time.Duration
 	// Metrics is where the service's metrics are registered (none are
 	// when nil).
 	Metrics prometheus.Registerer
@@ -40,6 +48,10 @@ type Config struct {
 const (
 	DefaultTTL     = 10 * time.Minute
 	DefaultAccount = credential.AccountClients
+	// DefaultMaxConsumers and DefaultConsumerIdle bound clients'
+	// consumers.
+	DefaultMaxConsumers = 32
+	DefaultConsumerIdle = 10 * time.Minute
 	// MinTTL is the shortest TTL: a user whose sign-in expires sooner
 	// would spend its life signing in again.
 	MinTTL = time.Second
@@ -53,6 +65,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		TTL:     DefaultTTL,
 		Account: cmp.Or(getenv("CORRAL_AUTH_ACCOUNT"), DefaultAccount),
 		Workers: 16,
+		// The gate's bounds.
+		MaxConsumers: DefaultMaxConsumers,
+		ConsumerIdle: DefaultConsumerIdle,
 	}
 	seed := getenv("CORRAL_AUTH_ISSUER_SEED")
 	if seed == "" {
@@ -61,6 +76,16 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	var err error
 	if cfg.Issuer, err = ParseIssuer(seed); err != nil {
 		return Config{}, fmt.Errorf("CORRAL_AUTH_ISSUER_SEED: %w", err)
+	}
+	if s := getenv("CORRAL_AUTH_MAX_CONSUMERS"); s != "" {
+		if cfg.MaxConsumers, err = strconv.Atoi(s); err != nil || cfg.MaxConsumers < 1 {
+			return Config{}, fmt.Errorf("CORRAL_AUTH_MAX_CONSUMERS=%q: want a positive whole number", s)
+		}
+	}
+	if s := getenv("CORRAL_AUTH_CONSUMER_IDLE"); s != "" {
+		if cfg.ConsumerIdle, err = time.ParseDuration(s); err != nil || cfg.ConsumerIdle < time.Second {
+			return Config{}, fmt.Errorf("CORRAL_AUTH_CONSUMER_IDLE=%q: want a duration of at least 1s, such as 10m", s)
+		}
 	}
 	if s := getenv("CORRAL_AUTH_TTL"); s != "" {
 		if cfg.TTL, err = time.ParseDuration(s); err != nil || cfg.TTL < MinTTL {

@@ -46,6 +46,12 @@ type platform struct {
 // about everyone else, and that service.
 func start(t *testing.T, ttl time.Duration) *platform {
 	t.Helper()
+	return startWith(t, map[string]string{"CORRAL_AUTH_TTL": ttl.String()})
+}
+
+// startWith is start with the auth service's settings in env.
+func startWith(t *testing.T, env map[string]string) *platform {
+	t.Helper()
 	seed, pub, err := NewIssuer()
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +103,10 @@ func start(t *testing.T, ttl time.Duration) *platform {
 
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(p.logs, t.Output()), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg, err := LoadConfig(func(k string) string {
-		return map[string]string{"CORRAL_AUTH_ISSUER_SEED": seed, "CORRAL_AUTH_TTL": ttl.String()}[k]
+		if k == "CORRAL_AUTH_ISSUER_SEED" {
+			return seed
+		}
+		return env[k]
 	})
 	if err != nil {
 		t.Fatal(err)

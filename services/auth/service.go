@@ -7,13 +7,17 @@
 // subjects [credential.Credential.Permissions] grants, and expires after
 // [Config.TTL]. An expired user is cut off; its client reconnects and is
 // asked about again, so a revoked credential stops working within the TTL.
+//
+// It is also the gate through which clients create consumers (gate.go).
 package auth
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +50,9 @@ type Service struct {
 	log *slog.Logger
 	// decisions counts answers by outcome: allowed, denied.
 	decisions *prometheus.CounterVec
+	// gated counts clients' requests for a consumer by outcome: created,
+	// refused.
+	gated *prometheus.CounterVec
 	// ready is closed once Run takes questions.
 	ready chan struct{}
 }
@@ -69,6 +76,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		cfg.Account = DefaultAccount
 	}
 	cfg.Workers = max(cfg.Workers, 1)
+	cfg.MaxConsumers = cmp.Or(cfg.MaxConsumers, DefaultMaxConsumers)
+	cfg.ConsumerIdle = cmp.Or(cfg.ConsumerIdle, DefaultConsumerIdle)
 	kv, err := js.KeyValue(ctx, bus.BucketCredentials)
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s (corral setup creates it): %w", bus.BucketCredentials, err)
@@ -83,10 +92,16 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 			Name: "corral_auth_decisions_total",
 			Help: "Client connections the auth service answered, by outcome (allowed, denied).",
 		}, []string{"outcome"}),
+		gated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "corral_auth_consumers_total",
+			Help: "Clients' requests for a consumer, by outcome (created, refused).",
+		}, []string{"outcome"}),
 	}
 	if cfg.Metrics != nil {
-		if err := cfg.Metrics.Register(s.decisions); err != nil {
-			return nil, err
+		for _, c := range []prometheus.Collector{s.decisions, s.gated} {
+			if err := cfg.Metrics.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return s, nil
@@ -99,15 +114,20 @@ func (s *Service) Run(ctx context.Context) error {
 	// Workers goroutines at once, each waiting on a bucket read, and a
 	// server restarting sends every client's at once.
 	msgs := make(chan *nats.Msg, 4096)
-	sub, err := s.nc.ChanQueueSubscribe(Subject, Queue, msgs)
-	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", Subject, err)
+	var subs []*nats.Subscription
+	for _, subject := range []string{Subject, bus.ConsumerGate + ">"} {
+		sub, err := s.nc.ChanQueueSubscribe(subject, Queue, msgs)
+		if err != nil {
+			unsubscribe(subs)
+			return fmt.Errorf("subscribe %s: %w", subject, err)
+		}
+		subs = append(subs, sub)
 	}
 	fctx, cancel := bus.Bound(ctx)
-	err = s.nc.FlushWithContext(fctx)
+	err := s.nc.FlushWithContext(fctx)
 	cancel()
 	if err != nil && ctx.Err() == nil {
-		_ = sub.Unsubscribe()
+		unsubscribe(subs)
 		return fmt.Errorf("subscribe %s: %w", Subject, err)
 	}
 	s.log.InfoContext(ctx, "auth started", "issuer", s.cfg.Issuer, "account", s.cfg.Account, "ttl", s.cfg.TTL)
@@ -120,7 +140,11 @@ func (s *Service) Run(ctx context.Context) error {
 	for range s.cfg.Workers {
 		wg.Go(func() {
 			for m := range msgs {
-				s.answer(actx, m)
+				if strings.HasPrefix(m.Subject, bus.ConsumerGate) {
+					s.gate(actx, m)
+				} else {
+					s.answer(actx, m)
+				}
 			}
 		})
 	}
@@ -130,19 +154,28 @@ func (s *Service) Run(ctx context.Context) error {
 	// nothing writes to msgs any more (a drained, unsubscribed or closed
 	// subscription is not written to), and it can be closed.
 	var errs []error
-	if err := sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		errs = append(errs, fmt.Errorf("drain %s: %w", Subject, err))
+	for _, sub := range subs {
+		if err := sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			errs = append(errs, fmt.Errorf("drain %s: %w", sub.Subject, err))
+		}
 	}
-	if !drained(sub, shutdownTimeout) {
-		errs = append(errs, fmt.Errorf("drain %s: not done after %s", Subject, shutdownTimeout))
+	for _, sub := range subs {
+		if !drained(sub, shutdownTimeout) {
+			errs = append(errs, fmt.Errorf("drain %s: not done after %s", sub.Subject, shutdownTimeout))
+		}
 	}
-	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrBadSubscription) && !errors.Is(err, nats.ErrConnectionClosed) {
-		errs = append(errs, fmt.Errorf("unsubscribe %s: %w", Subject, err))
-	}
+	unsubscribe(subs)
 	close(msgs)
 	wg.Wait()
 	s.log.InfoContext(actx, "auth stopped")
 	return errors.Join(errs...)
+}
+
+// unsubscribe unsubscribes subs, which may be closed already.
+func unsubscribe(subs []*nats.Subscription) {
+	for _, sub := range subs {
+		_ = sub.Unsubscribe()
+	}
 }
 
 // drained waits until sub, draining, is done (as it is when its connection
