@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -196,6 +197,16 @@ func ReadByConsumer(ctx context.Context, js jetstream.JetStream, stream, filter 
 	if err != nil {
 		return nil, fmt.Errorf("read %s after %d: %w", filter, seq, Refusal(ctx, err))
 	}
+	// The consumer goes once read, rather than when the server finds it
+	// idle: a client may have only so many at once (see the auth
+	// service's gate).
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			_ = js.DeleteConsumer(dctx, stream, info.Name)
+		}
+	}()
 	var out []Msg
 	for {
 		rctx, cancel := Bound(ctx)

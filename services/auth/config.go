@@ -33,7 +33,9 @@ type Config struct {
 	// Workers is how many questions are answered at once.
 	Workers int
 	// MaxConsumers bounds the consumers one credential may have on each
-	// stream it may read (CORRAL_AUTH_MAX_CONSUMERS; default 32).
+	// stream it may read (CORRAL_AUTH_MAX_CONSUMERS; default 256: a bot
+	// such as the Slack bridge follows each open thread's session with
+	// one).
 	MaxConsumers int
 	// ConsumerIdle is how long a client's consumer may go unused before
 	// the server deletes it (CORRAL_AUTH_CONSUMER_IDLE, a Go duration;
@@ -50,7 +52,7 @@ const (
 	DefaultAccount = credential.AccountClients
 	// DefaultMaxConsumers and DefaultConsumerIdle bound clients'
 	// consumers.
-	DefaultMaxConsumers = 32
+	DefaultMaxConsumers = 256
 	DefaultConsumerIdle = 10 * time.Minute
 	// MinTTL is the shortest TTL: a user whose sign-in expires sooner
 	// would spend its life signing in again.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -60,6 +61,17 @@ func TestConsumerGate(t *testing.T) {
 	}
 	if _, err := create(adaJS, 0); err != nil {
 		t.Errorf("ada's consumer after deleting one: %v", err)
+	}
+
+	// A read leaves no consumer behind: bob, with one, reads more times
+	// than he may have consumers.
+	if _, err := p.js.Publish(ctx, "events.acme."+uuid.NewString()+".session.requested.harness", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if msgs, err := bus.ReadByConsumer(ctx, bobJS, bus.StreamEvents, "events.acme.>", 0); err != nil || len(msgs) != 1 {
+			t.Fatalf("bob's read %d: %d messages, %v", i+1, len(msgs), err)
+		}
 	}
 
 	// A push consumer, whose deliveries would go where its creator says.
