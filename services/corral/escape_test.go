@@ -156,7 +156,15 @@ func TestEscapeSuite(t *testing.T) {
 			return strings.Contains(r.Output, "Resource temporarily unavailable"), "bounded by the process limit"
 		}},
 		{"allocate until out of memory", bashCall("tail /dev/zero"), func(r *event.ToolCompleted) (bool, string) {
-			return r.IsError && !r.TimedOut && strings.Contains(r.Output, "memory exhausted"), "stopped by the memory limit"
+			// Whichever comes first: the process's address space, or the
+			// sandbox's memory cgroup.
+			return r.IsError && !r.TimedOut && (strings.Contains(r.Output, "memory exhausted") || strings.Contains(r.Output, "The sandbox ran out of memory")), "stopped by the memory limit"
+		}},
+		{"hold memory in several processes", bashCall(`for i in 1 2 3 4 5; do python3 -c 'import time; b = b"x" * (160 << 20); time.sleep(3)' & done; wait; echo held`), func(r *event.ToolCompleted) (bool, string) {
+			return r.IsError && strings.Contains(r.Output, "The sandbox ran out of memory"), "stopped by the sandbox's memory cgroup"
+		}},
+		{"set up io_uring, userfaultfd, bpf", bashCall(`python3 -c 'import ctypes; libc = ctypes.CDLL(None, use_errno=True); print([(libc.syscall(n, *a), ctypes.get_errno()) for n, a in ((425, (8, 0)), (323, (1,)), (321, (0, 0, 0)))])' 2>&1`), func(r *event.ToolCompleted) (bool, string) {
+			return strings.Contains(r.Output, "[(-1, 1), (-1, 1), (-1, 1)]"), "EPERM from the seccomp filter"
 		}},
 		{"fill the disk", bashCall("head -c 100M /dev/zero > big; for i in 1 2 3 4; do head -c 6M /dev/zero > f$i; done; ls -s"), func(r *event.ToolCompleted) (bool, string) {
 			return r.IsError && strings.Contains(r.Output, "over its limit"), "stopped by the file size and workspace limits"

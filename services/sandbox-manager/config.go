@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -57,13 +58,22 @@ type Config struct {
 	// before they are killed (CORRAL_SHUTDOWN_GRACE, a Go duration).
 	ShutdownGrace time.Duration
 	// Limits of each sandbox (zero: the sandbox package's defaults):
-	// CORRAL_SANDBOX_MEMORY_BYTES (address space of each process),
+	// CORRAL_SANDBOX_MEMORY_BYTES (the whole sandbox's memory with a
+	// memory cgroup, and each process's address space),
+	// CORRAL_SANDBOX_CPUS (CPUs' worth of time, with a cpu cgroup),
 	// CORRAL_SANDBOX_PROCESSES, CORRAL_SANDBOX_CPU_SECONDS (of each
 	// process), CORRAL_SANDBOX_FILE_BYTES (largest file),
 	// CORRAL_SANDBOX_OPEN_FILES.
 	MemoryBytes, FileBytes int64
+	CPUs                   float64
 	Processes, CPUSeconds  int
 	OpenFiles              int
+	// NodeMemoryBytes and NodeCPUs bound all the node's sandboxes together
+	// (CORRAL_SANDBOX_NODE_MEMORY_BYTES, CORRAL_SANDBOX_NODE_CPUS; default
+	// unbounded), with the cgroup that holds theirs.
+	NodeMemoryBytes int64
+	NodeCPUs        float64
+
 	// WorkspaceBytes bounds what a session's workspace may hold
 	// (CORRAL_SANDBOX_WORKSPACE_BYTES, default 10 GiB): a call that leaves
 	// it over the limit fails, saying so.
@@ -164,12 +174,28 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}{
 		{"CORRAL_SANDBOX_MEMORY_BYTES", &cfg.MemoryBytes},
 		{"CORRAL_SANDBOX_FILE_BYTES", &cfg.FileBytes},
+		{"CORRAL_SANDBOX_NODE_MEMORY_BYTES", &cfg.NodeMemoryBytes},
 		{"CORRAL_SANDBOX_WORKSPACE_BYTES", &cfg.WorkspaceBytes},
 	} {
 		if s := getenv(v.name); s != "" {
 			n, err := strconv.ParseInt(s, 10, 64)
 			if err != nil || n <= 0 {
 				return Config{}, fmt.Errorf("%s=%q: want a positive number of bytes", v.name, s)
+			}
+			*v.to = n
+		}
+	}
+	for _, v := range []struct {
+		name string
+		to   *float64
+	}{
+		{"CORRAL_SANDBOX_CPUS", &cfg.CPUs},
+		{"CORRAL_SANDBOX_NODE_CPUS", &cfg.NodeCPUs},
+	} {
+		if s := getenv(v.name); s != "" {
+			n, err := strconv.ParseFloat(s, 64)
+			if err != nil || n < 0.01 || math.IsInf(n, 0) {
+				return Config{}, fmt.Errorf("%s=%q: want a number of CPUs, at least 0.01", v.name, s)
 			}
 			*v.to = n
 		}

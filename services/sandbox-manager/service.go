@@ -65,20 +65,23 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	}
 	s.metrics = newMetrics(reg, s)
 	d, err := sandbox.New(sandbox.Config{
-		Dir:            filepath.Join(cfg.DataDir, "workspaces"),
-		Bwrap:          cfg.Bwrap,
-		DefaultTimeout: cfg.DefaultTimeout,
-		IdleTimeout:    cfg.IdleTimeout,
-		StopTimeout:    cfg.StopTimeout,
-		MaxSuspended:   cfg.MaxSuspended,
-		PoolSize:       cfg.PoolSize,
-		Skills:         s.skillsDir,
-		OnStart:        s.metrics.started,
-		MemoryBytes:    cfg.MemoryBytes,
-		FileSizeBytes:  cfg.FileBytes,
-		Processes:      cfg.Processes,
-		CPUSeconds:     cfg.CPUSeconds,
-		OpenFiles:      cfg.OpenFiles,
+		Dir:             filepath.Join(cfg.DataDir, "workspaces"),
+		Bwrap:           cfg.Bwrap,
+		DefaultTimeout:  cfg.DefaultTimeout,
+		IdleTimeout:     cfg.IdleTimeout,
+		StopTimeout:     cfg.StopTimeout,
+		MaxSuspended:    cfg.MaxSuspended,
+		PoolSize:        cfg.PoolSize,
+		Skills:          s.skillsDir,
+		OnStart:         s.metrics.started,
+		MemoryBytes:     cfg.MemoryBytes,
+		FileSizeBytes:   cfg.FileBytes,
+		Processes:       cfg.Processes,
+		CPUSeconds:      cfg.CPUSeconds,
+		OpenFiles:       cfg.OpenFiles,
+		CPUs:            cfg.CPUs,
+		NodeMemoryBytes: cfg.NodeMemoryBytes,
+		NodeCPUs:        cfg.NodeCPUs,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
@@ -101,8 +104,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		d.Close()
 		return nil, err
 	}
-	if ok, why := d.ProcessesConfined(); !ok {
-		s.log.WarnContext(ctx, "each sandbox's processes are not capped by a pids cgroup, so a fork bomb in one can starve the host; run the sandbox-manager as root or give it a cgroup subtree", "why", why)
+	if ctls, why := d.Cgroups(); why != nil {
+		s.log.WarnContext(ctx, "sandboxes are not all confined by cgroups: without pids a fork bomb in one can starve the host, without memory and cpu only each process's rlimits bound them; run the sandbox-manager as root or give it a cgroup subtree", "cgroups", ctls, "why", why)
 	}
 	return s, nil
 }

@@ -33,6 +33,7 @@ func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result
 	req := d.request(a.Command, timeout)
 
 	var resp response
+	var oom bool
 	for attempt := 0; ; attempt++ {
 		b, fresh, err := d.liveBox(ctx, s, s.key)
 		if err != nil {
@@ -42,6 +43,7 @@ func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result
 		stop := context.AfterFunc(callCtx, b.kill)
 		resp, err = b.call(req)
 		stop()
+		oom = b.outOfMemory()
 		expired := callCtx.Err() != nil
 		cancel()
 		if err == nil {
@@ -49,6 +51,9 @@ func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result
 		}
 		complaint := b.complaint()
 		d.discard(s, b)
+		if oom {
+			complaint = strings.TrimSpace(complaint + " " + d.outOfMemory())
+		}
 		switch {
 		case ctx.Err() != nil:
 			return Result{IsError: true}, fmt.Errorf("bash: %w", ctx.Err())
@@ -71,6 +76,13 @@ func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result
 	res := Result{Truncated: out.truncated()}
 	var b strings.Builder
 	b.WriteString(out.String())
+	if oom {
+		// Whatever the exit code says (a shell may even exit 0 after its
+		// child was killed), the model should know why.
+		res.IsError = true
+		newline(&b)
+		b.WriteString(d.outOfMemory())
+	}
 	if resp.TimedOut {
 		res.TimedOut, res.IsError = true, true
 		newline(&b)
@@ -91,6 +103,12 @@ func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result
 	}
 	res.Output = b.String()
 	return res, nil
+}
+
+// outOfMemory is what the model is told when the kernel killed a process
+// of its sandbox for want of memory.
+func (d *Driver) outOfMemory() string {
+	return fmt.Sprintf("The sandbox ran out of memory: it may use %d MiB in all, and a process was killed.", d.cfg.MemoryBytes>>20)
 }
 
 // request returns the executor request that runs command under the

@@ -80,7 +80,16 @@ func BenchmarkBwrapTrue(b *testing.B) {
 		start := time.Now()
 		cmd := exec.Command(d.bwrap, args...)
 		cmd.Env = []string{}
-		if out, err := cmd.CombinedOutput(); err != nil {
+		filter, w, err := os.Pipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		w.Write(d.seccomp)
+		w.Close()
+		cmd.ExtraFiles = []*os.File{filter}
+		out, err := cmd.CombinedOutput()
+		filter.Close()
+		if err != nil {
 			b.Fatalf("bwrap: %v: %s", err, out)
 		}
 		ds = append(ds, time.Since(start))
@@ -152,7 +161,7 @@ func BenchmarkColdStart(b *testing.B) {
 // before each iteration is not timed.
 func BenchmarkResumeSuspended(b *testing.B) {
 	d := newDriver(b, Config{IdleTimeout: time.Hour})
-	if d.pids == nil {
+	if d.cgroups == nil {
 		b.Skip("no pids cgroup here: idle sandboxes are stopped, and resuming one is a cold start")
 	}
 	session := uuid.New()
@@ -182,7 +191,7 @@ func BenchmarkResumeSuspended(b *testing.B) {
 // Suspending it before each iteration is not timed.
 func BenchmarkThaw(b *testing.B) {
 	d := newDriver(b, Config{IdleTimeout: time.Hour})
-	if d.pids == nil {
+	if d.cgroups == nil {
 		b.Skip("no pids cgroup here")
 	}
 	session := uuid.New()
@@ -212,7 +221,7 @@ func BenchmarkThaw(b *testing.B) {
 // (Config.MaxSuspended).
 func BenchmarkSuspendedMemory(b *testing.B) {
 	d := newDriver(b, Config{IdleTimeout: time.Hour})
-	if d.pids == nil {
+	if d.cgroups == nil {
 		b.Skip("no pids cgroup here")
 	}
 	args := &tool.BashArgs{Command: "true"}
@@ -227,7 +236,7 @@ func BenchmarkSuspendedMemory(b *testing.B) {
 		if err := box.freeze(); err != nil {
 			b.Fatal(err)
 		}
-		procs, err := os.ReadFile(filepath.Join(box.cgroup, "cgroup.procs"))
+		procs, err := os.ReadFile(filepath.Join(box.cgroup.dir(), "cgroup.procs"))
 		if err != nil {
 			b.Fatal(err)
 		}

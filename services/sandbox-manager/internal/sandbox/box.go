@@ -51,9 +51,11 @@ type box struct {
 	nextID  uint64
 	maxResp int
 
-	// cgroups holds the sandbox's pids cgroup, cgroup, when it has one.
-	cgroups *pidsCgroups
-	cgroup  string
+	// cgroups holds the sandbox's cgroups, cgroup, when it has them;
+	// ooms counts its processes killed for want of memory so far.
+	cgroups *cgroups
+	cgroup  *cgroup
+	ooms    uint64
 
 	mu     sync.Mutex
 	exited bool          // bwrap has exited and may be reaped: its pid may be reused
@@ -97,15 +99,42 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 	// starter's thread (see [starter]).
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	b.cmd.WaitDelay = waitDelay
-	// Born in a pids cgroup of its own, so that a fork bomb fills only it.
+	// The seccomp filter, which bwrap reads from a pipe: it is far smaller
+	// than a pipe's buffer.
+	filterR, filterW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, fmt.Errorf("seccomp pipe: %w", err)
+	}
+	_, err = filterW.Write(d.seccomp)
+	filterW.Close()
+	defer filterR.Close()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, fmt.Errorf("seccomp pipe: %w", err)
+	}
+	b.cmd.ExtraFiles = []*os.File{filterR} // fd 3: see sandboxArgs
+	// Born in cgroups of its own, so that a fork bomb fills only its own
+	// and its memory and CPU are bounded as a whole.
 	var cgroupFD = -1
-	if d.pids != nil {
-		// Room for the executor's own threads beside the commands'.
-		if b.cgroup, err = d.pids.create(d.cfg.Processes + executorThreads); err == nil && d.pids.v2 {
-			if cgroupFD, err = unix.Open(b.cgroup, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+	if d.cgroups != nil {
+		b.cgroup, err = d.cgroups.create(cgroupLimits{
+			// Room for the executor's own threads beside the commands'.
+			pids:   d.cfg.Processes + executorThreads,
+			memory: d.cfg.MemoryBytes,
+			cpus:   d.cfg.CPUs,
+		})
+		if err == nil && d.cgroups.v2 {
+			if cgroupFD, err = unix.Open(b.cgroup.dir(), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
 				b.cmd.SysProcAttr.UseCgroupFD, b.cmd.SysProcAttr.CgroupFD = true, cgroupFD
 			} else {
-				removeCgroup(b.cgroup)
+				b.cgroup.remove()
 			}
 		}
 		if err != nil {
@@ -115,7 +144,7 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 			outW.Close()
 			return nil, err
 		}
-		b.cgroups = d.pids
+		b.cgroups = d.cgroups
 	}
 	var startErr error
 	err = d.starter.do(func() {
@@ -141,7 +170,7 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 		inW.Close()
 		outR.Close()
 		if b.cgroups != nil {
-			removeCgroup(b.cgroup)
+			b.cgroup.remove()
 		}
 		return nil, fmt.Errorf("start bwrap: %w", err)
 	}
@@ -167,7 +196,7 @@ func (b *box) wait() {
 	b.out.Close()
 	close(b.done)
 	if b.cgroups != nil {
-		removeCgroup(b.cgroup)
+		b.cgroup.remove()
 	}
 }
 
@@ -195,7 +224,7 @@ func (b *box) kill() {
 }
 
 // canFreeze reports whether the box can be suspended: its processes are
-// known by its pids cgroup.
+// known by its cgroups.
 func (b *box) canFreeze() bool {
 	return b.cgroups != nil
 }
@@ -218,7 +247,7 @@ func (b *box) freeze() error {
 	// A second look catches a process forked while the first was stopped.
 	stopped := map[int]bool{}
 	for range 5 {
-		pids, err := cgroupProcs(b.cgroup)
+		pids, err := cgroupProcs(b.cgroup.dir())
 		if err != nil {
 			b.signalLocked(syscall.SIGCONT)
 			b.frozen = false
@@ -260,7 +289,7 @@ func (b *box) thaw() error {
 // its process died in between; the processes of an idle sandbox end only
 // when it is killed, after which nothing signals them.
 func (b *box) signalLocked(sig syscall.Signal) error {
-	pids, err := cgroupProcs(b.cgroup)
+	pids, err := cgroupProcs(b.cgroup.dir())
 	for _, pid := range pids {
 		_ = unix.Kill(pid, sig)
 	}
@@ -343,4 +372,16 @@ func (b *box) complaint() string {
 		msg = strings.TrimSpace(msg + " (bwrap: " + b.status.Error() + ")")
 	}
 	return msg
+}
+
+// outOfMemory reports whether the kernel has killed any of the sandbox's
+// processes for want of memory since the last time it was asked.
+func (b *box) outOfMemory() bool {
+	if b.cgroup == nil {
+		return false
+	}
+	n := b.cgroup.oomKills()
+	killed := n > b.ooms
+	b.ooms = n
+	return killed
 }

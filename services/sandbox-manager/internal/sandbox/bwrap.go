@@ -125,6 +125,8 @@ func (d *Driver) sandboxArgs(workspace, skills string) []string {
 		"--die-with-parent", "--new-session", "--as-pid-1",
 		"--cap-drop", "ALL",
 		"--hostname", "sandbox",
+		// fd 3 holds the seccomp filter (see startBox).
+		"--seccomp", "3",
 	}
 	if d.disableUserns {
 		args = append(args, "--disable-userns")

@@ -28,9 +28,23 @@ type Config struct {
 	OutputLimit int
 	// CPUSeconds is RLIMIT_CPU for each process of a Bash call (default 300).
 	CPUSeconds int
-	// MemoryBytes is RLIMIT_AS, the address space of each process (default 4 GiB).
-	// It is applied in KiB, rounded down.
+	// MemoryBytes bounds each sandbox's memory (default 4 GiB): all its
+	// processes and its /tmp and /dev/shm together, with a memory cgroup
+	// of its own, where the manager may make cgroups; past it the kernel
+	// kills one of its processes and the call says the sandbox ran out of
+	// memory. It is also every process's RLIMIT_AS (its address space,
+	// applied in KiB, rounded down), the only bound without the cgroup.
 	MemoryBytes int64
+	// CPUs bounds the CPU time each sandbox gets, in CPUs' worth (default
+	// 1: one CPU's time, spread over any number of them), with a cpu
+	// cgroup of its own where the manager may make cgroups; none without.
+	CPUs float64
+	// NodeMemoryBytes and NodeCPUs bound all the sandboxes of the Driver
+	// together, with the cgroup that holds theirs (default 0: unbounded,
+	// but for the host's own limits).
+	NodeMemoryBytes int64
+	NodeCPUs        float64
+
 	// FileSizeBytes is RLIMIT_FSIZE, the largest file a process may write
 	// (default 1 GiB). It is applied in 512-byte blocks, rounded down.
 	FileSizeBytes int64
@@ -91,6 +105,7 @@ const (
 	DefaultOutputLimit = 30000
 	DefaultCPUSeconds  = 300
 	DefaultMemoryBytes = 4 << 30
+	DefaultCPUs        = 1
 	DefaultFileSize    = 1 << 30
 	DefaultOpenFiles   = 1024
 	DefaultProcesses   = 512
@@ -110,6 +125,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.OutputLimit == 0 {
 		c.OutputLimit = DefaultOutputLimit
+	}
+	if c.CPUs == 0 {
+		c.CPUs = DefaultCPUs
 	}
 	if c.CPUSeconds == 0 {
 		c.CPUSeconds = DefaultCPUSeconds
@@ -167,6 +185,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("file size bytes %d is below 512", c.FileSizeBytes)
 	case c.TmpSize < 0:
 		return errors.New("tmp size must not be negative")
+	case c.CPUs < 0.01 || c.NodeCPUs < 0 || c.NodeMemoryBytes < 0:
+		return errors.New("cpus must be at least 0.01, and node bounds must not be negative")
 	}
 	// The sandbox sees these trees, so the workspaces must live elsewhere.
 	dir := c.Dir

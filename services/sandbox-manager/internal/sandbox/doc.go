@@ -7,8 +7,10 @@
 // private /tmp and /dev/shm. The sandbox has new user, PID, mount, IPC, UTS
 // and network namespaces (no network at all), a read-only view of /usr,
 // /etc and the library directories, a private /proc and a read-only /dev,
-// no capabilities, and an empty environment apart from a few fixed
-// variables. Nothing else of the host is visible: not /root, /home, /var,
+// no capabilities, a seccomp filter (see seccomp.go), and an empty
+// environment apart from a few fixed variables. Where the manager may make
+// cgroups, each sandbox has pids, memory and cpu cgroups of its own (see
+// cgroup.go). Nothing else of the host is visible: not /root, /home, /var,
 // the data directory or other sessions' workspaces.
 //
 // A session's first Bash call starts its sandbox, which then stays up: its

@@ -33,12 +33,13 @@ var tenantRE = sync.OnceValue(func() *regexp.Regexp {
 type Driver struct {
 	cfg           Config
 	bwrap         string
-	exe           string       // our own binary, the executor in every sandbox
-	disableUserns bool         // bwrap supports --disable-userns (0.8+)
-	system        []string     // bwrap options for the read-only system tree
-	starter       *starter     // the thread every bwrap is forked from
-	pids          *pidsCgroups // nil: processes are bounded by RLIMIT_NPROC only
-	pidsWhy       error        // why pids is nil
+	exe           string   // our own binary, the executor in every sandbox
+	disableUserns bool     // bwrap supports --disable-userns (0.8+)
+	system        []string // bwrap options for the read-only system tree
+	starter       *starter // the thread every bwrap is forked from
+	cgroups       *cgroups // nil: processes are bounded by their rlimits only
+	cgroupsWhy    error    // which controllers are missing, and why
+	seccomp       []byte   // the seccomp filter bwrap applies
 
 	mu       sync.Mutex
 	sessions map[string]*session // by workspace path
@@ -94,6 +95,10 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox system tree: %w", err)
 	}
+	filter, err := seccompProgram()
+	if err != nil {
+		return nil, err
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find the executor binary: %w", err)
@@ -107,17 +112,18 @@ func New(cfg Config) (*Driver, error) {
 		exe:           exe,
 		disableUserns: version[0] > 0 || version[1] >= 8,
 		system:        system,
+		seccomp:       filter,
 		starter:       newStarter(),
 		sessions:      make(map[string]*session),
 		pool:          make(map[string][]pooled),
 		filling:       make(map[string]int),
 	}
 	_ = os.RemoveAll(filepath.Join(cfg.Dir, ".pool")) // a predecessor's
-	d.pids, d.pidsWhy = newPidsCgroups()
+	d.cgroups, d.cgroupsWhy = newCgroups(cgroupLimits{memory: cfg.NodeMemoryBytes, cpus: cfg.NodeCPUs})
 	if err := d.probe(); err != nil {
 		d.starter.stop()
-		if d.pids != nil {
-			d.pids.close()
+		if d.cgroups != nil {
+			d.cgroups.close()
 		}
 		return nil, err
 	}
@@ -127,7 +133,17 @@ func New(cfg Config) (*Driver, error) {
 // ProcessesConfined reports whether each sandbox's processes are capped by
 // a pids cgroup of its own, and if not, why.
 func (d *Driver) ProcessesConfined() (bool, error) {
-	return d.pids != nil, d.pidsWhy
+	return d.cgroups.has("pids"), d.cgroupsWhy
+}
+
+// Cgroups returns the cgroup controllers that confine each sandbox (of
+// pids, memory and cpu), and why any is missing: where it is, only the
+// rlimits of each process bound that resource.
+func (d *Driver) Cgroups() ([]string, error) {
+	if d.cgroups == nil {
+		return nil, d.cgroupsWhy
+	}
+	return d.cgroups.ctls, d.cgroupsWhy
 }
 
 // probe checks that bwrap can create namespaces at all, then builds one

@@ -267,7 +267,7 @@ func TestIdleSandboxSuspendedThenStopped(t *testing.T) {
 			starts[kind]++
 			mu.Unlock()
 		}})
-	if d.pids == nil {
+	if d.cgroups == nil {
 		t.Skip("no pids cgroup here: idle sandboxes are stopped, not suspended (TestIdleSandboxStoppedWithoutCgroups)")
 	}
 	session := uuid.New()
@@ -310,7 +310,7 @@ func TestIdleSandboxSuspendedThenStopped(t *testing.T) {
 func TestMaxSuspended(t *testing.T) {
 	t.Parallel()
 	d := newDriver(t, Config{IdleTimeout: 100 * time.Millisecond, StopTimeout: time.Hour, MaxSuspended: 1})
-	if d.pids == nil {
+	if d.cgroups == nil {
 		t.Skip("no pids cgroup here")
 	}
 	first, second := uuid.New(), uuid.New()
@@ -334,9 +334,9 @@ func TestMaxSuspended(t *testing.T) {
 func TestIdleSandboxStoppedWithoutCgroups(t *testing.T) {
 	t.Parallel()
 	d := newDriver(t, Config{IdleTimeout: 300 * time.Millisecond})
-	if d.pids != nil {
-		d.pids.close()
-		d.pids = nil // as where the manager may not make cgroups
+	if d.cgroups != nil {
+		d.cgroups.close()
+		d.cgroups = nil // as where the manager may not make cgroups
 	}
 	session := uuid.New()
 	bash(t, d, session, "echo x > kept; echo y > /tmp/gone")

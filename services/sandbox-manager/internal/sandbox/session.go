@@ -283,8 +283,8 @@ func (d *Driver) Close() {
 	d.idle.Wait()
 	_ = os.RemoveAll(d.poolDir())
 	d.starter.stop()
-	if d.pids != nil {
-		d.pids.close()
+	if d.cgroups != nil {
+		d.cgroups.close()
 	}
 }
 
