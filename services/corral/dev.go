@@ -95,6 +95,13 @@ func (e *env) dev(ctx context.Context, o devOpts) error {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return err
 	}
+	// One corral dev at a time over a data directory: two would run
+	// over one store.
+	lock, err := lockData(data)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	// The server signs in every service and the admin by password, and
 	// every client through the auth service, as deployed.
 	creds, err := loadDevAuth(data, cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "dev"))
