@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
@@ -84,6 +83,13 @@ type devOpts struct {
 func (e *env) dev(ctx context.Context, o devOpts) error {
 	data, listen, level, dbURL, approvals := o.data, o.listen, o.level, o.dbURL, o.approvals
 	log := logger.New(e.stderr, level, e.getenv("CORRAL_LOG_FORMAT"))
+	// drain drains a connection once the services have stopped, and waits
+	// for it: the embedded server stops after.
+	drain := func(nc *nats.Conn) {
+		if err := bus.Drain(nc, bus.DrainTimeout); err != nil {
+			log.Warn("drain", "err", err)
+		}
+	}
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return fmt.Errorf("--listen %q: want HOST:PORT", listen)
@@ -95,6 +101,13 @@ func (e *env) dev(ctx context.Context, o devOpts) error {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return err
 	}
+	// One corral dev at a time over a data directory: two would run
+	// over one store.
+	lock, err := lockData(data)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	// The server signs in every service and the admin by password, and
 	// every client through the auth service, as deployed.
 	creds, err := loadDevAuth(data, cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "dev"))
@@ -176,27 +189,27 @@ Stop that server, or run Corral on another port and point the clients at it:
 	if err != nil {
 		return err
 	}
-	defer hnc.Drain()
+	defer drain(hnc)
 	snc, sjs, err := connect("sandbox-manager")
 	if err != nil {
 		return err
 	}
-	defer snc.Drain()
+	defer drain(snc)
 	mnc, mjs, err := connect("memory")
 	if err != nil {
 		return err
 	}
-	defer mnc.Drain()
+	defer drain(mnc)
 	anc, ajs, err := connect("approval")
 	if err != nil {
 		return err
 	}
-	defer anc.Drain()
+	defer drain(anc)
 	adm, ajsAdmin, err := connect(credential.UserAdmin)
 	if err != nil {
 		return err
 	}
-	defer adm.Drain()
+	defer drain(adm)
 	if err := bus.Setup(ctx, ajsAdmin); err != nil {
 		return err
 	}
@@ -224,7 +237,7 @@ Stop that server, or run Corral on another port and point the clients at it:
 	if err != nil {
 		return err
 	}
-	defer authnc.Drain()
+	defer drain(authnc)
 	authcfg, err := auth.LoadConfig(getenv)
 	if err != nil {
 		return err
@@ -285,25 +298,21 @@ Stop that server, or run Corral on another port and point the clients at it:
 		}
 	}
 
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	g, gctx := errgroup.WithContext(rctx)
-	// stop stops what runs, and waits for it, when dev fails after it
-	// started.
-	stop := func(err error) error {
-		cancel()
-		_ = g.Wait()
-		return err
-	}
-	g.Go(func() error { return authsvc.Run(gctx) })
+	// Started in the order they rely on each other, and stopped in
+	// reverse: the auth service, which clients sign in through, last.
+	services := newStack()
+	defer services.stop()
+	services.start(ctx, "auth", authsvc.Run)
 	// Clients learn how to sign in once they can.
 	select {
 	case <-authsvc.Ready():
-	case <-gctx.Done():
-		return g.Wait()
+	case <-ctx.Done():
+		return services.stop()
+	case <-services.failure():
+		return services.stop()
 	}
 	if err := os.WriteFile(filepath.Join(data, clientEnvFile), []byte(creds.clientEnv(url)), 0o600); err != nil {
-		return stop(err)
+		return errors.Join(err, services.stop())
 	}
 	var sb *slackbridge.Service
 	if bcfg != nil {
@@ -311,25 +320,30 @@ Stop that server, or run Corral on another port and point the clients at it:
 		// in this process.
 		bconns, err := slackbridge.Connect(ctx, *bcfg, log, nats.InProcessServer(srv))
 		if err != nil {
-			return stop(err)
+			return errors.Join(err, services.stop())
 		}
 		for _, c := range bconns {
-			defer c.NC.Drain()
+			defer drain(c.NC)
 			conns = append(conns, c.NC)
 		}
 		if sb, err = slackbridge.New(ctx, *bcfg, bconns, log); err != nil {
-			return stop(err)
+			return errors.Join(err, services.stop())
 		}
 	}
-	g.Go(func() error { return h.Run(gctx) })
-	g.Go(func() error { return sm.Run(gctx) })
-	g.Go(func() error { return mem.Run(gctx) })
-	g.Go(func() error { return ap.Run(gctx) })
+	// The harness, which asks the others for work, stops before them, and
+	// the sandbox-manager, whose calls in flight record their results,
+	// before the memory service.
+	services.start(ctx, "memory", mem.Run)
+	services.start(ctx, "sandbox-manager", sm.Run)
+	services.start(ctx, "approval", ap.Run)
+	services.start(ctx, "harness", h.Run)
 	if sb != nil {
-		g.Go(func() error { return sb.Run(gctx) })
+		services.start(ctx, "slack-bridge", sb.Run)
 	}
 	if o.metrics != "" {
-		g.Go(func() error { return metrics.Serve(gctx, o.metrics, reg, metrics.Connected(conns...), log) })
+		services.start(ctx, "metrics", func(ctx context.Context) error {
+			return metrics.Serve(ctx, o.metrics, reg, metrics.Connected(conns...), log)
+		})
 	}
 	where := "the embedded store"
 	if dbURL != "" {
@@ -357,7 +371,7 @@ Stop that server, or run Corral on another port and point the clients at it:
 		fmt.Fprintf(e.stderr, "Metrics at http://%s/metrics, health at http://%s/healthz\n", o.metrics, o.metrics)
 	}
 	fmt.Fprintln(e.stderr, `Try: corral run "list the files in /workspace"`)
-	err = g.Wait()
+	err = services.wait(ctx)
 	log.Info("corral dev stopped")
 	return err
 }

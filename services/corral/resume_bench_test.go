@@ -19,10 +19,17 @@ import (
 // BenchmarkResume measures how long an in-flight session stands still when
 // its harness dies: from SIGKILL of a harness process that is waiting for
 // the model in the middle of a session, to the session's next tool call on
-// the queue. The harness is restarted at once, as a supervisor would; the
-// step it was running is taken up again once its message's ack wait and the
-// session's lease run out. Each op is one kill.
+// the queue (kill). The harness is restarted at once, as a supervisor would;
+// the step it was running is taken up again once its message's ack wait and
+// the session's lease run out, both [bus.LeaseTTL]. Each op is one kill.
+// Its baseline (live) is the same moment with the harness left alive: from
+// the model's answer to the next tool call.
 func BenchmarkResume(b *testing.B) {
+	b.Run("kill", func(b *testing.B) { resume(b, true) })
+	b.Run("live", func(b *testing.B) { resume(b, false) })
+}
+
+func resume(b *testing.B, kill bool) {
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		b.Skip("bwrap is not on PATH")
 	}
@@ -99,16 +106,20 @@ func BenchmarkResume(b *testing.B) {
 		if _, err := calls.NextMsg(time.Minute); err != nil {
 			b.Fatal(err)
 		}
-		_ = harness.Process.Kill()
-		killed := time.Now()
-		_ = harness.Wait()
-		release <- struct{}{}
-		harness = start()
+		from := time.Now()
+		if kill {
+			_ = harness.Process.Kill()
+			_ = harness.Wait()
+			release <- struct{}{}
+			harness = start()
+		} else {
+			release <- struct{}{}
+		}
 		m, err := calls.NextMsg(time.Minute)
 		if err != nil {
 			b.Fatalf("no tool call after the kill: %v", err)
 		}
-		ds = append(ds, time.Since(killed))
+		ds = append(ds, time.Since(from))
 		if _, s, err := bus.ParseSubject(m.Subject); err != nil || s != session {
 			b.Fatalf("next call on %s, want session %s", m.Subject, session)
 		}

@@ -114,14 +114,20 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 // for a grace period.
 func (s *Service) Run(ctx context.Context) error {
 	s.log.InfoContext(ctx, "sandbox-manager started", "data_dir", s.cfg.DataDir, "node", s.cfg.Node)
-	wctx, stopWatching := context.WithCancel(ctx)
+	// What serves the calls in flight outlives ctx until the last of
+	// them is recorded: the node's lease, above all, which, given up, lets
+	// another node take its sessions over while their calls still run
+	// here; and the stops, which may still kill them. The reaper stops
+	// with ctx.
+	wctx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatching()
 	watched := make(chan error, 1)
 	go func() { watched <- s.watchStops(wctx) }()
 	served := make(chan error, 1)
 	go func() { served <- s.serveForwarded(ctx) }()
 	leased, reaped := make(chan struct{}), make(chan struct{})
 	go func() { s.place.keepAlive(wctx); close(leased) }()
-	go func() { s.reap(wctx); close(reaped) }()
+	go func() { s.reap(ctx); close(reaped) }()
 	err := bus.Consume(ctx, s.js, bus.Consumer{
 		Stream: bus.StreamTools,
 		Config: jetstream.ConsumerConfig{

@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -29,7 +30,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, getenv func(string) string) error {
+func run(ctx context.Context, getenv func(string) string) (err error) {
 	log := logger.New(os.Stderr, getenv("CORRAL_LOG_LEVEL"), getenv("CORRAL_LOG_FORMAT"))
 	cfg, err := approval.LoadConfig(getenv)
 	if err != nil {
@@ -41,7 +42,8 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	defer nc.Drain()
+	// Returns once what the service published is flushed.
+	defer func() { err = errors.Join(err, bus.Drain(nc, bus.DrainTimeout)) }()
 	svc, err := approval.New(ctx, cfg, js, log)
 	if err != nil {
 		return err

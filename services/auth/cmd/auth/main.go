@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -34,7 +35,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+func run(ctx context.Context, getenv func(string) string, stderr io.Writer) (err error) {
 	log := logger.New(stderr, getenv("CORRAL_LOG_LEVEL"), getenv("CORRAL_LOG_FORMAT"))
 	cfg, err := auth.LoadConfig(getenv)
 	if err != nil {
@@ -49,7 +50,8 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	defer nc.Drain()
+	// Returns once what the service published is flushed.
+	defer func() { err = errors.Join(err, bus.Drain(nc, bus.DrainTimeout)) }()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -29,7 +30,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+func run(ctx context.Context, getenv func(string) string, stderr io.Writer) (err error) {
 	log := logger.New(stderr, getenv("CORRAL_LOG_LEVEL"), getenv("CORRAL_LOG_FORMAT"))
 	cfg, err := sandboxmanager.LoadConfig(getenv)
 	if err != nil {
@@ -41,7 +42,8 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	defer nc.Drain()
+	// Returns once what the service published is flushed.
+	defer func() { err = errors.Join(err, bus.Drain(nc, bus.DrainTimeout)) }()
 	svc, err := sandboxmanager.New(ctx, cfg, js, log)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"corral.dev/pkg/bus"
 	"corral.dev/pkg/logger"
 	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/sessionlog"
@@ -36,7 +38,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, getenv func(string) string) error {
+func run(ctx context.Context, getenv func(string) string) (err error) {
 	log := logger.New(os.Stderr, getenv("CORRAL_LOG_LEVEL"), getenv("CORRAL_LOG_FORMAT"))
 	cfg, err := slackbridge.LoadConfig(getenv)
 	if err != nil {
@@ -50,7 +52,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 	var ncs []*nats.Conn
 	for _, c := range conns {
 		ncs = append(ncs, c.NC)
-		defer c.NC.Drain()
+		defer func() { err = errors.Join(err, bus.Drain(c.NC, bus.DrainTimeout)) }()
 	}
 	svc, err := slackbridge.New(ctx, cfg, conns, log)
 	if err != nil {
