@@ -15,6 +15,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/tool"
 )
 
@@ -53,7 +54,7 @@ func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
 	if out.isError {
 		outcome = "error"
 	}
-	s.calls.WithLabelValues(c.Name, outcome).Observe(time.Since(start).Seconds())
+	s.calls.WithLabelValues(metrics.Tool(c.Name), outcome).Observe(time.Since(start).Seconds())
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", out.isError)
 	return s.logs.RecordResult(ctx, &res, c.After)
 }
