@@ -118,6 +118,8 @@ func Services() []Service {
 			Permissions: Permissions{
 				Publish: concat(jsRead, []string{
 					"$JS.API.STREAM.PURGE.OBJ_" + bus.BucketSkills,
+					// Pruning old versions in the embedded store.
+					"$JS.API.STREAM.MSG.DELETE.KV_memories",
 					"$KV.memories.>", "$O.skills.>", "payloads.>",
 				}, events("memory", "tool.completed")),
 				Deny:      denyConsumers(bus.ConsumerMemoryCalls),

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"corral.dev/pkg/tool"
 )
 
 // NewRegistry returns a registry holding the Go runtime's and the
@@ -90,3 +92,23 @@ func With(ctx context.Context, addr string, g prometheus.Gatherer, healthy func(
 	cancel()
 	return errors.Join(err, <-served)
 }
+
+// Other is the label value of anything outside a label's closed set.
+const Other = "other"
+
+// OneOf returns v when it is one of set, and [Other] when it is not. A
+// label's values must come from a closed set: each value is a series
+// Prometheus keeps, so one taken from what a model or a client sends would
+// let them make series without end.
+func OneOf(v string, set ...string) string {
+	for _, s := range set {
+		if v == s {
+			return v
+		}
+	}
+	return Other
+}
+
+// Tool returns the label value of the tool a model called: its name if it
+// is one of the tools the model sees ([tool.Names]), and [Other] if not.
+func Tool(name string) string { return OneOf(name, tool.Names()...) }

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -39,5 +40,18 @@ func TestHealthFollowsTheConnection(t *testing.T) {
 	nc.Close()
 	if code, body := get("/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "CLOSED") {
 		t.Errorf("after the connection closed: %d %q", code, body)
+	}
+}
+
+func TestToolLabel(t *testing.T) {
+	seen := map[string]bool{}
+	for _, name := range []string{"Bash", "Read", "Write", "Edit", "Glob", "Grep", "bash", "", "made_up", "Bash ", strings.Repeat("x", 1000)} {
+		seen[metrics.Tool(name)] = true
+	}
+	for i := range 1000 {
+		seen[metrics.Tool(fmt.Sprint("tool_", i))] = true
+	}
+	if len(seen) != 7 || !seen[metrics.Other] || !seen["Grep"] {
+		t.Errorf("label values = %v, want the six tools and %q", seen, metrics.Other)
 	}
 }

@@ -19,6 +19,9 @@ const (
 	Grep  = "Grep"
 )
 
+// Names returns the names of the tools the model sees.
+func Names() []string { return []string{Bash, Read, Write, Edit, Glob, Grep} }
+
 // Workspace is the directory, as the model sees it, that a session's sandbox
 // works in. Relative paths in tool arguments are taken relative to it.
 const Workspace = "/workspace"

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -100,7 +101,7 @@ func (e *env) memoriesCmd() *cobra.Command {
 	var o memOpts
 	cmd := &cobra.Command{
 		Use:   "memories",
-		Short: "List, read, write and remove the files under /memories",
+		Short: "List, read, write and remove the files under /memories, and their versions",
 		Long: `Memories are files under /memories that every session of a tenant can read and
 write with its file tools; /memories/private/... is the --user's own.`,
 	}
@@ -153,6 +154,47 @@ write with its file tools; /memories/private/... is the --user's own.`,
 				return err
 			}
 			fmt.Fprintf(e.stdout, "wrote %s (version %d)\n", resp.Files[0].Path, resp.Files[0].Version)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "log PATH",
+		Short: "List the kept versions of a file: version, size, who wrote it and when",
+		Long: `Log lists the versions kept of a file, oldest first. A file keeps its last
+64 versions, and fewer when its tenant nears its bound on stored bytes
+(CORRAL_MEMORY_MAX_TENANT_BYTES): the oldest versions go first.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := e.memCall(cmd.Context(), &o, memory.OpLog, memory.APIRequest{Path: args[0]})
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "VERSION\tSIZE\tBY\tAT")
+			for _, v := range resp.Versions {
+				size := fmt.Sprintf("%d bytes", v.Size)
+				if v.Removed {
+					size = "removed"
+				}
+				fmt.Fprintf(w, "v%d\t%s\t%s\t%s\n", v.Version, size, v.ChangedBy, v.ChangedAt.Local().Format(time.DateTime))
+			}
+			return w.Flush()
+		},
+	}, &cobra.Command{
+		Use:   "restore PATH VERSION",
+		Short: "Write version VERSION of a file back as its newest version",
+		Long: `Restore writes a version that log lists back as the file's newest version;
+the versions in between are kept. A file removed since is created again.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, err := strconv.ParseInt(strings.TrimPrefix(args[1], "v"), 10, 64)
+			if err != nil || v <= 0 {
+				return &exitError{2, fmt.Errorf("version %q: want a version number that corral memories log lists, such as 3", args[1])}
+			}
+			resp, err := e.memCall(cmd.Context(), &o, memory.OpRestore, memory.APIRequest{Path: args[0], Version: v, Op: uuid.Must(uuid.NewV7())})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "restored %s to version %d (now version %d)\n", resp.Files[0].Path, v, resp.Files[0].Version)
 			return nil
 		},
 	}, &cobra.Command{

@@ -12,6 +12,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/policy"
 	"corral.dev/pkg/tool"
@@ -148,7 +149,7 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 	if err != nil {
 		outcome = "error"
 	}
-	s.metrics.model.WithLabelValues(provider, outcome).Observe(time.Since(start).Seconds())
+	s.metrics.model.WithLabelValues(metrics.OneOf(provider, "openai", "anthropic"), outcome).Observe(time.Since(start).Seconds())
 	if errors.Is(err, model.ErrPermanent) {
 		return nil, s.fail(ctx, st, event.CodeModelError, err.Error())
 	}
@@ -226,7 +227,7 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, r
 				service, memPath, err := checkCall(c.Name, input)
 				if err == nil && s.decide(st, c, input).verdict == policy.Allow && service == st.dispatched[c.ID] {
 					queue = append(queue, toQueue{s.toolCall(st, c, input, memPath), service})
-					s.metrics.dispatch.WithLabelValues(c.Name, service).Inc()
+					s.metrics.dispatch.WithLabelValues(metrics.Tool(c.Name), service).Inc()
 				}
 			}
 			continue
@@ -237,11 +238,11 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, r
 			held, err = s.gate(ctx, st, c, input)
 		}
 		if held {
-			s.metrics.dispatch.WithLabelValues(c.Name, "held").Inc()
+			s.metrics.dispatch.WithLabelValues(metrics.Tool(c.Name), "held").Inc()
 			continue // until a reviewer decides
 		}
 		if err != nil {
-			s.metrics.dispatch.WithLabelValues(c.Name, "refused").Inc()
+			s.metrics.dispatch.WithLabelValues(metrics.Tool(c.Name), "refused").Inc()
 			res := event.ToolCompleted{
 				Header:  event.NewHeader(event.TypeToolCompleted, st.tenant, st.session),
 				Call:    c.ID,
@@ -258,7 +259,7 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, r
 			return err
 		}
 		queue = append(queue, toQueue{s.toolCall(st, c, input, memPath), service})
-		s.metrics.dispatch.WithLabelValues(c.Name, service).Inc()
+		s.metrics.dispatch.WithLabelValues(metrics.Tool(c.Name), service).Inc()
 	}
 	var after uint64
 	if !st.stale {

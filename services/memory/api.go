@@ -22,10 +22,14 @@ const (
 	OpGet    = "cat"
 	OpPut    = "put"
 	OpRemove = "rm"
+	// OpLog lists a file's kept versions.
+	OpLog = "log"
+	// OpRestore writes a kept version of a file back as its newest.
+	OpRestore = "restore"
 )
 
 // Subject is where a client acting as user of tenant asks for op (one of
-// [OpList], [OpGet], [OpPut], [OpRemove]):
+// [OpList], [OpGet], [OpPut], [OpRemove], [OpLog], [OpRestore]):
 //
 //	corral.memory.<tenant>.<user token>.<op>
 //
@@ -52,6 +56,8 @@ type APIRequest struct {
 	Op uuid.UUID `json:"op"`
 	// Recursive makes rm remove every file under Path.
 	Recursive bool `json:"recursive,omitempty"`
+	// Version is the version restore writes back.
+	Version int64 `json:"version,omitempty"`
 }
 
 // APIFile is a file as the API returns it.
@@ -65,10 +71,21 @@ type APIFile struct {
 	Content   string    `json:"content,omitempty"`
 }
 
+// APIVersion is one kept version of a file, as log returns it.
+type APIVersion struct {
+	Version int64 `json:"version"`
+	// Removed marks the removal of the file.
+	Removed   bool      `json:"removed,omitempty"`
+	Size      int       `json:"size"`
+	ChangedBy string    `json:"changed_by"`
+	ChangedAt time.Time `json:"changed_at"`
+}
+
 // APIResponse is the answer to an API request.
 type APIResponse struct {
-	Files   []APIFile `json:"files,omitempty"`
-	Removed int       `json:"removed,omitempty"`
+	Files    []APIFile    `json:"files,omitempty"`
+	Removed  int          `json:"removed,omitempty"`
+	Versions []APIVersion `json:"versions,omitempty"`
 }
 
 func (s *Service) serveAPI(ctx context.Context) error {
@@ -81,10 +98,12 @@ func (s *Service) serveAPI(ctx context.Context) error {
 		return fmt.Errorf("memory api: %w", err)
 	}
 	for op, fn := range map[string]func(context.Context, caller, *APIRequest) (*APIResponse, error){
-		OpList:   s.apiList,
-		OpGet:    s.apiGet,
-		OpPut:    s.apiPut,
-		OpRemove: s.apiRemove,
+		OpList:    s.apiList,
+		OpGet:     s.apiGet,
+		OpPut:     s.apiPut,
+		OpRemove:  s.apiRemove,
+		OpLog:     s.apiLog,
+		OpRestore: s.apiRestore,
 	} {
 		err := svc.AddEndpoint(op, micro.HandlerFunc(func(r micro.Request) {
 			// Only the server's record says a request came from a
@@ -111,7 +130,7 @@ func (s *Service) serveAPI(ctx context.Context) error {
 			if err != nil {
 				code := "500"
 				var bad *badRequest
-				if errors.As(err, &bad) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrTooMany) {
+				if errors.As(err, &bad) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrTooMany) || errors.Is(err, ErrFull) {
 					code = "400"
 				} else {
 					s.log.WarnContext(rctx, "memory api", "subject", r.Subject(), "err", err)
@@ -232,7 +251,7 @@ func (s *Service) apiPut(ctx context.Context, c caller, req *APIRequest) (*APIRe
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	f, err := s.store.Put(ctx, Write{Key: k, Content: req.Content, Expect: expect, By: c.user, Op: req.Op, MaxFiles: s.cfg.MaxFiles})
+	f, err := s.store.Put(ctx, s.writeOf(k, req.Content, expect, c.user, req.Op))
 	if err != nil {
 		return nil, err
 	}
@@ -294,6 +313,64 @@ func (s *Service) apiRemove(ctx context.Context, c caller, req *APIRequest) (*AP
 		return nil, fmt.Errorf("%s: %w", k.Path, ErrNotFound)
 	}
 	return &APIResponse{Removed: removed}, nil
+}
+
+// apiLog lists the versions kept of a file, oldest first.
+func (s *Service) apiLog(ctx context.Context, c caller, req *APIRequest) (*APIResponse, error) {
+	k, err := keyFor(c.tenant, c.user, req.Path)
+	if err != nil {
+		return nil, badf("%v", err)
+	}
+	h, err := s.store.History(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	resp := &APIResponse{Versions: make([]APIVersion, 0, len(h))}
+	for _, ch := range h {
+		resp.Versions = append(resp.Versions, APIVersion{Version: ch.Version, Removed: ch.Deleted, Size: ch.Size, ChangedBy: ch.ChangedBy, ChangedAt: ch.ChangedAt})
+	}
+	return resp, nil
+}
+
+// apiRestore writes a kept version of a file back as its newest version,
+// over whatever version is there when it is read, as put does; a file
+// removed since is created again.
+func (s *Service) apiRestore(ctx context.Context, c caller, req *APIRequest) (*APIResponse, error) {
+	k, err := keyFor(c.tenant, c.user, req.Path)
+	if err != nil {
+		return nil, badf("%v", err)
+	}
+	if req.Op == uuid.Nil {
+		return nil, badf("op is required")
+	}
+	if req.Version <= 0 {
+		return nil, badf("version is required: a version number that log lists")
+	}
+	old, err := s.store.Version(ctx, k, req.Version)
+	if errors.Is(err, ErrNotFound) {
+		return nil, badf("%s has no version %d with content to restore (a removal has none, and only the last %d versions are kept): list them with log", k.Path, req.Version, Versions)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r := s.checkContent(k.Path, old.Content); r != nil {
+		return nil, badf("%s", strings.TrimPrefix(r.text, "Error: "))
+	}
+	var expect int64
+	if cur, err := s.store.Get(ctx, k); err == nil {
+		expect = cur.Version
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	f, err := s.store.Put(ctx, s.writeOf(k, old.Content, expect, c.user, req.Op))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.skillsChanged(ctx, k); err != nil {
+		return nil, err
+	}
+	f.Content = ""
+	return &APIResponse{Files: []APIFile{apiFile(f)}}, nil
 }
 
 func (s *Service) skillsChanged(ctx context.Context, k Key) error {

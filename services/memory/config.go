@@ -23,6 +23,9 @@ type Config struct {
 	MaxFileBytes int
 	// MaxFiles bounds the files of one tenant (CORRAL_MEMORY_MAX_FILES).
 	MaxFiles int
+	// MaxTenantBytes bounds the bytes one tenant stores, every kept
+	// version of its files included (CORRAL_MEMORY_MAX_TENANT_BYTES).
+	MaxTenantBytes int
 	// Concurrency is how many calls run at once (CORRAL_MEMORY_CONCURRENCY).
 	Concurrency int
 	// ShutdownGrace is how long running calls may finish at shutdown
@@ -46,19 +49,23 @@ type Config struct {
 const (
 	DefaultMaxFileBytes = 256 << 10
 	DefaultMaxFiles     = 10_000
+	// DefaultMaxTenantBytes is 256 MiB: a thousand files at the largest
+	// size, or a few versions each of many smaller ones.
+	DefaultMaxTenantBytes = 256 << 20
 )
 
 // LoadConfig reads the configuration from getenv, applies defaults and
 // validates it; an error names the offending variable.
 func LoadConfig(getenv func(string) string) (Config, error) {
 	cfg := Config{
-		NATSURL:       getenv("CORRAL_NATS_URL"),
-		DatabaseURL:   getenv("DATABASE_URL"),
-		MaxFileBytes:  DefaultMaxFileBytes,
-		MaxFiles:      DefaultMaxFiles,
-		Concurrency:   32,
-		ShutdownGrace: 10 * time.Second,
-		Clients:       credential.AccountClients,
+		NATSURL:        getenv("CORRAL_NATS_URL"),
+		DatabaseURL:    getenv("DATABASE_URL"),
+		MaxFileBytes:   DefaultMaxFileBytes,
+		MaxFiles:       DefaultMaxFiles,
+		MaxTenantBytes: DefaultMaxTenantBytes,
+		Concurrency:    32,
+		ShutdownGrace:  10 * time.Second,
+		Clients:        credential.AccountClients,
 	}
 	if cfg.NATSURL == "" {
 		cfg.NATSURL = "nats://127.0.0.1:4222"
@@ -69,6 +76,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}{
 		{"CORRAL_MEMORY_MAX_FILE_BYTES", &cfg.MaxFileBytes},
 		{"CORRAL_MEMORY_MAX_FILES", &cfg.MaxFiles},
+		{"CORRAL_MEMORY_MAX_TENANT_BYTES", &cfg.MaxTenantBytes},
 		{"CORRAL_MEMORY_CONCURRENCY", &cfg.Concurrency},
 	} {
 		if s := getenv(v.name); s != "" {

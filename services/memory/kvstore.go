@@ -27,30 +27,57 @@ const BucketMemories = "memories"
 // bucket's compare-and-set. A removal is a tombstone value, keeping who
 // removed it in the history. Grep reads the files it searches into the
 // service: fine for one developer, which is what this store is for.
+//
+// The bucket keeps [Versions] versions of a key. A tenant's stored bytes
+// are summed from its keys' history on each write that has a bound, and
+// older versions are pruned by deleting them from the bucket's stream.
 type KVStore struct {
 	kv jetstream.KeyValue
+	// stream is the bucket's, whose messages are the versions.
+	stream jetstream.Stream
+	// prunable is whether single versions may be deleted from stream.
+	prunable bool
 }
-
-// kvHistory is how many versions of a file the bucket keeps (its maximum).
-const kvHistory = 64
 
 // NewKVStore opens the bucket, creating it if it is missing, and returns
 // the store.
+//
+// The bucket is made as a KV bucket is, but with its stream allowing
+// single versions to be deleted: that is how versions are pruned. A
+// bucket made by an earlier release denies it, and no update can lift
+// that: there a tenant at its bound is refused until it removes files.
 func NewKVStore(ctx context.Context, js jetstream.JetStream) (*KVStore, error) {
-	kv, err := js.KeyValue(ctx, BucketMemories)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      BucketMemories,
-			Description: "memories and skills of corral dev's embedded store",
-			History:     kvHistory,
-			Storage:     jetstream.FileStorage,
+	stream, err := js.Stream(ctx, kvStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:              kvStream,
+			Description:       "memories and skills of corral dev's embedded store",
+			Subjects:          []string{"$KV." + BucketMemories + ".>"},
+			MaxMsgsPerSubject: Versions,
+			MaxBytes:          -1,
+			MaxMsgSize:        -1,
+			MaxMsgs:           -1,
+			MaxConsumers:      -1,
+			Storage:           jetstream.FileStorage,
+			Replicas:          1,
+			AllowRollup:       true,
+			AllowDirect:       true,
+			Duplicates:        2 * time.Minute,
+			Discard:           jetstream.DiscardNew,
 		})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", BucketMemories, err)
 	}
-	return &KVStore{kv: kv}, nil
+	kv, err := js.KeyValue(ctx, BucketMemories)
+	if err != nil {
+		return nil, fmt.Errorf("open kv %s: %w", BucketMemories, err)
+	}
+	return &KVStore{kv: kv, stream: stream, prunable: !stream.CachedInfo().Config.DenyDelete}, nil
 }
+
+// kvStream is the stream of the bucket.
+const kvStream = "KV_" + BucketMemories
 
 // kvFile is a file's value in the bucket.
 type kvFile struct {
@@ -160,6 +187,13 @@ func (s *KVStore) write(ctx context.Context, w Write, del bool) (File, error) {
 	if err != nil {
 		return File{}, err
 	}
+	var supersede bool // prune the version this write replaces once it is written
+	if w.MaxBytes > 0 {
+		if supersede, err = s.makeRoom(ctx, w, len(next.Content), rev); err != nil {
+			return File{}, err
+		}
+	}
+	prev := rev
 	rev, err = bus.Swap(ctx, s.kv, kvKey(w.Key), data, rev)
 	if bus.Conflict(err) {
 		// Someone else wrote between our read and our write.
@@ -170,6 +204,11 @@ func (s *KVStore) write(ctx context.Context, w Write, del bool) (File, error) {
 	}
 	if err != nil {
 		return File{}, err
+	}
+	if supersede {
+		if err := s.stream.DeleteMsg(ctx, prev); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return File{}, fmt.Errorf("prune %s version %d: %w", w.Key, prev, err)
+		}
 	}
 	return next.file(w.Key, rev), nil
 }
@@ -272,4 +311,102 @@ func (s *KVStore) History(ctx context.Context, k Key) ([]Change, error) {
 			ChangedBy: f.By, ChangedAt: f.At, Op: f.Op})
 	}
 	return out, nil
+}
+
+// Version implements [Store].
+func (s *KVStore) Version(ctx context.Context, k Key, v int64) (File, error) {
+	if v <= 0 {
+		return File{}, fmt.Errorf("%s version %d: %w", k, v, ErrNotFound)
+	}
+	e, err := s.kv.GetRevision(ctx, kvKey(k), uint64(v))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return File{}, fmt.Errorf("%s version %d: %w", k, v, ErrNotFound)
+	}
+	if err != nil {
+		return File{}, fmt.Errorf("%s version %d: %w", k, v, err)
+	}
+	var f kvFile
+	if err := json.Unmarshal(e.Value(), &f); err != nil {
+		return File{}, fmt.Errorf("decode %s: %w", k, err)
+	}
+	if f.Deleted {
+		return File{}, fmt.Errorf("%s version %d: %w", k, v, ErrNotFound)
+	}
+	return f.file(k, e.Revision()), nil
+}
+
+// kvVersion is one kept version of a file.
+type kvVersion struct {
+	key  string
+	rev  uint64
+	size int64
+}
+
+// makeRoom prunes the tenant's oldest versions, never a file's latest,
+// until w, of size bytes and replacing version cur of its file, fits in
+// w.MaxBytes, or fails with ErrFull, pruning nothing. Whether the version
+// w replaces must go too is returned: it goes only once w is written.
+func (s *KVStore) makeRoom(ctx context.Context, w Write, size int, cur uint64) (supersede bool, err error) {
+	watch, err := s.kv.WatchFiltered(ctx, []string{w.Tenant + ".*.*"}, jetstream.IncludeHistory())
+	if err != nil {
+		return false, err
+	}
+	defer watch.Stop()
+	var all []kvVersion
+	latest := map[string]uint64{}
+	stored := int64(size)
+	for e := range watch.Updates() {
+		if e == nil {
+			break // all kept versions seen
+		}
+		var f kvFile
+		if err := json.Unmarshal(e.Value(), &f); err != nil {
+			return false, fmt.Errorf("decode %s: %w", e.Key(), err)
+		}
+		v := kvVersion{key: e.Key(), rev: e.Revision(), size: int64(len(f.Content))}
+		all = append(all, v)
+		latest[v.key] = max(latest[v.key], v.rev)
+		stored += v.size
+	}
+	key := kvKey(w.Key)
+	var own, old []kvVersion
+	for _, v := range all {
+		if v.key == key {
+			own = append(own, v)
+		}
+	}
+	sort.Slice(own, func(i, j int) bool { return own[i].rev < own[j].rev })
+	dropped := uint64(0)
+	if len(own) >= Versions {
+		// The bucket drops the file's oldest version as w is written.
+		dropped = own[0].rev
+		stored -= own[0].size
+	}
+	for _, v := range all {
+		if s.prunable && v.rev != dropped && (v.rev < latest[v.key] || v.key == key && v.rev == cur) {
+			old = append(old, v)
+		}
+	}
+	sort.Slice(old, func(i, j int) bool { return old[i].rev < old[j].rev })
+	var doomed []uint64
+	for _, v := range old {
+		if stored <= w.MaxBytes {
+			break
+		}
+		doomed = append(doomed, v.rev)
+		stored -= v.size
+	}
+	if stored > w.MaxBytes {
+		return false, fullError(w.Tenant, stored, w.MaxBytes)
+	}
+	for _, rev := range doomed {
+		if rev == cur && cur != 0 {
+			supersede = true
+			continue
+		}
+		if err := s.stream.DeleteMsg(ctx, rev); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false, fmt.Errorf("prune %s version %d: %w", w.Tenant, rev, err)
+		}
+	}
+	return supersede, nil
 }

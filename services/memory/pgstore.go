@@ -116,8 +116,11 @@ func (s *PGStore) Put(ctx context.Context, w Write) (File, error) {
 			SELECT tenant, owner, path, version, content, size, updated_by, updated_at, $4 FROM memory_files
 			WHERE tenant = $1 AND owner = $2 AND path = $3
 			RETURNING version, changed_at`, w.Tenant, w.Owner, w.Path, w.Op).Scan(&f.Version, &f.UpdatedAt)
+		if err != nil {
+			return err
+		}
 		out = f
-		return err
+		return prune(ctx, tx, w.Key, f.Version, w.MaxBytes)
 	})
 	if errors.Is(err, errApplied) {
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -210,7 +213,7 @@ func (s *PGStore) Delete(ctx context.Context, w Write) error {
 			}
 			return &ConflictError{Expected: w.Expect, Current: v}
 		}
-		return nil
+		return prune(ctx, tx, w.Key, w.Expect+1, 0)
 	})
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", w.Key, err)
@@ -314,4 +317,73 @@ func (s *PGStore) History(ctx context.Context, k Key) ([]Change, error) {
 		return nil, fmt.Errorf("history %s: %w", k, ErrNotFound)
 	}
 	return out, nil
+}
+
+// Version implements [Store].
+func (s *PGStore) Version(ctx context.Context, k Key, v int64) (File, error) {
+	f := File{Key: k}
+	var content *string
+	err := s.pool.QueryRow(ctx, `SELECT version, content, size, changed_by, changed_at FROM memory_versions
+		WHERE tenant = $1 AND owner = $2 AND path = $3 AND version = $4`, k.Tenant, k.Owner, k.Path, v).
+		Scan(&f.Version, &content, &f.Size, &f.UpdatedBy, &f.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && content == nil {
+		return File{}, fmt.Errorf("%s version %d: %w", k, v, ErrNotFound)
+	}
+	if err != nil {
+		return File{}, fmt.Errorf("%s version %d: %w", k, v, err)
+	}
+	f.Content = *content
+	return f, nil
+}
+
+// prune drops the versions of k older than its last [Versions], latest
+// being its newest. Then, while the tenant stores more than maxBytes (if
+// above 0), it drops the tenant's oldest versions that are not a file's
+// latest, and fails with ErrFull if that is not enough. The trigger of
+// memory_versions keeps memory_usage, whose row the write holds locked
+// from its new version on, so a tenant's writes prune one at a time.
+func prune(ctx context.Context, tx pgx.Tx, k Key, latest, maxBytes int64) error {
+	if _, err := tx.Exec(ctx, `DELETE FROM memory_versions WHERE tenant = $1 AND owner = $2 AND path = $3 AND version <= $4`,
+		k.Tenant, k.Owner, k.Path, latest-Versions); err != nil {
+		return fmt.Errorf("prune: %w", err)
+	}
+	if maxBytes <= 0 {
+		return nil
+	}
+	stored, err := storedBytes(ctx, tx, k.Tenant)
+	if err != nil || stored <= maxBytes {
+		return err
+	}
+	_, err = tx.Exec(ctx, `WITH kept AS (
+			SELECT owner, path, version, size, changed_at, max(version) OVER (PARTITION BY owner, path) AS latest
+			FROM memory_versions WHERE tenant = $1
+		), old AS (
+			SELECT owner, path, version, sum(size) OVER (ORDER BY changed_at, version, owner, path) - size AS freed_before
+			FROM kept WHERE version < latest
+		)
+		DELETE FROM memory_versions v USING old
+		WHERE v.tenant = $1 AND v.owner = old.owner AND v.path = old.path AND v.version = old.version
+			AND old.freed_before < $2`, k.Tenant, stored-maxBytes)
+	if err != nil {
+		return fmt.Errorf("prune %s: %w", k.Tenant, err)
+	}
+	if stored, err = storedBytes(ctx, tx, k.Tenant); err != nil {
+		return err
+	}
+	if stored > maxBytes {
+		return fullError(k.Tenant, stored, maxBytes)
+	}
+	return nil
+}
+
+func storedBytes(ctx context.Context, tx pgx.Tx, tenant string) (int64, error) {
+	var n int64
+	err := tx.QueryRow(ctx, `SELECT bytes FROM memory_usage WHERE tenant = $1`, tenant).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("stored bytes of %s: %w", tenant, err)
+	}
+	return n, nil
 }

@@ -19,7 +19,15 @@ var (
 	ErrTooMany = errors.New("too many files")
 	// ErrBadPattern: a Grep pattern that is not a valid regular expression.
 	ErrBadPattern = errors.New("invalid pattern")
+	// ErrFull: the write would take the tenant's stored bytes, its
+	// files' kept versions included, past its bound, even with every
+	// version but each file's latest pruned.
+	ErrFull = errors.New("memory storage full")
 )
+
+// Versions is how many versions of a file a store keeps, its latest
+// included: a write prunes the older ones.
+const Versions = 64
 
 // Key names one file: the path as the model sees it, in a tenant, and the
 // user who owns it for a private memory ("" for a file the tenant shares).
@@ -74,6 +82,12 @@ type Write struct {
 	// MaxFiles bounds the tenant's live files when this write creates one;
 	// 0 means no bound.
 	MaxFiles int
+	// MaxBytes bounds the bytes the tenant stores: the content of every
+	// version kept of every file, shared and private. A write that would
+	// pass it first prunes the tenant's oldest versions (never a file's
+	// latest); if that is not enough it fails with ErrFull and changes
+	// nothing. 0 means no bound.
+	MaxBytes int64
 }
 
 // Match is a line that matched a Grep pattern.
@@ -100,8 +114,19 @@ type Store interface {
 	// Grep returns up to limit lines of those files matching the regular
 	// expression pattern, by path and line.
 	Grep(ctx context.Context, tenant, user, prefix, pattern string, limit int) ([]Match, error)
-	// History returns the file's changes, oldest first, or ErrNotFound.
+	// History returns the file's kept changes, oldest first (at most
+	// [Versions]), or ErrNotFound.
 	History(ctx context.Context, k Key) ([]Change, error)
+	// Version returns version v of the file, with its content, or
+	// ErrNotFound when the file never had it or it was pruned. A removal
+	// has no content: it is returned with ErrNotFound too.
+	Version(ctx context.Context, k Key, v int64) (File, error)
+}
+
+// fullError is the ErrFull of a write that would take tenant to stored
+// bytes, past its bound of max.
+func fullError(tenant string, stored, max int64) error {
+	return fmt.Errorf("%w: tenant %s would store %d bytes, its files' kept versions included, and may store at most %d", ErrFull, tenant, stored, max)
 }
 
 // ConflictError is the ErrConflict of a write that expected one version of

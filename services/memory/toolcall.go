@@ -15,6 +15,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/tool"
 )
 
@@ -53,7 +54,7 @@ func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
 	if out.isError {
 		outcome = "error"
 	}
-	s.calls.WithLabelValues(c.Name, outcome).Observe(time.Since(start).Seconds())
+	s.calls.WithLabelValues(metrics.Tool(c.Name), outcome).Observe(time.Since(start).Seconds())
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", out.isError)
 	return s.logs.RecordResult(ctx, &res, c.After)
 }
@@ -210,11 +211,11 @@ func (s *Service) write(ctx context.Context, c *event.ToolCall, p string, change
 	if r := s.checkContent(k.Path, content); r != nil {
 		return *r, nil
 	}
-	f, err := s.store.Put(ctx, Write{Key: k, Content: content, Expect: cur.Version, By: byOf(c), Op: c.Call, MaxFiles: s.cfg.MaxFiles})
+	f, err := s.store.Put(ctx, s.writeOf(k, content, cur.Version, byOf(c), c.Call))
 	switch {
 	case errors.Is(err, ErrConflict):
 		return staleRead(k.Path, c.ExpectVersion), nil
-	case errors.Is(err, ErrTooMany):
+	case errors.Is(err, ErrTooMany), errors.Is(err, ErrFull):
 		return failf("%v: remove files you no longer need first", errors.Unwrap(err)), nil
 	case err != nil:
 		return result{}, err
@@ -227,6 +228,12 @@ func (s *Service) write(ctx context.Context, c *event.ToolCall, p string, change
 		verb = fmt.Sprintf("Edited %s", k.Path)
 	}
 	return result{text: fmt.Sprintf("%s (version %d)", verb, f.Version), path: k.Path, version: f.Version}, nil
+}
+
+// writeOf is the write of content to k, expecting version expect, with
+// the service's bounds.
+func (s *Service) writeOf(k Key, content string, expect int64, by string, op uuid.UUID) Write {
+	return Write{Key: k, Content: content, Expect: expect, By: by, Op: op, MaxFiles: s.cfg.MaxFiles, MaxBytes: int64(s.cfg.MaxTenantBytes)}
 }
 
 // ownOp reports whether the file's current version was made by call op: a

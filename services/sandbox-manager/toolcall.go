@@ -14,6 +14,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/tool"
 )
@@ -126,7 +127,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 	start := time.Now()
 	r, err := s.driver.Run(callCtx, c.Tenant, c.Session, args)
 	if errors.Is(context.Cause(callCtx), errStopped) && ctx.Err() == nil {
-		s.metrics.calls.WithLabelValues(c.Name, "killed").Observe(time.Since(start).Seconds())
+		s.metrics.calls.WithLabelValues(metrics.Tool(c.Name), "killed").Observe(time.Since(start).Seconds())
 		res.Output, res.IsError = "Killed: the session was stopped while this call ran.", true
 		return s.record(ctx, c, &res, moved)
 	}
@@ -135,7 +136,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		if r.IsError {
 			outcome = "error"
 		}
-		s.metrics.calls.WithLabelValues(c.Name, outcome).Observe(time.Since(start).Seconds())
+		s.metrics.calls.WithLabelValues(metrics.Tool(c.Name), outcome).Observe(time.Since(start).Seconds())
 	}
 	if ctx.Err() != nil {
 		// Stopped under the call (shutdown): no result is recorded, and the

@@ -30,6 +30,9 @@ func Run(t *testing.T, newStore func(t *testing.T) memory.Store) {
 		{"MaxFiles", testMaxFiles},
 		{"Race", testRace},
 		{"SameOpAtOnce", testSameOpAtOnce},
+		{"KeepsLastVersions", testKeepsLastVersions},
+		{"MaxBytesCountsHistory", testMaxBytesCountsHistory},
+		{"Version", testVersion},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -320,5 +323,126 @@ func testSameOpAtOnce(t *testing.T, s memory.Store) {
 	}
 	if h, err := s.History(ctx, k); err != nil || len(h) != rounds+1 {
 		t.Errorf("History = %d changes, %v; want %d", len(h), err, rounds+1)
+	}
+}
+
+// testKeepsLastVersions: a file keeps its last [memory.Versions]
+// versions; older ones are pruned as new ones are written.
+func testKeepsLastVersions(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	k := key("/memories/busy.md")
+	var made []memory.File
+	var prev int64
+	for i := range memory.Versions + 5 {
+		f := put(t, s, k, fmt.Sprint("version ", i), prev)
+		made, prev = append(made, f), f.Version
+	}
+	h, err := s.History(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != memory.Versions || h[0].Version != made[5].Version || h[len(h)-1].Version != prev {
+		t.Fatalf("History = %d changes, v%d to v%d; want the last %d, v%d to v%d", len(h), h[0].Version, h[len(h)-1].Version, memory.Versions, made[5].Version, prev)
+	}
+	if _, err := s.Version(ctx, k, made[4].Version); !errors.Is(err, memory.ErrNotFound) {
+		t.Errorf("a pruned version: %v, want ErrNotFound", err)
+	}
+	if f, err := s.Version(ctx, k, made[5].Version); err != nil || f.Content != "version 5" {
+		t.Errorf("the oldest kept version = %q, %v; want %q", f.Content, err, "version 5")
+	}
+	if f, err := s.Get(ctx, k); err != nil || f.Version != prev {
+		t.Errorf("Get = v%d, %v; want v%d", f.Version, err, prev)
+	}
+}
+
+// storedBytes sums what a tenant's files keep, from their histories.
+func storedBytes(t *testing.T, s memory.Store, keys ...memory.Key) int {
+	t.Helper()
+	n := 0
+	for _, k := range keys {
+		h, err := s.History(context.Background(), k)
+		if err != nil {
+			t.Fatalf("History(%s): %v", k, err)
+		}
+		for _, c := range h {
+			n += c.Size
+		}
+	}
+	return n
+}
+
+// testMaxBytesCountsHistory: a tenant's stored bytes, kept versions
+// included, stay within MaxBytes: a write prunes the oldest versions
+// first, and fails, changing nothing, when only the files' latest
+// versions would still not fit.
+func testMaxBytesCountsHistory(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	const maxBytes = 1000
+	w := func(k memory.Key, size int, expect int64) (memory.File, error) {
+		return s.Put(ctx, memory.Write{Key: k, Content: strings.Repeat("x", size), Expect: expect, By: "ada", Op: uuid.New(), MaxBytes: maxBytes})
+	}
+	a, b := key("/memories/a.md"), memory.Key{Tenant: "acme", Owner: "bob", Path: "/memories/private/b.md"}
+	var prev int64
+	for i := range 5 { // 5 versions of 300 bytes: 1500 bytes, history included
+		f, err := w(a, 300, prev)
+		if err != nil {
+			t.Fatalf("write %d of a: %v", i, err)
+		}
+		prev = f.Version
+	}
+	if n := storedBytes(t, s, a); n > maxBytes {
+		t.Errorf("a keeps %d bytes, more than the tenant's %d", n, maxBytes)
+	}
+	if h, _ := s.History(ctx, a); len(h) != 3 || h[2].Version != prev {
+		t.Errorf("a's history = %+v, want its last 3 versions", h)
+	}
+	// Another user's file makes room by pruning a's old versions.
+	if _, err := w(b, 600, 0); err != nil {
+		t.Fatalf("b: %v", err)
+	}
+	if n := storedBytes(t, s, a, b); n > maxBytes {
+		t.Errorf("the tenant keeps %d bytes, more than its %d", n, maxBytes)
+	}
+	if h, _ := s.History(ctx, a); len(h) != 1 || h[0].Version != prev {
+		t.Errorf("a's history after b = %+v, want only its latest", h)
+	}
+	// No room left: 300 + 600 + 200 even with nothing old kept.
+	if _, err := w(key("/memories/c.md"), 200, 0); !errors.Is(err, memory.ErrFull) {
+		t.Fatalf("a write past the bound: %v, want ErrFull", err)
+	}
+	if _, err := s.Get(ctx, key("/memories/c.md")); !errors.Is(err, memory.ErrNotFound) {
+		t.Errorf("the refused file exists: %v", err)
+	}
+	if f, err := s.Get(ctx, a); err != nil || f.Version != prev || len(f.Content) != 300 {
+		t.Errorf("a after the refusal = v%d, %d bytes, %v; want v%d, 300 bytes", f.Version, len(f.Content), err, prev)
+	}
+	// Another tenant has its own bound.
+	if _, err := w(memory.Key{Tenant: "other", Path: "/memories/c.md"}, 900, 0); err != nil {
+		t.Errorf("another tenant's write: %v", err)
+	}
+}
+
+// testVersion: each kept version can be read back; a removal has no
+// content.
+func testVersion(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	k := key("/memories/v.md")
+	v1 := put(t, s, k, "one", 0)
+	v2 := put(t, s, k, "two", v1.Version)
+	if err := s.Delete(ctx, memory.Write{Key: k, Expect: v2.Version, By: "bob", Op: uuid.New()}); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := s.Version(ctx, k, v1.Version); err != nil || f.Content != "one" || f.Version != v1.Version || f.UpdatedBy != "ada" {
+		t.Errorf("Version(v%d) = %+v, %v; want %q by ada", v1.Version, f, err, "one")
+	}
+	h, _ := s.History(ctx, k)
+	if _, err := s.Version(ctx, k, h[len(h)-1].Version); !errors.Is(err, memory.ErrNotFound) {
+		t.Errorf("Version of the removal: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Version(ctx, memory.Key{Tenant: "other", Path: k.Path}, v1.Version); !errors.Is(err, memory.ErrNotFound) {
+		t.Errorf("another tenant's Version: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Version(ctx, k, 999999); !errors.Is(err, memory.ErrNotFound) {
+		t.Errorf("Version of a version never made: %v, want ErrNotFound", err)
 	}
 }
