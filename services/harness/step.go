@@ -366,6 +366,7 @@ func (s *Service) gate(ctx context.Context, st *state, c event.Call, input json.
 			ArgsHash: event.ArgsHash(c.Name, input),
 			Rule:     v.rule,
 			Reason:   v.reason,
+			Preview:  s.skills.preview(ctx, st.tenant, c.Name, input),
 		}
 		if err := s.append(ctx, st, &ev, c.ID.String()+":approval"); err != nil {
 			return false, err
