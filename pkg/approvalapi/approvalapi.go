@@ -35,6 +35,10 @@ type Approval struct {
 	ArgsHash string          `json:"args_hash"`
 	Rule     string          `json:"rule"`
 	Why      string          `json:"why"`
+	// Preview is the harness's preview of the change, informational only
+	// ([event.ApprovalRequested.Preview]): a decision approves Tool and
+	// Input.
+	Preview string `json:"preview,omitempty"`
 	// Prompt and Steps are the session's context when it asked: the
 	// request it is working on and what it did last.
 	Prompt      string     `json:"prompt"`

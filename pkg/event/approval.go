@@ -29,6 +29,11 @@ type ApprovalRequested struct {
 	ArgsHash string `json:"args_hash"`
 	Rule     string `json:"rule"`
 	Reason   string `json:"reason"`
+	// Preview, when set, is what the call would change as the harness saw
+	// it when it asked: a unified diff of the file an Edit changes. It is
+	// informational only: ArgsHash, which a decision signs, covers the
+	// tool and input, never the preview.
+	Preview string `json:"preview,omitempty"`
 }
 
 // ApprovalDecided records a reviewer's decision on a call. Only the approval

@@ -226,7 +226,7 @@ func (s *Service) askCall(ctx context.Context, en sessionlog.Entry, e *event.App
 	}
 	return s.ask(ctx, &Approval{
 		ID: e.Call, Tenant: en.Tenant, Session: en.Session, Turn: e.Turn, User: e.User,
-		Tool: e.Tool, Input: e.Input, ArgsHash: hash, Rule: e.Rule, Why: e.Reason,
+		Tool: e.Tool, Input: e.Input, ArgsHash: hash, Rule: e.Rule, Why: e.Reason, Preview: e.Preview,
 		RequestedAt: e.Time, Status: Pending,
 	})
 }

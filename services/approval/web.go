@@ -24,6 +24,7 @@ import (
 	"github.com/aymanbagabas/go-udiff"
 	"github.com/google/uuid"
 
+	"corral.dev/pkg/callview"
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/tool"
@@ -33,7 +34,10 @@ import (
 var webFiles embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"detail": detail,
+	"args":    args,
+	"pieces":  callview.Split,
+	"change":  change,
+	"summary": summary,
 	"ago": func(t time.Time) string {
 		return time.Since(t).Round(time.Second).String()
 	},
@@ -442,27 +446,43 @@ func (w *web) render(rw http.ResponseWriter, code int, name string, data any) {
 	_, _ = rw.Write(buf.Bytes())
 }
 
-// detail is what a reviewer reads of a call: the command of a Bash call,
-// a diff of an Edit, the content of a Write, or its input.
-func detail(a *Approval) string {
+// arg is one argument of a call as the page shows it: in full, its
+// hidden code points marked.
+type arg struct {
+	Name   string
+	Pieces []callview.Piece
+}
+
+// args is every argument of a's call.
+func args(a *Approval) []arg {
+	var out []arg
+	for _, x := range callview.Args(a.Input) {
+		name, _ := callview.Visible(x.Name)
+		out = append(out, arg{Name: name, Pieces: callview.Split(x.Value)})
+	}
+	return out
+}
+
+// change is the diff of an Edit's old_string and new_string, for an Edit
+// that comes without the harness's preview of the whole file; "" for any
+// other call.
+func change(a *Approval) string {
+	if a.Tool != tool.Edit {
+		return ""
+	}
+	x, err := tool.Parse(a.Tool, a.Input)
+	if err != nil {
+		return ""
+	}
+	e := x.(*tool.EditArgs)
+	return udiff.Unified("a"+e.FilePath, "b"+e.FilePath, e.OldString, e.NewString)
+}
+
+// summary is a's call on one line, for the history: cut, and marked so.
+func summary(a *Approval) string {
 	if a.Tool == event.BudgetTool {
 		return "raise the session's caps to " + string(a.Input)
 	}
-	args, err := tool.Parse(a.Tool, a.Input)
-	if err != nil {
-		return string(a.Input)
-	}
-	switch x := args.(type) {
-	case *tool.BashArgs:
-		return x.Command
-	case *tool.EditArgs:
-		return udiff.Unified("a"+x.FilePath, "b"+x.FilePath, x.OldString, x.NewString)
-	case *tool.WriteArgs:
-		return "write " + x.FilePath + ":\n" + x.Content
-	}
-	var out bytes.Buffer
-	if json.Indent(&out, a.Input, "", "  ") != nil {
-		return string(a.Input)
-	}
-	return out.String()
+	s, _ := callview.Summary(a.Input, 120)
+	return s
 }

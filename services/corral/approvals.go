@@ -14,6 +14,7 @@ import (
 
 	"corral.dev/pkg/approvalapi"
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/callview"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/policy"
 	"corral.dev/pkg/sessionlog"
@@ -27,7 +28,8 @@ func (e *env) approvalsCmd() *cobra.Command {
 		Short: "List the tool calls waiting for a reviewer",
 		Long: `Lists the calls the policy holds for a person's approval, newest first;
 --all adds those decided. Decide one with corral approve ID or corral deny ID,
-or on the reviewers' web page.`,
+or on the reviewers' web page. A call too long for its column ends in
+[cut]: corral approvals show ID prints it whole.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp approvalapi.Response
@@ -46,9 +48,10 @@ or on the reviewers' web page.`,
 				if a.Reviewer != "" {
 					status += " by " + a.Reviewer
 				}
-				call := strings.Join(strings.Fields(string(a.Input)), " ")
-				if len(call) > 60 {
-					call = call[:59] + "…"
+				call, cut := callview.Summary(a.Input, 60)
+				if cut {
+					// The rest is in corral approvals show ID.
+					call += " [cut]"
 				}
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, status, a.Tenant, a.User, a.Tool, call, a.Rule, a.RequestedAt.Local().Format(time.DateTime))
 			}
@@ -59,7 +62,62 @@ or on the reviewers' web page.`,
 	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "your tenant, whose approvals these are (CORRAL_TENANT)")
 	cmd.Flags().StringVar(&user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "you (CORRAL_USER)")
 	cmd.Flags().BoolVar(&all, "all", false, "list decided approvals too")
-	cmd.AddCommand(e.keygenCmd("approvals"))
+	cmd.AddCommand(e.keygenCmd("approvals"), e.approvalShowCmd())
+	return cmd
+}
+
+func (e *env) approvalShowCmd() *cobra.Command {
+	var url, tenant, user string
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a held tool call in full",
+		Long: `Prints an approval with every argument of its call in full, nothing cut.
+Code points a terminal would not show as written (bidirectional overrides,
+zero-width characters, controls) are printed by name, as <U+202E>. An
+Edit's preview, when the harness made one, is a diff of the file as it was
+when the approval was asked: informational, since a decision approves the
+arguments.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := uuid.Parse(args[0])
+			if err != nil {
+				return &exitError{2, fmt.Errorf("%q is not an approval ID (corral approvals lists them)", args[0])}
+			}
+			var resp approvalapi.Response
+			err = e.request(cmd.Context(), url, "approval service", approvalapi.Subject(tenant, user, bus.OpList), approvalapi.ListRequest{All: true}, &resp)
+			if err != nil {
+				return err
+			}
+			found := false
+			for _, a := range resp.Approvals {
+				if a.ID != id {
+					continue
+				}
+				if found {
+					fmt.Fprintln(e.stdout)
+				}
+				found = true
+				vis := func(s string) string { v, _ := callview.Visible(s); return v }
+				fmt.Fprintf(e.stdout, "approval %s of session %s (tenant %s, turn %d)\n", a.ID, a.Session, a.Tenant, a.Turn)
+				fmt.Fprintf(e.stdout, "status: %s", a.Status)
+				if a.Reviewer != "" {
+					fmt.Fprintf(e.stdout, " by %s", vis(a.Reviewer))
+				}
+				if a.Reason != "" {
+					fmt.Fprintf(e.stdout, ": %s", vis(a.Reason))
+				}
+				fmt.Fprintf(e.stdout, "\nasked by %s at %s, rule %s: %s\n", vis(a.User), a.RequestedAt.Local().Format(time.DateTime), vis(a.Rule), vis(a.Why))
+				fmt.Fprint(e.stdout, callview.Text(a.Tool, a.Input, a.Preview))
+			}
+			if !found {
+				return &exitError{1, fmt.Errorf("no approval %s in tenant %s", id, tenant)}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
+	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "your tenant, whose approval this is (CORRAL_TENANT)")
+	cmd.Flags().StringVar(&user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "you (CORRAL_USER)")
 	return cmd
 }
 

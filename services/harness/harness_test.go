@@ -38,7 +38,16 @@ var testCallKey = func() string {
 
 func runHarness(t *testing.T, js jetstream.JetStream, fake *modeltest.Server) {
 	t.Helper()
+	runHarnessWith(t, js, fake, nil)
+}
+
+// runHarnessWith is runHarness with more of the environment set.
+func runHarnessWith(t *testing.T, js jetstream.JetStream, fake *modeltest.Server, env map[string]string) {
+	t.Helper()
 	cfg, err := LoadConfig(func(k string) string {
+		if v, ok := env[k]; ok {
+			return v
+		}
 		return map[string]string{"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": "k", "CORRAL_MODEL": "openai:m", "CORRAL_CALL_SIGNING_KEY": testCallKey}[k]
 	})
 	if err != nil {
@@ -332,5 +341,40 @@ func TestNoApprovalKeyRefusesHeldCalls(t *testing.T) {
 	}
 	if n := len(sessionEvents(t, js, session, event.TypeApprovalRequested)); n != 0 {
 		t.Errorf("%d approvals asked for, want none", n)
+	}
+}
+
+// An Edit of a skill the session has not read is refused before any
+// reviewer is asked: the memory service would refuse it anyway.
+func TestUnreadSkillEditReachesNoReviewer(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	fake := modeltest.New(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		if modeltest.Turns(c) == 0 {
+			return modeltest.Turn{Calls: []modeltest.Call{{Name: "Edit", Input: map[string]any{
+				"file_path": "/skills/deploy/SKILL.md", "old_string": "make deploy", "new_string": "make deploy-canary", "replace_all": true,
+			}}}}, nil
+		}
+		return modeltest.Turn{Text: "got: " + modeltest.Results(c)[0].Content}, nil
+	})
+	pub, _, _ := ed25519.GenerateKey(nil)
+	runHarnessWith(t, js, fake, map[string]string{"CORRAL_APPROVAL_PUBLIC_KEY": event.EncodeKey(pub)})
+	session := uuid.Must(uuid.NewV7())
+	request(t, js, session, "edit the deploy skill")
+	var done event.SessionCompleted
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		msgs := sessionEvents(t, js, session, event.TypeSessionCompleted)
+		if len(msgs) == 0 {
+			return fmt.Errorf("not completed yet")
+		}
+		return json.Unmarshal(msgs[0].Data, &done)
+	})
+	if !strings.Contains(done.Answer, "/skills/deploy/SKILL.md: this session has not read it: Read it first") {
+		t.Errorf("answer = %q", done.Answer)
+	}
+	if n := len(sessionEvents(t, js, session, event.TypeApprovalRequested)); n != 0 {
+		t.Errorf("%d approvals asked for, want none", n)
+	}
+	if calls := toolCalls(t, js); len(calls) != 0 {
+		t.Errorf("%d calls dispatched, want none", len(calls))
 	}
 }

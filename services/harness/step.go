@@ -233,6 +233,11 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, r
 			continue
 		}
 		service, memPath, err := checkCall(c.Name, input)
+		if err == nil {
+			// Refused before the policy may hold it: no reviewer is asked
+			// about a call that would be refused anyway.
+			err = readFirst(st, c.Name, service, memPath)
+		}
 		var held bool
 		if err == nil {
 			held, err = s.gate(ctx, st, c, input)
@@ -362,6 +367,7 @@ func (s *Service) gate(ctx context.Context, st *state, c event.Call, input json.
 			ArgsHash: event.ArgsHash(c.Name, input),
 			Rule:     v.rule,
 			Reason:   v.reason,
+			Preview:  s.skills.preview(ctx, st.tenant, c.Name, input),
 		}
 		if err := s.append(ctx, st, &ev, c.ID.String()+":approval"); err != nil {
 			return false, err
@@ -418,6 +424,17 @@ func (s *Service) decision(st *state, id uuid.UUID, hash string) *event.Approval
 		return dec
 	}
 	return nil
+}
+
+// readFirst refuses an Edit of a memory or skill file this session has
+// neither read nor written, as the memory service would: such a file
+// either does not exist (an Edit cannot create it) or has a version the
+// session has not seen.
+func readFirst(st *state, name, service, memPath string) error {
+	if name != tool.Edit || service != bus.ServiceMemory || st.versions[memPath] != 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: this session has not read it: Read it first (an Edit changes a file that exists, as last read), then make your change", memPath)
 }
 
 // checkCall refuses calls that cannot run as written, in words the model

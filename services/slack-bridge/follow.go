@@ -15,6 +15,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/callview"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/sessionlog"
 )
@@ -184,10 +185,8 @@ func (s *Service) handle(ctx context.Context, t *thread, ev any, seq, pending ui
 	case *event.ToolDispatched:
 		change, err = s.onDispatched(ctx, t, []*event.ToolDispatched{e}, pending)
 	case *event.ApprovalRequested:
-		text := callText(e.Tool, e.Input, e.Rule, e.Reason)
-		var ts string
-		ts, err = s.postOnce(ctx, t, seq, message{Channel: t.Channel, ThreadTS: t.TS,
-			Text: fmt.Sprintf("Approval needed for %s", esc(e.Tool)), Blocks: approvalBlocks(text, t.Session, e.Call)})
+		var ts, text string
+		ts, text, err = s.askReviewers(ctx, t, seq, e)
 		if err == nil && t.Status != "" {
 			err = s.status(ctx, t, "waiting")
 		}
@@ -326,4 +325,40 @@ func (s *Service) postOnce(ctx context.Context, t *thread, seq uint64, m message
 		t.Posting = seq
 	}
 	return s.slack.postMessage(ctx, m)
+}
+
+// askReviewers posts a held call into t's thread, with the buttons that
+// decide it only when the thread shows the whole call: in the message, or
+// in a file uploaded into the thread after it. A call too long for a
+// message whose file Slack refuses gets no buttons: it is decided with
+// the CLI or on the reviewers' page, which show it whole. It returns the
+// message's ts and text.
+func (s *Service) askReviewers(ctx context.Context, t *thread, seq uint64, e *event.ApprovalRequested) (string, string, error) {
+	text, fits := callText(e.Tool, e.Input, e.Preview, e.Rule, e.Reason)
+	m := message{Channel: t.Channel, ThreadTS: t.TS, Text: fmt.Sprintf("Approval needed for %s", esc(e.Tool))}
+	if fits {
+		m.Blocks = approvalBlocks(text, t.Session, e.Call)
+		ts, err := s.postOnce(ctx, t, seq, m)
+		return ts, text, err
+	}
+	m.Blocks = textBlocks(text + "\n_The whole call follows as a file._")
+	ts, err := s.postOnce(ctx, t, seq, m)
+	if err != nil {
+		return "", "", err
+	}
+	err = s.slack.uploadFile(ctx, t.Channel, t.TS, callFile(e.Call), "The whole "+e.Tool+" call waiting for approval", []byte(callview.Text(e.Tool, e.Input, e.Preview)))
+	switch {
+	case err != nil && !permanent(err):
+		return "", "", err // tried again, and the message found again
+	case err != nil:
+		s.log.WarnContext(ctx, "slack refused the file of a call too long for a message: no buttons", "session", t.Session, "call", e.Call, "err", err)
+	}
+	text += fileNote(e.Call, err == nil)
+	m.TS, m.ThreadTS = ts, ""
+	if err == nil {
+		m.Blocks = approvalBlocks(text, t.Session, e.Call)
+	} else {
+		m.Blocks = textBlocks(text)
+	}
+	return ts, text, s.slack.update(ctx, m)
 }

@@ -113,8 +113,12 @@ func (s *Service) decide(ctx context.Context, c click) {
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "approval decided in slack", "call", call, "status", a.Status, "reviewer", name)
+		text, fits := callText(a.Tool, a.Input, a.Preview, a.Rule, a.Why)
+		if !fits {
+			text += fileNote(a.ID, true)
+		}
 		uerr := s.slack.update(ctx, message{Channel: c.Channel, TS: c.TS, Text: "Approval decided",
-			Blocks: decidedBlocks(callText(a.Tool, a.Input, a.Rule, a.Why), decisionText(a.Status == approvalapi.Approved, a.Reviewer, a.Reason))})
+			Blocks: decidedBlocks(text, decisionText(a.Status == approvalapi.Approved, a.Reviewer, a.Reason))})
 		if uerr != nil {
 			log.WarnContext(ctx, "show the decision", "err", uerr)
 		}

@@ -1,13 +1,15 @@
 package slackbridge
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/slack-go/slack"
+
+	"corral.dev/pkg/callview"
 )
 
 // What the bridge posts, as Slack mrkdwn. Text that comes from a model, a
@@ -66,33 +68,41 @@ func answerText(answer string, session uuid.UUID) string {
 	return esc(answer)
 }
 
+// maxSection is the most text a section block holds (Slack refuses
+// more than 3,000 characters).
+const maxSection = 3000
+
 // callText describes a held call for a reviewer: the tool, the rule and
-// why, and the call itself.
-func callText(tool string, input json.RawMessage, rule, why string) string {
-	var args map[string]any
-	_ = json.Unmarshal(input, &args)
-	str := func(k string) string { s, _ := args[k].(string); return s }
-	var body string
-	switch {
-	case tool == "Bash" && str("command") != "":
-		body = str("command")
-	case (tool == "Write" || tool == "Edit") && str("file_path") != "":
-		body = str("file_path")
-		if tool == "Write" {
-			body += "\n" + clip(str("content"), 1500)
-		} else {
-			body += "\n- " + clip(str("old_string"), 700) + "\n+ " + clip(str("new_string"), 700)
-		}
-	default:
-		var b bytes.Buffer
-		if json.Compact(&b, input) == nil {
-			body = b.String()
-		} else {
-			body = string(input)
+// why, and the call whole, every argument and any preview in full and
+// hidden code points named ([callview.Text]). It reports whether that
+// fits in one message: a call that does not, or that holds a code fence
+// (which would end the block and let the call's text format itself), is
+// described by its size only, and its whole text goes as a file, which
+// note says where to find.
+func callText(tool string, input json.RawMessage, preview, rule, why string) (text string, fits bool) {
+	vis := func(s string) string { v, _ := callview.Visible(s); return v }
+	head := fmt.Sprintf("*Approval needed* for `%s` (rule `%s`: %s)\n", esc(vis(tool)), esc(vis(rule)), esc(vis(why)))
+	full := callview.Text(tool, input, preview)
+	if !strings.Contains(full, "```") {
+		text := head + "```" + esc(full) + "```"
+		if utf8.RuneCountInString(text) <= maxSection-500 {
+			return text, true
 		}
 	}
-	body = strings.ReplaceAll(clip(body, 2500), "```", "` ` `")
-	return fmt.Sprintf("*Approval needed* for `%s` (rule `%s`: %s)\n```%s```", esc(tool), esc(rule), esc(why), esc(body))
+	return head + fmt.Sprintf("_The call (%d bytes of input) is too long to show here whole._", len(input)), false
+}
+
+// callFile is the name of the file that carries a call too long for a
+// message.
+func callFile(call uuid.UUID) string { return "call-" + call.String() + ".txt" }
+
+// fileNote is what a call's message says where its whole text is: in the
+// file, or, without one, on the other surfaces, which then decide it.
+func fileNote(call uuid.UUID, uploaded bool) string {
+	if uploaded {
+		return fmt.Sprintf("\nThe whole call is in the file `%s` in this thread: read it before you decide.", callFile(call))
+	}
+	return fmt.Sprintf("\nDecide it with `corral approvals show %s` and `corral approve` or `corral deny`, or on the reviewers' page: no buttons here, since this message cannot show the whole call.", call)
 }
 
 // Action IDs of the approval buttons; their value is [approvalValue].
@@ -130,6 +140,11 @@ func approvalBlocks(text string, session, call uuid.UUID) []slack.Block {
 		slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil),
 		slack.NewActionBlock("corral_approval", approve, deny),
 	}
+}
+
+// textBlocks is a message of one section of mrkdwn.
+func textBlocks(text string) []slack.Block {
+	return []slack.Block{slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil)}
 }
 
 // decidedBlocks is an approval once decided (or cancelled): the call and

@@ -186,3 +186,39 @@ func (c *webAPI) replies(ctx context.Context, channel, ts string) ([]reply, erro
 		}
 	}
 }
+
+// uploadFile shares content as a file named filename in the thread
+// threadTS of channel, the way files.uploadV2 does:
+// files.getUploadURLExternal, the bytes sent to the URL it gives, and
+// files.completeUploadExternal. The bot token goes to Slack's Web API
+// only, never to the upload URL.
+func (c *webAPI) uploadFile(ctx context.Context, channel, threadTS, filename, title string, content []byte) error {
+	var up struct {
+		UploadURL string `json:"upload_url"`
+		FileID    string `json:"file_id"`
+	}
+	form := url.Values{"filename": {filename}, "length": {strconv.Itoa(len(content))}}
+	if err := c.call(ctx, "files.getUploadURLExternal", form, &up); err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, up.UploadURL, bytes.NewReader(content))
+	if err != nil {
+		return fmt.Errorf("slack file upload: %w", err)
+	}
+	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("slack file upload: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("slack file upload: HTTP %s", resp.Status)
+	}
+	body := map[string]any{
+		"files":      []map[string]string{{"id": up.FileID, "title": title}},
+		"channel_id": channel,
+		"thread_ts":  threadTS,
+	}
+	return c.call(ctx, "files.completeUploadExternal", body, nil)
+}

@@ -1,6 +1,8 @@
 // Package slacktest is a fake Slack for tests: an [httptest.Server]
 // speaking the Web API methods the bridge calls (chat.postMessage,
-// chat.update, chat.postEphemeral, conversations.replies) the way Slack
+// chat.update, chat.postEphemeral, conversations.replies, and the file
+// upload of files.uploadV2: files.getUploadURLExternal, a POST of the
+// bytes to the upload URL, files.completeUploadExternal) the way Slack
 // does — a bearer token checked, JSON or form bodies, {"ok":true,...} or
 // {"ok":false,"error":...} answers, 429 with Retry-After when asked to —
 // and keeping the messages, so a test reads a thread as Slack would show
@@ -16,6 +18,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +36,16 @@ type Server struct {
 	limitNext  int
 	retryAfter string
 	notIn      map[string]bool
+	// uploads holds the files uploaded and not yet completed, by ID.
+	uploads map[string]*File
+	fileN   int
+	failing map[string]string
+}
+
+// File is a file shared in a channel.
+type File struct {
+	ID, Name, Title string
+	Content         []byte
 }
 
 // Call is one Web API call the server received.
@@ -59,13 +72,15 @@ type Message struct {
 	Ephemeral bool
 	// Updates counts chat.update calls on it.
 	Updates int
+	// Files are the files it shares.
+	Files []File
 }
 
 // New starts a fake Slack accepting the bot token token, closed when the
 // test ends.
 func New(t testing.TB, token string) *Server {
 	t.Helper()
-	s := &Server{token: token, clock: 1_700_000_000_000_000, notIn: make(map[string]bool)}
+	s := &Server{token: token, clock: 1_700_000_000_000_000, notIn: make(map[string]bool), uploads: make(map[string]*File), failing: make(map[string]string)}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.srv.Close)
 	return s
@@ -88,6 +103,14 @@ func (s *Server) NotInChannel(channel string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.notIn[channel] = true
+}
+
+// Fail makes every call of method fail with Slack's error code, as for a
+// method the app lacks the scope of ("missing_scope").
+func (s *Server) Fail(method, code string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failing[method] = code
 }
 
 // Post adds a person's message to channel (in the thread threadTS, if not
@@ -185,6 +208,10 @@ func (s *Server) nextTS() string {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if id, ok := strings.CutPrefix(r.URL.Path, "/upload/"); ok && r.Method == http.MethodPost {
+		s.upload(w, r, id)
+		return
+	}
 	method, ok := strings.CutPrefix(r.URL.Path, "/api/")
 	if !ok || r.Method != http.MethodPost {
 		http.NotFound(w, r)
@@ -219,6 +246,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case auth != "Bearer "+s.token:
 		fail("invalid_auth")
+		return
+	}
+	if code := s.failing[method]; code != "" {
+		fail(code)
 		return
 	}
 	str := func(k string) string { v, _ := args[k].(string); return v }
@@ -301,9 +332,69 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			out = append(out, o)
 		}
 		answer(map[string]any{"ok": true, "messages": out, "has_more": false, "response_metadata": map[string]any{"next_cursor": ""}})
+	case "files.getUploadURLExternal":
+		n, err := strconv.Atoi(str("length"))
+		switch {
+		case str("filename") == "":
+			fail("invalid_arguments")
+		case err != nil || n <= 0:
+			fail("invalid_arguments")
+		default:
+			s.fileN++
+			f := &File{ID: fmt.Sprintf("F%08d", s.fileN), Name: str("filename")}
+			s.uploads[f.ID] = f
+			answer(map[string]any{"ok": true, "upload_url": s.srv.URL + "/upload/" + f.ID, "file_id": f.ID})
+		}
+	case "files.completeUploadExternal":
+		var files []struct {
+			ID    string `json:"id"`
+			Title string `json:"title"`
+		}
+		if json.Unmarshal(raw("files"), &files) != nil || len(files) == 0 {
+			fail("invalid_arguments")
+			return
+		}
+		channel := str("channel_id")
+		thread := str("thread_ts")
+		if channel == "" {
+			fail("channel_not_found") // Slack would keep the files private; no test wants that
+			return
+		}
+		if thread != "" && s.find(channel, thread) == nil {
+			fail("thread_not_found")
+			return
+		}
+		m := &Message{Channel: channel, TS: s.nextTS(), ThreadTS: thread, Text: str("initial_comment")}
+		for _, x := range files {
+			f := s.uploads[x.ID]
+			if f == nil || f.Content == nil {
+				fail("file_not_found")
+				return
+			}
+			f.Title = x.Title
+			m.Files = append(m.Files, *f)
+			delete(s.uploads, x.ID)
+		}
+		s.msgs = append(s.msgs, m)
+		answer(map[string]any{"ok": true, "files": files})
 	default:
 		fail("unknown_method")
 	}
+}
+
+// upload takes the bytes of file id, sent to the URL
+// files.getUploadURLExternal gave: no token, the body the file.
+func (s *Server) upload(w http.ResponseWriter, r *http.Request, id string) {
+	body, err := io.ReadAll(r.Body)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.uploads[id]
+	if err != nil || f == nil {
+		http.Error(w, "no such upload", http.StatusNotFound)
+		return
+	}
+	f.Content = body
+	_, _ = io.WriteString(w, "OK - "+strconv.Itoa(len(body)))
 }
 
 // readArgs decodes a Web API call's arguments from its JSON or form body
