@@ -23,6 +23,10 @@ type Config struct {
 	MaxFileBytes int
 	// MaxFiles bounds the files of one tenant (CORRAL_MEMORY_MAX_FILES).
 	MaxFiles int
+	// CallTimeout bounds each call (CORRAL_MEMORY_CALL_TIMEOUT, a Go
+	// duration; default 30s): one that reaches it ends, and the model is
+	// told so.
+	CallTimeout time.Duration
 	// Concurrency is how many calls run at once (CORRAL_MEMORY_CONCURRENCY).
 	Concurrency int
 	// ShutdownGrace is how long running calls may finish at shutdown
@@ -46,6 +50,7 @@ type Config struct {
 const (
 	DefaultMaxFileBytes = 256 << 10
 	DefaultMaxFiles     = 10_000
+	DefaultCallTimeout  = 30 * time.Second
 )
 
 // LoadConfig reads the configuration from getenv, applies defaults and
@@ -57,6 +62,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		MaxFileBytes:  DefaultMaxFileBytes,
 		MaxFiles:      DefaultMaxFiles,
 		Concurrency:   32,
+		CallTimeout:   DefaultCallTimeout,
 		ShutdownGrace: 10 * time.Second,
 		Clients:       credential.AccountClients,
 	}
@@ -78,6 +84,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			}
 			*v.dst = n
 		}
+	}
+	if s := getenv("CORRAL_MEMORY_CALL_TIMEOUT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return Config{}, fmt.Errorf("CORRAL_MEMORY_CALL_TIMEOUT=%q: want a positive duration such as 30s", s)
+		}
+		cfg.CallTimeout = d
 	}
 	if s := getenv("CORRAL_SHUTDOWN_GRACE"); s != "" {
 		d, err := time.ParseDuration(s)
