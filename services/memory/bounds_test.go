@@ -68,19 +68,19 @@ func runCall(t *testing.T, s *Service, name string, input map[string]any) result
 	}
 }
 
-// deep is a memory path 300 names deep: trying each way six ** could
-// split it is some 10^12 steps.
+// deep is a memory path 300 names deep: trying each way the six ** of
+// bomb could split it is some 10^12 steps.
 var deep = "/memories/" + strings.Repeat("a/", 300) + "b.md"
 
-const bomb = "**/**/**/**/**/**/zzz"
+const bomb = "**/a/**/a/**/a/**/a/**/a/**/zzz"
 
 func TestMemoryGlobBombIsQuick(t *testing.T) {
 	t.Parallel()
-	s := bounded(t, Config{}, deep, "/memories/x/zzz")
-	if r := runCall(t, s, "Glob", map[string]any{"pattern": bomb, "path": "/memories"}); r.text != "/memories/x/zzz\n" {
+	s := bounded(t, Config{}, deep, "/memories/a/a/a/a/a/zzz")
+	if r := runCall(t, s, "Glob", map[string]any{"pattern": bomb, "path": "/memories"}); r.text != "/memories/a/a/a/a/a/zzz\n" {
 		t.Errorf("Glob(%s) = %q", bomb, r.text)
 	}
-	r := runCall(t, s, "Grep", map[string]any{"pattern": "x", "path": "/memories", "glob": strings.Replace(bomb, "zzz", "*.md", 1)})
+	r := runCall(t, s, "Grep", map[string]any{"pattern": "x", "path": "/memories", "glob": strings.Replace(bomb, "zzz", "b.md", 1)})
 	if !strings.HasPrefix(r.text, deep+":1:x") {
 		t.Errorf("Grep with a ** filter = %q", r.text)
 	}
