@@ -26,6 +26,10 @@ type Config struct {
 	// MaxTenantBytes bounds the bytes one tenant stores, every kept
 	// version of its files included (CORRAL_MEMORY_MAX_TENANT_BYTES).
 	MaxTenantBytes int
+	// CallTimeout bounds each call (CORRAL_MEMORY_CALL_TIMEOUT, a Go
+	// duration; default 30s): one that reaches it ends, and the model is
+	// told so.
+	CallTimeout time.Duration
 	// Concurrency is how many calls run at once (CORRAL_MEMORY_CONCURRENCY).
 	Concurrency int
 	// ShutdownGrace is how long running calls may finish at shutdown
@@ -52,6 +56,7 @@ const (
 	// DefaultMaxTenantBytes is 256 MiB: a thousand files at the largest
 	// size, or a few versions each of many smaller ones.
 	DefaultMaxTenantBytes = 256 << 20
+	DefaultCallTimeout    = 30 * time.Second
 )
 
 // LoadConfig reads the configuration from getenv, applies defaults and
@@ -64,6 +69,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		MaxFiles:       DefaultMaxFiles,
 		MaxTenantBytes: DefaultMaxTenantBytes,
 		Concurrency:    32,
+		CallTimeout:    DefaultCallTimeout,
 		ShutdownGrace:  10 * time.Second,
 		Clients:        credential.AccountClients,
 	}
@@ -86,6 +92,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			}
 			*v.dst = n
 		}
+	}
+	if s := getenv("CORRAL_MEMORY_CALL_TIMEOUT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return Config{}, fmt.Errorf("CORRAL_MEMORY_CALL_TIMEOUT=%q: want a positive duration such as 30s", s)
+		}
+		cfg.CallTimeout = d
 	}
 	if s := getenv("CORRAL_SHUTDOWN_GRACE"); s != "" {
 		d, err := time.ParseDuration(s)

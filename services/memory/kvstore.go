@@ -280,6 +280,9 @@ func (s *KVStore) Grep(ctx context.Context, tenant, user, prefix, pattern string
 	}
 	var out []Match
 	for _, f := range fs {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("grep %s:%s: %w", tenant, prefix, err)
+		}
 		for i, line := range strings.Split(f.Content, "\n") {
 			if re.MatchString(line) {
 				out = append(out, Match{Path: f.Path, Line: i + 1, Text: line})

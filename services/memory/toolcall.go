@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,11 +11,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/bmatcuk/doublestar/v4"
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/glob"
 	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/tool"
 )
@@ -71,13 +72,33 @@ func failf(format string, args ...any) result {
 	return result{text: "Error: " + fmt.Sprintf(format, args...), isError: true}
 }
 
-// run carries out one call. An error return is a failure of the store (to
-// be retried); everything the model did wrong is a result.
+// errCallTimeout is the cause of a call's context ending at its deadline,
+// [Config.CallTimeout].
+var errCallTimeout = errors.New("memory call timed out")
+
+// run carries out one call, within [Config.CallTimeout]. An error return
+// is a failure of the store (to be retried); everything the model did
+// wrong, and a call that reached its time limit, is a result.
 func (s *Service) run(ctx context.Context, c *event.ToolCall) (result, error) {
 	args, err := tool.Parse(c.Name, c.Input)
 	if err != nil {
 		return failf("%v", err), nil
 	}
+	timeout := cmp.Or(s.cfg.CallTimeout, DefaultCallTimeout)
+	cctx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
+	defer cancel()
+	r, err := s.runArgs(cctx, c, args)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errCallTimeout) {
+		switch args.(type) {
+		case *tool.WriteArgs, *tool.EditArgs:
+			return failf("%s stopped at its time limit of %s, and may or may not have been saved: Read the file to see", c.Name, timeout), nil
+		}
+		return failf("%s stopped at its time limit of %s: narrow the pattern or path", c.Name, timeout), nil
+	}
+	return r, err
+}
+
+func (s *Service) runArgs(ctx context.Context, c *event.ToolCall, args any) (result, error) {
 	if !tool.ForMemory(args) {
 		return failf("%s is not a call on /memories or /skills", c.Name), nil
 	}
@@ -87,7 +108,7 @@ func (s *Service) run(ctx context.Context, c *event.ToolCall) (result, error) {
 	case *tool.WriteArgs:
 		return s.write(ctx, c, a.FilePath, func(string) (string, *result) { return a.Content, nil }, true)
 	case *tool.EditArgs:
-		return s.write(ctx, c, a.FilePath, func(old string) (string, *result) { return edit(old, a) }, false)
+		return s.write(ctx, c, a.FilePath, func(old string) (string, *result) { return edit(old, a, s.cfg.MaxFileBytes) }, false)
 	case *tool.GlobArgs:
 		return s.glob(ctx, c, a)
 	case *tool.GrepArgs:
@@ -291,8 +312,9 @@ func (s *Service) checkContent(p, content string) *result {
 	return &r
 }
 
-// edit applies an Edit to content, as the sandbox's Edit does.
-func edit(content string, a *tool.EditArgs) (string, *result) {
+// edit applies an Edit to content, as the sandbox's Edit does. limit is
+// the largest file it may make: the new content is not built past it.
+func edit(content string, a *tool.EditArgs, limit int) (string, *result) {
 	n := strings.Count(content, a.OldString)
 	switch {
 	case n == 0:
@@ -300,6 +322,9 @@ func edit(content string, a *tool.EditArgs) (string, *result) {
 		return "", &r
 	case n > 1 && !a.ReplaceAll:
 		r := failf("old_string occurs %d times in %s: add surrounding lines to make it unique, or set replace_all to replace every occurrence", n, a.FilePath)
+		return "", &r
+	case len(content)+n*(len(a.NewString)-len(a.OldString)) > limit:
+		r := failf("the edit would make %s %d bytes; memory and skill files may hold at most %d", a.FilePath, len(content)+n*(len(a.NewString)-len(a.OldString)), limit)
 		return "", &r
 	}
 	if a.ReplaceAll {
@@ -313,16 +338,22 @@ func (s *Service) glob(ctx context.Context, c *event.ToolCall, a *tool.GlobArgs)
 	if bad != nil {
 		return *bad, nil
 	}
-	if !doublestar.ValidatePattern(a.Pattern) {
-		return failf("invalid glob pattern %q", a.Pattern), nil
+	g, err := glob.Compile(a.Pattern)
+	if err != nil {
+		return failf("%v", err), nil
 	}
+	// The files listed are at most the tenant's bound on files; each is
+	// matched in time linear in its path, however many ** the pattern has.
 	fs, err := s.store.List(ctx, c.Tenant, c.User, k.Path+"/")
 	if err != nil {
 		return result{}, err
 	}
 	var hits []File
-	for _, f := range fs {
-		if doublestar.MatchUnvalidated(a.Pattern, strings.TrimPrefix(f.Path, k.Path+"/")) {
+	for i, f := range fs {
+		if i%256 == 0 && ctx.Err() != nil {
+			return result{}, fmt.Errorf("glob %s: %w", k.Path, ctx.Err())
+		}
+		if g.Match(strings.TrimPrefix(f.Path, k.Path+"/")) {
 			hits = append(hits, f)
 		}
 	}
@@ -346,8 +377,12 @@ func (s *Service) grep(ctx context.Context, c *event.ToolCall, a *tool.GrepArgs)
 	if bad != nil {
 		return *bad, nil
 	}
-	if a.Glob != "" && !doublestar.ValidatePattern(a.Glob) {
-		return failf("invalid glob %q", a.Glob), nil
+	var filter *glob.Pattern
+	if a.Glob != "" {
+		var err error
+		if filter, err = glob.Compile(a.Glob); err != nil {
+			return failf("glob filter: %v", err), nil
+		}
 	}
 	prefix, only := k.Path+"/", ""
 	if f, err := s.store.Get(ctx, k); err == nil {
@@ -366,8 +401,7 @@ func (s *Service) grep(ctx context.Context, c *event.ToolCall, a *tool.GrepArgs)
 		if only != "" && m.Path != only {
 			continue // a file whose name merely starts with it
 		}
-		if a.Glob != "" && !doublestar.MatchUnvalidated(a.Glob, path.Base(m.Path)) &&
-			!doublestar.MatchUnvalidated(a.Glob, strings.TrimPrefix(m.Path, k.Path+"/")) {
+		if filter != nil && !filter.Match(path.Base(m.Path)) && !filter.Match(strings.TrimPrefix(m.Path, k.Path+"/")) {
 			continue
 		}
 		if n == maxGrepMatches {

@@ -32,6 +32,9 @@ type Config struct {
 	// DefaultTimeout is a Bash call's timeout when it gives none
 	// (CORRAL_SANDBOX_TIMEOUT, a Go duration).
 	DefaultTimeout time.Duration
+	// FileTimeout bounds each Read, Write, Edit, Glob and Grep call
+	// (CORRAL_SANDBOX_FILE_TIMEOUT, a Go duration; default 30s).
+	FileTimeout time.Duration
 	// IdleTimeout suspends a session's sandbox after this long without
 	// calls (CORRAL_SANDBOX_IDLE_TIMEOUT, a Go duration): its processes
 	// are stopped until the next call.
@@ -147,6 +150,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		name string
 		to   *time.Duration
 	}{
+		{"CORRAL_SANDBOX_FILE_TIMEOUT", &cfg.FileTimeout},
 		{"CORRAL_SANDBOX_IDLE_TIMEOUT", &cfg.IdleTimeout},
 		{"CORRAL_SANDBOX_STOP_TIMEOUT", &cfg.StopTimeout},
 		{"CORRAL_SANDBOX_REAP_INTERVAL", &cfg.ReapInterval},

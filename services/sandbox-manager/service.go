@@ -68,6 +68,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		Dir:             filepath.Join(cfg.DataDir, "workspaces"),
 		Bwrap:           cfg.Bwrap,
 		DefaultTimeout:  cfg.DefaultTimeout,
+		FileTimeout:     cfg.FileTimeout,
 		IdleTimeout:     cfg.IdleTimeout,
 		StopTimeout:     cfg.StopTimeout,
 		MaxSuspended:    cfg.MaxSuspended,

@@ -82,6 +82,13 @@ type Config struct {
 	// skills, bound read-only at /skills in each sandbox it starts ("" for
 	// none: /skills is then empty).
 	Skills func(ctx context.Context, tenant string) (string, error)
+	// FileTimeout bounds each Read, Write, Edit, Glob and Grep call
+	// (default 30s): one that reaches it stops, and the model is told so
+	// with what it found until then.
+	FileTimeout time.Duration
+	// WalkEntries caps the files and directories one Glob or Grep call
+	// looks at (default 100000).
+	WalkEntries int
 	// OnStart, if set, is told of every sandbox started or resumed and how
 	// long it took: see [StartCold], [StartResume] and [StartRestart].
 	OnStart func(kind string, took time.Duration)
@@ -113,6 +120,8 @@ const (
 	DefaultIdleTimeout = 5 * time.Minute
 	DefaultStopTimeout = 30 * time.Minute
 	DefaultSuspended   = 1000
+	DefaultFileTimeout = 30 * time.Second
+	DefaultWalkEntries = 100_000
 )
 
 // withDefaults returns c with zero fields set to their defaults and Dir made absolute.
@@ -153,6 +162,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StopTimeout == 0 {
 		c.StopTimeout = DefaultStopTimeout
 	}
+	if c.FileTimeout == 0 {
+		c.FileTimeout = DefaultFileTimeout
+	}
+	if c.WalkEntries == 0 {
+		c.WalkEntries = DefaultWalkEntries
+	}
 	if c.MaxSuspended == 0 {
 		c.MaxSuspended = DefaultSuspended
 	}
@@ -175,6 +190,8 @@ func (c Config) validate() error {
 		return errors.New("timeouts must not be negative")
 	case c.DefaultTimeout > c.MaxTimeout:
 		return fmt.Errorf("default timeout %s exceeds max timeout %s", c.DefaultTimeout, c.MaxTimeout)
+	case c.FileTimeout < 0 || c.WalkEntries < 0:
+		return errors.New("file timeout and walk entries must not be negative")
 	case c.OutputLimit < 0:
 		return errors.New("output limit must not be negative")
 	case c.CPUSeconds < 0 || c.OpenFiles < 0 || c.Processes < 0:

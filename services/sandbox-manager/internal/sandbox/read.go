@@ -39,19 +39,24 @@ func (d *Driver) fileTool(ctx context.Context, workspace string, args any, write
 		return Result{}, fmt.Errorf("open workspace: %w", err)
 	}
 	defer root.Close()
+	ctx, cancel := context.WithTimeoutCause(ctx, d.cfg.FileTimeout, errFileTimeout)
+	defer cancel()
+	var res Result
 	switch a := args.(type) {
 	case *tool.ReadArgs:
-		return readFile(root, a), nil
+		res = readFile(ctx, root, a)
 	case *tool.WriteArgs:
-		return writeFile(root, a), nil
+		res = writeFile(root, a)
 	case *tool.EditArgs:
-		return editFile(root, a), nil
+		res = editFile(root, a)
 	case *tool.GlobArgs:
-		return globFiles(ctx, root, a)
+		res, err = d.globFiles(ctx, root, a)
 	case *tool.GrepArgs:
-		return d.grep(ctx, root, a)
+		res, err = d.grep(ctx, root, a)
+	default:
+		return Result{}, fmt.Errorf("file tool: unsupported arguments %T", args)
 	}
-	return Result{}, fmt.Errorf("file tool: unsupported arguments %T", args)
+	return res, err
 }
 
 // emptyDir, under the workspaces' directory, is an empty directory: the
@@ -105,8 +110,9 @@ func unwrapPath(err error) error {
 	return err
 }
 
-// readFile returns the lines of a file numbered like cat -n.
-func readFile(root *os.Root, a *tool.ReadArgs) Result {
+// readFile returns the lines of a file numbered like cat -n. It stops,
+// saying so, when ctx ends.
+func readFile(ctx context.Context, root *os.Root, a *tool.ReadArgs) Result {
 	rel, err := tool.WorkspacePath(a.FilePath)
 	if err != nil {
 		return outside(a.FilePath, err)
@@ -120,7 +126,7 @@ func readFile(root *os.Root, a *tool.ReadArgs) Result {
 	if fi.Size() == 0 {
 		return Result{Output: fmt.Sprintf("(%s exists but is empty)", show)}
 	}
-	br := bufio.NewReaderSize(f, 64<<10)
+	br := bufio.NewReaderSize(ctxReader{ctx, f}, 64<<10)
 	if head, _ := br.Peek(sniffLen); bytes.IndexByte(head, 0) >= 0 {
 		return errorf("%s is a binary file: use Bash (for example xxd or file) to inspect it", show)
 	}
@@ -143,6 +149,10 @@ func readFile(root *os.Root, a *tool.ReadArgs) Result {
 		if err == io.EOF {
 			break
 		}
+		if err != nil && errors.Is(context.Cause(ctx), errFileTimeout) {
+			return Result{IsError: true, TimedOut: true, Output: fmt.Sprintf(
+				"Read stopped at its time limit after %d lines of %s: read on with a larger offset, or a smaller limit", n, show)}
+		}
 		if err != nil {
 			return errorf("cannot read %s: %v", show, unwrapPath(err))
 		}
@@ -160,6 +170,19 @@ func readFile(root *os.Root, a *tool.ReadArgs) Result {
 		return Result{Output: fmt.Sprintf("(%s has %d lines; offset %d is past the end)", show, n, offset)}
 	}
 	return Result{Output: strings.ToValidUTF8(b.String(), "\uFFFD")}
+}
+
+// ctxReader reads from r until ctx is done, then fails with ctx's error.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // readLine reads one line without its newline, keeping at most limit bytes

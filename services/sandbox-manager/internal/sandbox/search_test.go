@@ -44,7 +44,7 @@ func TestGlob(t *testing.T) {
 		{"dirs are not listed", tool.GlobArgs{Pattern: "su*"}, "No files found", false},
 		{"missing path", tool.GlobArgs{Pattern: "*", Path: "nope"}, "path does not exist: /workspace/nope", true},
 		{"path is a file", tool.GlobArgs{Pattern: "*", Path: "a.txt"}, "/workspace/a.txt is not a directory", true},
-		{"invalid pattern", tool.GlobArgs{Pattern: "[a"}, `invalid glob pattern "[a"`, true},
+		{"invalid pattern", tool.GlobArgs{Pattern: "[a"}, `invalid glob pattern "[a": an unclosed [`, true},
 		{"dot dot in pattern", tool.GlobArgs{Pattern: "sub/../../*"}, `glob pattern "sub/../../*" must not contain ..`, true},
 		{"pattern outside", tool.GlobArgs{Pattern: "/etc/*"}, "path /etc/* is outside /workspace", true},
 	}
@@ -103,7 +103,7 @@ func TestGrep(t *testing.T) {
 		{"one file", tool.GrepArgs{Pattern: "hello", Path: "notes.txt"}, "/workspace/notes.txt:2:say hello\n", false},
 		{"no matches", tool.GrepArgs{Pattern: "goodbye"}, "No matches found", false},
 		{"invalid regexp", tool.GrepArgs{Pattern: "(unclosed"}, "invalid regular expression: error parsing regexp: missing closing ): `(unclosed`", true},
-		{"invalid glob", tool.GrepArgs{Pattern: "x", Glob: "[a"}, `invalid glob filter "[a"`, true},
+		{"invalid glob", tool.GrepArgs{Pattern: "x", Glob: "[a"}, `glob filter: invalid glob pattern "[a": an unclosed [`, true},
 		{"missing path", tool.GrepArgs{Pattern: "x", Path: "nope"}, "path does not exist: /workspace/nope", true},
 	}
 	for _, tc := range tests {

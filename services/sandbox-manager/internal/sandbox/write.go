@@ -13,6 +13,10 @@ import (
 	"corral.dev/pkg/tool"
 )
 
+// editMaxBytes is the largest file Edit changes, before and after: it
+// holds the whole file in memory.
+const editMaxBytes = 16 << 20
+
 // writeFile writes a whole file, creating its parent directories.
 func writeFile(root *os.Root, a *tool.WriteArgs) Result {
 	rel, err := tool.WorkspacePath(a.FilePath)
@@ -56,13 +60,27 @@ func editFile(root *os.Root, a *tool.EditArgs) Result {
 	if fail != nil {
 		return *fail
 	}
-	data, err := io.ReadAll(f)
+	if fi.Size() > editMaxBytes {
+		f.Close()
+		return errorf("%s is %d bytes; Edit changes files of up to %d MiB: use Bash (sed, for one) on larger ones", show, fi.Size(), editMaxBytes>>20)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, editMaxBytes+1))
 	f.Close()
 	if err != nil {
 		return errorf("cannot read %s: %v", show, unwrapPath(err))
 	}
+	if len(data) > editMaxBytes {
+		return errorf("%s grew past %d MiB while being read: Edit changes files of up to %d MiB", show, editMaxBytes>>20, editMaxBytes>>20)
+	}
 	content := string(data)
 	n := strings.Count(content, a.OldString)
+	k := n // occurrences to replace
+	if !a.ReplaceAll {
+		k = min(n, 1)
+	}
+	if size := len(content) + k*(len(a.NewString)-len(a.OldString)); size > editMaxBytes {
+		return errorf("the edit would make %s %d bytes; Edit makes files of up to %d MiB", show, size, editMaxBytes>>20)
+	}
 	switch {
 	case n == 0:
 		return errorf("old_string not found in %s: read the file again and copy the text exactly, including whitespace and indentation", show)
