@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"corral.dev/pkg/bus"
 )
@@ -27,6 +28,10 @@ const (
 	AccountServices = "CORRAL"
 	AccountClients  = "CLIENTS"
 )
+
+// AuthTimeout is how long the server waits for a connection to sign in,
+// the auth service's answer included.
+const AuthTimeout = 5 * time.Second
 
 // ClientImports are the subjects the services' account exports to the
 // clients' account, as services (each publish is answered in the client's
@@ -135,6 +140,9 @@ func NATSConfig(w io.Writer, password func(user string) string, issuer string) e
 	p.line(0, "}")
 	p.line(0, "")
 	p.line(0, "authorization {")
+	p.line(1, "# How long a connection may take to sign in, the auth service's answer")
+	p.line(1, "# included (seconds; the server's default, 2, is short for a loaded host).")
+	p.line(1, "timeout: %d", int(AuthTimeout.Seconds()))
 	p.line(1, "auth_callout {")
 	p.line(2, "# The public key of the auth service's signing key (CORRAL_AUTH_ISSUER,")
 	p.line(2, "# printed with its seed by corral credentials issuer).")

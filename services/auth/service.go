@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 )
 
 // Subject is where the NATS server asks about a connection.
@@ -35,9 +36,10 @@ const Subject = "$SYS.REQ.USER.AUTH"
 // question is answered by one.
 const Queue = "corral-auth"
 
-// answerTimeout bounds the answer to one question: the server waits 2 s
-// by default (auth_callout timeout), and nobody listens after that.
-const answerTimeout = 2 * time.Second
+// answerTimeout bounds the answer to one question: the server waits
+// [credential.AuthTimeout] (the authorization timeout of deploy/nats.conf),
+// and nobody listens after that.
+const answerTimeout = credential.AuthTimeout - 500*time.Millisecond
 
 // shutdownTimeout bounds Run's wait for the questions in hand.
 const shutdownTimeout = 20 * time.Second
