@@ -58,6 +58,15 @@ for m in $modules; do
 	echo "== $m"
 	(cd "$m" && go vet ./... && go test -race -count=1 -timeout 15m "$@" ./...)
 done
+# Every fuzz target runs briefly beyond its seed corpus (which the tests
+# above ran): go test fuzzes one target of a package per invocation.
+fuzztime="${CORRAL_FUZZTIME:-3s}"
+grep -rl --include='*_test.go' '^func Fuzz' $modules | sort | while read -r file; do
+	for target in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$file"); do
+		echo "== fuzz $(dirname "$file") $target"
+		(cd "$(dirname "$file")" && go test -run '^$' -fuzz "^$target\$" -fuzztime "$fuzztime" .)
+	done
+done
 if [ -s "$CORRAL_ESCAPE_REPORT" ]; then
 	echo "== sandbox escape suite (services/corral TestEscapeSuite)"
 	cat "$CORRAL_ESCAPE_REPORT"

@@ -98,6 +98,11 @@ func (c *anthropicClient) Complete(ctx context.Context, req Request) (Response, 
 	if err != nil {
 		return Response{}, err
 	}
+	return decodeAnthropic(data)
+}
+
+// decodeAnthropic reads a Messages API response.
+func decodeAnthropic(data []byte) (Response, error) {
 	var wire anthropicResponse
 	if err := json.Unmarshal(data, &wire); err != nil {
 		return Response{}, fmt.Errorf("anthropic: decode response: %w", err)
@@ -106,8 +111,8 @@ func (c *anthropicClient) Complete(ctx context.Context, req Request) (Response, 
 		StopReason: wire.StopReason,
 		Model:      wire.Model,
 		Usage: Usage{
-			InputTokens:  wire.Usage.InputTokens + wire.Usage.CacheCreationInputTokens + wire.Usage.CacheReadInputTokens,
-			OutputTokens: wire.Usage.OutputTokens,
+			InputTokens:  tokens(wire.Usage.InputTokens, wire.Usage.CacheCreationInputTokens, wire.Usage.CacheReadInputTokens),
+			OutputTokens: tokens(wire.Usage.OutputTokens),
 		},
 	}
 	for _, b := range wire.Content {

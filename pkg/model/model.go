@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math"
 
 	"corral.dev/pkg/tool"
 )
@@ -65,6 +66,23 @@ type Request struct {
 type Usage struct {
 	InputTokens  int `json:"input_tokens"`
 	OutputTokens int `json:"output_tokens"`
+}
+
+// tokens adds a response's token counts as budgets may: a count below zero
+// (a provider's bug, or a hostile endpoint's way to pay back spending)
+// counts none, and the sum saturates rather than wraps.
+func tokens(counts ...int) int {
+	total := 0
+	for _, n := range counts {
+		if n <= 0 {
+			continue
+		}
+		if n > math.MaxInt-total {
+			return math.MaxInt
+		}
+		total += n
+	}
+	return total
 }
 
 // Response is the model's answer to one [Request].

@@ -113,6 +113,11 @@ func (c *openAIClient) Complete(ctx context.Context, req Request) (Response, err
 	if err != nil {
 		return Response{}, err
 	}
+	return decodeOpenAI(data)
+}
+
+// decodeOpenAI reads a Chat Completions response.
+func decodeOpenAI(data []byte) (Response, error) {
 	var wire openAIResponse
 	if err := json.Unmarshal(data, &wire); err != nil {
 		return Response{}, fmt.Errorf("openai: decode response: %w", err)
@@ -124,7 +129,7 @@ func (c *openAIClient) Complete(ctx context.Context, req Request) (Response, err
 	resp := Response{
 		StopReason: choice.FinishReason,
 		Model:      wire.Model,
-		Usage:      Usage{InputTokens: wire.Usage.PromptTokens, OutputTokens: wire.Usage.CompletionTokens},
+		Usage:      Usage{InputTokens: tokens(wire.Usage.PromptTokens), OutputTokens: tokens(wire.Usage.CompletionTokens)},
 	}
 	msg := choice.Message
 	switch {

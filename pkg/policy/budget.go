@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"corral.dev/pkg/model"
@@ -140,8 +141,15 @@ func (l Limits) check(where string) error {
 	if l.Steps < 0 || l.Tokens < 0 || l.CostUSD < 0 || l.SandboxSeconds < 0 || l.WallTime < 0 {
 		return fmt.Errorf("policy: %s: a budget cannot be negative", where)
 	}
+	// A NaN cap would be no cap (no spending ever reaches it); no cap is 0.
+	if !finite(l.CostUSD) || !finite(l.SandboxSeconds) {
+		return fmt.Errorf("policy: %s: a budget must be a finite number (0 for none)", where)
+	}
 	return nil
 }
+
+// finite reports whether f is neither infinite nor NaN.
+func finite(f float64) bool { return !math.IsInf(f, 0) && !math.IsNaN(f) }
 
 // Budgets returns tenant's budgets: its own, field by field, over the
 // global ones.

@@ -140,8 +140,9 @@ func Parse(data []byte) (*Policy, error) {
 		p.tenantBudgets[t] = tr.Budgets
 	}
 	for m, pr := range f.Prices {
-		if pr.Input < 0 || pr.Output < 0 {
-			return nil, fmt.Errorf("policy: prices.%s: a price cannot be negative", m)
+		// A NaN price would make every cost NaN, which reaches no cap.
+		if pr.Input < 0 || pr.Output < 0 || !finite(pr.Input) || !finite(pr.Output) {
+			return nil, fmt.Errorf("policy: prices.%s: a price must be a finite number, not negative", m)
 		}
 	}
 	return p, nil

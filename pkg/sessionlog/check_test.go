@@ -71,7 +71,7 @@ func body(typ, tenant string, session uuid.UUID, w sessionlog.Writer) event.Even
 	panic("no body for " + typ)
 }
 
-func encode(t *testing.T, v any) []byte {
+func encode(t testing.TB, v any) []byte {
 	t.Helper()
 	data, err := json.Marshal(v)
 	if err != nil {

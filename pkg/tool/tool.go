@@ -116,6 +116,14 @@ func Parse(name string, input json.RawMessage) (any, error) {
 	if len(bytes.TrimSpace(input)) == 0 {
 		input = json.RawMessage("{}")
 	}
+	// encoding/json matches keys to fields ignoring case, takes the last of
+	// keys given twice and reads one value of several: the policy and the
+	// reviewers, reading the same input as a plain object, would see other
+	// arguments than the call runs with. So the input must be one object
+	// whose keys are the fields' exact names, each once.
+	if err := checkKeys(input, args); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", name, ErrInvalidArgs, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(input))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(args); err != nil {

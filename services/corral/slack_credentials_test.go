@@ -294,6 +294,14 @@ func TestSlackBridgeServesEachTenantWithItsCredential(t *testing.T) {
 		if _, err := kv.Get(ctx, w.tenant+".thread."+session.String()); err != nil {
 			t.Errorf("%s's thread under tenant %s: %v", w.team, w.tenant, err)
 		}
+		// A slash command is claimed under the tenant's keys, once.
+		cmd := app.CommandRequest(w.channel, "U1", "/corral", "a command")
+		for _, want := range []string{"On it", "taken already"} {
+			r, err := app.Post(cmd)
+			if err != nil || !strings.Contains(r.Body, want) {
+				t.Errorf("%s's slash command: %d %s %v, want %q", w.team, r.Status, r.Body, err, want)
+			}
+		}
 	}
 	if errs := v.all(); len(errs) > 0 {
 		t.Errorf("the bridge's connections hit permission violations: %v", errs)

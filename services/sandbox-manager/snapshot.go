@@ -368,8 +368,8 @@ func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUI
 	if err != nil {
 		return 0, fmt.Errorf("restore %s: %w", session, err)
 	}
-	var m manifest
-	if err := json.Unmarshal(data, &m); err != nil {
+	m, err := decodeManifest(data)
+	if err != nil {
 		return 0, fmt.Errorf("restore %s: %w", session, err)
 	}
 	// Until it is whole, the workspace here matches no snapshot.
@@ -442,8 +442,8 @@ func (s *snapshots) fork(ctx context.Context, tenant string, from, to uuid.UUID)
 	if err != nil {
 		return 0, fmt.Errorf("fork %s: %w", from, err)
 	}
-	var m manifest
-	if err := json.Unmarshal(data, &m); err != nil {
+	m, err := decodeManifest(data)
+	if err != nil {
 		return 0, fmt.Errorf("fork %s: %w", from, err)
 	}
 	m.Seq = 1

@@ -29,7 +29,8 @@ const bucketStream = "KV_" + Bucket
 // Setup creates the bridge's KV bucket if it is missing, and returns it:
 // an administrator's work (corral setup; corral dev), as the bridge's
 // credentials may not create streams. Its stream allows no roll-up, which
-// would let a publish on one tenant's key purge every other key. Threads
+// would let a publish on one tenant's key purge every other key, and
+// allows per-message TTLs, which the claims of slash commands carry. Threads
 // kept by a bridge of before tenants' keys (thread.<tenant>.<session>) are
 // moved under their tenant.
 func Setup(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
@@ -50,10 +51,11 @@ func Setup(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, err
 	if err != nil {
 		return nil, fmt.Errorf("kv %s: %w", Bucket, err)
 	}
-	if cfg := st.CachedInfo().Config; cfg.AllowRollup {
+	if cfg := st.CachedInfo().Config; cfg.AllowRollup || !cfg.AllowMsgTTL {
 		cfg.AllowRollup = false
+		cfg.AllowMsgTTL = true // slash commands' claims expire on their own
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("kv %s: allow no roll-up: %w", Bucket, err)
+			return nil, fmt.Errorf("kv %s: allow no roll-up, and per-message TTLs: %w", Bucket, err)
 		}
 	}
 	if err := moveThreads(ctx, kv); err != nil {

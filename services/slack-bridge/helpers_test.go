@@ -29,7 +29,7 @@ const (
 	bot    = "U0BOT"
 )
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	return fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 }
@@ -73,7 +73,7 @@ func credentialOf(tenant string) credential.Credential {
 	return credential.Credential{ID: "c-" + fmt.Sprintf("%032x", len(tenant)), Tenant: tenant, User: reviewer, Role: credential.RoleReviewer}
 }
 
-func newFixture(t *testing.T, env map[string]string) *fixture {
+func newFixture(t testing.TB, env map[string]string) *fixture {
 	t.Helper()
 	_, _, js := natstest.Run(t)
 	if _, err := slackbridge.Setup(context.Background(), js); err != nil {
@@ -106,7 +106,7 @@ func (f *fixture) conns(cfg slackbridge.Config) map[string]slackbridge.Conn {
 }
 
 // start runs a bridge; f.stop stops it and waits.
-func (f *fixture) start(t *testing.T) {
+func (f *fixture) start(t testing.TB) {
 	t.Helper()
 	cfg, err := slackbridge.LoadConfig(func(k string) string { return f.env[k] })
 	if err != nil {
@@ -148,7 +148,7 @@ func (f *fixture) start(t *testing.T) {
 
 // requests returns the requests published so far, read without taking
 // them off their work queue.
-func (f *fixture) requests(t *testing.T) []event.Request {
+func (f *fixture) requests(t testing.TB) []event.Request {
 	t.Helper()
 	var out []event.Request
 	for _, r := range f.requestMsgs(t) {
@@ -164,7 +164,7 @@ type requestMsg struct {
 }
 
 // requestMsgs returns the requests published so far with their subjects.
-func (f *fixture) requestMsgs(t *testing.T) []requestMsg {
+func (f *fixture) requestMsgs(t testing.TB) []requestMsg {
 	t.Helper()
 	ctx := context.Background()
 	stream, err := f.js.Stream(ctx, bus.StreamRequests)

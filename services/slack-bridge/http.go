@@ -285,7 +285,7 @@ const commandWait = 2500 * time.Millisecond
 // handleCommand takes the slash command (/corral PROMPT): it starts a
 // thread in the channel with the prompt, whose session answers there, and
 // tells the user at once, only to them.
-func (s *Service) handleCommand(w http.ResponseWriter, r *http.Request, _ []byte) {
+func (s *Service) handleCommand(w http.ResponseWriter, r *http.Request, body []byte) {
 	cmd, err := slack.SlashCommandParse(r)
 	if err != nil {
 		http.Error(w, "not a slash command: "+err.Error(), http.StatusBadRequest)
@@ -300,13 +300,26 @@ func (s *Service) handleCommand(w http.ResponseWriter, r *http.Request, _ []byte
 		reply(fmt.Sprintf("Usage: `%s what to do`. I start a thread here and answer in it; write in the thread (mentioning me) to go on.", cmd.Command))
 		return
 	}
-	if _, ok := s.cfg.tenant(cmd.TeamID); !ok {
+	tenant, ok := s.cfg.tenant(cmd.TeamID)
+	if !ok {
 		s.log.WarnContext(r.Context(), "slash command from a workspace of no tenant", "team", cmd.TeamID)
 		reply(noTenant)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), commandWait)
 	defer cancel()
+	// The same signed request sent again (a replay) starts nothing.
+	fresh, err := s.store.claim(ctx, tenant, commandKey(tenant, r.Header.Get("X-Slack-Request-Timestamp"), body), commandTTL)
+	if err != nil {
+		s.log.WarnContext(ctx, "slash command: claim", "err", err)
+		reply("Corral cannot take requests just now; please try again.")
+		return
+	}
+	if !fresh {
+		s.log.WarnContext(ctx, "slash command sent again: ignored", "team", cmd.TeamID, "user", cmd.UserID, "remote", r.RemoteAddr)
+		reply("This command was taken already.")
+		return
+	}
 	ts, err := s.slack.postMessage(ctx, message{
 		Channel: cmd.ChannelID,
 		Text:    fmt.Sprintf("<@%s> asked: %s", cmd.UserID, esc(text)),

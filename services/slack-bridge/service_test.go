@@ -452,3 +452,40 @@ func TestSlashCommandStartsAThread(t *testing.T) {
 		t.Errorf("%d requests, want still 1", n)
 	}
 }
+
+// A captured slash command sent again, within the five minutes its
+// signature is good for and after the bridge restarts, starts nothing more;
+// the same words sent as a new command do.
+func TestSlashCommandReplayed(t *testing.T) {
+	f := newFixture(t, nil)
+	captured := f.app.CommandRequest("C1", "U1", "/corral", "delete the backups")
+	r, err := f.app.Post(captured)
+	mustOK(t, r, err)
+	if !strings.Contains(r.Body, "On it") {
+		t.Fatalf("first command answered %s", r.Body)
+	}
+	replay := func() {
+		t.Helper()
+		r, err := f.app.Post(captured)
+		mustOK(t, r, err)
+		if !strings.Contains(r.Body, "taken already") {
+			t.Errorf("replay answered %s", r.Body)
+		}
+		if n := len(f.requests(t)); n != 1 {
+			t.Errorf("%d requests after a replay, want 1", n)
+		}
+		if n := len(f.slack.Calls("chat.postMessage")); n != 1 {
+			t.Errorf("%d threads started after a replay, want 1", n)
+		}
+	}
+	replay()
+	f.stop()
+	f.start(t)
+	replay()
+
+	r, err = f.app.Command("C1", "U1", "/corral", "delete the backups")
+	mustOK(t, r, err)
+	if n := len(f.requests(t)); n != 2 {
+		t.Errorf("%d requests after a second command, want 2", n)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -126,13 +127,37 @@ func DirectMessage(channel, user, text, ts, threadTS string) map[string]any {
 // Command sends the slash command command with text, as user types it in
 // channel, to /slack/commands.
 func (a App) Command(channel, user, command, text string) (Response, error) {
+	return a.Post(a.CommandRequest(channel, user, command, text))
+}
+
+// Captured is a request as Slack signed it, which [App.Post] sends (again:
+// a replay, as someone who captured it could).
+type Captured struct {
+	Path, ContentType string
+	Body              []byte
+	// At is when Slack signed it.
+	At time.Time
+}
+
+// Post sends c, with its signature.
+func (a App) Post(c Captured) (Response, error) {
+	return a.Send(c.Path, c.ContentType, c.Body, c.At)
+}
+
+// triggers makes each slash command's trigger_id unique, as Slack's are.
+var triggers atomic.Int64
+
+// CommandRequest is the request Slack sends for the slash command command
+// with text, as user types it in channel, signed now.
+func (a App) CommandRequest(channel, user, command, text string) Captured {
 	form := url.Values{
 		"token": {"deprecated-verification-token"}, "team_id": {a.Team}, "team_domain": {"corral-test"},
 		"channel_id": {channel}, "channel_name": {"general"}, "user_id": {user}, "user_name": {user},
 		"command": {command}, "text": {text}, "api_app_id": {"A0CORRAL"},
-		"response_url": {"https://hooks.slack.invalid/commands/1"}, "trigger_id": {"13345224609.738474920.8088930838d88f008e0"},
+		"response_url": {"https://hooks.slack.invalid/commands/1"},
+		"trigger_id":   {fmt.Sprintf("13345224609.738474920.%d", triggers.Add(1))},
 	}
-	return a.Send("/slack/commands", "application/x-www-form-urlencoded", []byte(form.Encode()), time.Now())
+	return Captured{Path: "/slack/commands", ContentType: "application/x-www-form-urlencoded", Body: []byte(form.Encode()), At: time.Now()}
 }
 
 // Click sends a block_actions interaction: user clicks the button
