@@ -48,7 +48,11 @@ type fileEntry struct {
 
 // snapshots keeps what a node knows of its sessions' snapshots.
 type snapshots struct {
-	store jetstream.ObjectStore
+	js     jetstream.JetStream
+	store  jetstream.ObjectStore
+	stream jetstream.Stream // the store's, for what it does not offer
+	// grace is how long a blob no manifest names is kept: see the sweep.
+	grace time.Duration
 	mu    sync.Mutex
 	// seq is the sequence of the snapshot each local workspace matches,
 	// by [bus.SessionKey], as every per-session entry here is.
@@ -60,8 +64,11 @@ type snapshots struct {
 	// hashes caches each local file's hash by size and mtime, so that a
 	// snapshot hashes only what changed.
 	hashes *lru.Cache[string, cachedHash]
-	// stored are the blobs known to be in the store.
-	stored *lru.Cache[string, struct{}]
+	// stored are the blobs known to be in the store, with when they
+	// were last written (see [snapshots.ensure]).
+	stored *lru.Cache[string, time.Time]
+	// used is what each session's snapshots uploaded lately.
+	used *lru.Cache[string, usage]
 	// taken holds, for each session, the hash of the file list of the
 	// snapshot this node took last: a call that changed nothing takes
 	// none.
@@ -78,12 +85,25 @@ type cachedHash struct {
 	size  int64
 	mtime time.Time
 	hash  string
+	// named: the manifest of the file's session in the store names
+	// this hash for it, as this node wrote it.
+	named bool
 }
 
-// newSnapshots returns the snapshots kept in store; dir holds the notes of
-// snapshots that failed (see [snapshots.failed]), and workspaces the
+// newSnapshots returns the snapshots kept in js's object store
+// [bus.BucketWorkspaces]; dir holds the notes of workspaces ahead of
+// their snapshots (see [snapshots.failed]), and workspaces the
 // workspaces, <tenant>/<session>, for the notes of an older version.
-func newSnapshots(store jetstream.ObjectStore, dir, workspaces string) (*snapshots, error) {
+// Blobs no manifest names are kept for grace (see the sweep).
+func newSnapshots(ctx context.Context, js jetstream.JetStream, dir, workspaces string, grace time.Duration) (*snapshots, error) {
+	store, err := js.ObjectStore(ctx, bus.BucketWorkspaces)
+	if err != nil {
+		return nil, fmt.Errorf("open object store %s: %w", bus.BucketWorkspaces, err)
+	}
+	stream, err := js.Stream(ctx, "OBJ_"+bus.BucketWorkspaces)
+	if err != nil {
+		return nil, fmt.Errorf("open the stream of object store %s: %w", bus.BucketWorkspaces, err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -110,11 +130,15 @@ func newSnapshots(store jetstream.ObjectStore, dir, workspaces string) (*snapsho
 		}
 	}
 	return &snapshots{
+		js:     js,
 		store:  store,
+		stream: stream,
+		grace:  grace,
 		dir:    dir,
 		seq:    mustLRU[string, uint64](1 << 16),
 		hashes: mustLRU[string, cachedHash](1 << 17),
-		stored: mustLRU[string, struct{}](1 << 17),
+		stored: mustLRU[string, time.Time](1 << 17),
+		used:   mustLRU[string, usage](1 << 16),
 		taken:  mustLRU[string, [32]byte](1 << 16),
 		dirty:  dirty,
 	}, nil
@@ -167,29 +191,71 @@ func manifestName(tenant string, session uuid.UUID) string {
 	return "m." + tenant + "." + session.String()
 }
 
+// limits are what a session's snapshots hold it to; 0 is no limit.
+type limits struct {
+	bounds
+	// stored bounds the bytes of new files a session's snapshots upload
+	// within [usageWindow].
+	stored int64
+}
+
+// usageWindow is the span over which [limits.stored] counts a session's
+// uploads: what they uploaded longer ago is either named by its snapshot,
+// counted by the workspace's own bounds, or collected by the sweep.
+const usageWindow = time.Hour
+
+// usage is what a session's snapshots uploaded since a time.
+type usage struct {
+	since time.Time
+	bytes int64
+}
+
 // take captures the workspace dir of session into the store, and returns
-// the snapshot's sequence and the bytes its files hold. The caller holds
-// the session's lock.
-func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, dir string) (seq uint64, size int64, err error) {
+// the snapshot's sequence and the bytes its files hold. A workspace over
+// one of lim's bounds is not captured: the error, matching errBound, says
+// which and how to get under it. The caller holds the session's lock.
+func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, dir string, lim limits) (seq uint64, size int64, err error) {
+	start := time.Now()
 	var m manifest
-	err = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		info, err := e.Info()
-		if err != nil {
-			return err
-		}
-		f := fileEntry{Path: filepath.ToSlash(rel), Mode: info.Mode()}
+	var keys []string // the hash cache's keys of the files named
+	type upload struct {
+		rel  string
+		size int64
+	}
+	uploads := make(map[string]upload) // by hash
+	var order []string
+	sure := make(map[string]bool)
+	err = walk(dir, lim.bounds, func(r *os.Root, name, rel string, info fs.FileInfo) error {
+		f := fileEntry{Path: rel, Mode: info.Mode()}
 		switch {
 		case info.Mode().IsRegular():
 			size += info.Size()
-			if f.Hash, err = s.put(ctx, p, info); err != nil {
+			if lim.bytes > 0 && size > lim.bytes {
+				return tooManyBytes(lim.bytes)
+			}
+			key := dir + "/" + rel
+			c, err := s.hash(r, name, rel, key, info)
+			if err != nil {
 				return err
 			}
+			f.Hash = c.hash
+			keys = append(keys, key)
+			if _, ok := uploads[c.hash]; c.named || ok || sure[c.hash] {
+				break
+			}
+			up, err := s.ensure(ctx, c.hash)
+			if err != nil {
+				return err
+			}
+			if up {
+				uploads[c.hash] = upload{rel, info.Size()}
+				order = append(order, c.hash)
+			} else {
+				sure[c.hash] = true
+			}
 		case info.Mode()&fs.ModeSymlink != 0:
-			if f.Link, err = os.Readlink(p); err != nil {
+			var err error
+			if f.Link, err = r.Readlink(name); err != nil {
 				return err
 			}
 		case !info.IsDir():
@@ -198,6 +264,9 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 		m.Files = append(m.Files, f)
 		return nil
 	})
+	if errors.Is(err, errBound) {
+		return 0, size, err
+	}
 	if err != nil {
 		return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
 	}
@@ -210,6 +279,7 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	s.mu.Lock()
 	if last, ok := s.taken.Get(key); ok && last == sum {
 		if seq, _ := s.seq.Get(key); seq > 0 {
+			s.clean(tenant, session)
 			s.mu.Unlock()
 			return seq, size, nil // nothing changed since this node's last snapshot
 		}
@@ -217,6 +287,36 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	prev, _ := s.seq.Get(key)
 	m.Seq = prev + 1
 	s.mu.Unlock()
+
+	used, err := s.usage(ctx, tenant, session, start)
+	if err != nil {
+		return 0, size, err
+	}
+	var adding int64
+	for _, u := range uploads {
+		adding += u.size
+	}
+	if lim.stored > 0 && used.bytes+adding > lim.stored {
+		return 0, size, &boundError{fmt.Sprintf("this call left %d bytes of new or changed files, and this session's snapshots stored %d bytes since %s: over their limit of %d bytes an hour (CORRAL_SANDBOX_SNAPSHOT_BYTES), so the workspace was not snapshotted. Remove or shrink files you do not need, or change fewer before %s; the next call snapshots the workspace again",
+			adding, used.bytes, used.since.UTC().Format(time.TimeOnly), lim.stored, used.since.Add(usageWindow).UTC().Format(time.TimeOnly))}
+	}
+	if len(order) > 0 {
+		root, err := os.OpenRoot(dir)
+		if err != nil {
+			return 0, size, err
+		}
+		defer root.Close()
+		for _, hash := range order {
+			if err := s.upload(ctx, root, uploads[hash].rel, hash); err != nil {
+				return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
+			}
+		}
+	}
+	used.bytes += adding
+	if time.Since(start) >= s.grace/2 {
+		// The sweep may not have kept what the manifest would name.
+		return 0, size, fmt.Errorf("snapshot %s: took %v, over half the blob grace period (CORRAL_SANDBOX_BLOB_GRACE); the next call tries again", session, time.Since(start).Round(time.Second))
+	}
 	data, err := json.Marshal(&m)
 	if err != nil {
 		return 0, size, err
@@ -224,64 +324,110 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
 	_, err = s.store.Put(rctx, jetstream.ObjectMeta{
-		Name:     manifestName(tenant, session),
-		Metadata: map[string]string{"seq": strconv.FormatUint(m.Seq, 10)},
+		Name: manifestName(tenant, session),
+		Metadata: map[string]string{
+			"seq":          strconv.FormatUint(m.Seq, 10),
+			"stored_since": strconv.FormatInt(used.since.Unix(), 10),
+			"stored":       strconv.FormatInt(used.bytes, 10),
+		},
 	}, bytes.NewReader(data))
 	if err != nil {
 		return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
 	}
+	// The manifest in the store names these files now: until they
+	// change, the next snapshot need not make sure the store keeps them.
+	for _, k := range keys {
+		if c, ok := s.hashes.Get(k); ok && !c.named {
+			c.named = true
+			s.hashes.Add(k, c)
+		}
+	}
 	s.mu.Lock()
 	s.seq.Add(key, m.Seq)
 	s.taken.Add(key, sum)
+	s.used.Add(key, used)
 	s.clean(tenant, session)
 	s.mu.Unlock()
 	return m.Seq, size, nil
 }
 
-// put stores the content of file p, unless the store has it, and returns
-// its hash. A hash is only ever cached beside the file's size and mtime;
-// whether the store holds it is known apart, so that a file whose upload
-// failed is uploaded at the next snapshot.
-func (s *snapshots) put(ctx context.Context, p string, info fs.FileInfo) (string, error) {
-	c, ok := s.hashes.Get(p)
-	var f *os.File
-	if !ok || c.size != info.Size() || !c.mtime.Equal(info.ModTime()) {
-		var err error
-		if f, err = os.Open(p); err != nil {
-			return "", err
+// usage returns what the session's snapshots uploaded in the window that
+// holds now: as this node counted it, or as its last manifest says.
+func (s *snapshots) usage(ctx context.Context, tenant string, session uuid.UUID, now time.Time) (usage, error) {
+	key := bus.SessionKey(tenant, session)
+	u, ok := s.used.Get(key)
+	if !ok {
+		rctx, cancel := bus.Bound(ctx)
+		info, err := s.store.GetInfo(rctx, manifestName(tenant, session))
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrObjectNotFound):
+		case err != nil:
+			return usage{}, fmt.Errorf("look up the snapshot of %s: %w", session, err)
+		default:
+			since, _ := strconv.ParseInt(info.Metadata["stored_since"], 10, 64)
+			u.since = time.Unix(since, 0)
+			u.bytes, _ = strconv.ParseInt(info.Metadata["stored"], 10, 64)
 		}
-		defer f.Close()
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
-			return "", err
-		}
-		c = cachedHash{size: info.Size(), mtime: info.ModTime(), hash: hex.EncodeToString(h.Sum(nil))}
-		s.hashes.Add(p, c)
 	}
-	if s.stored.Contains(c.hash) {
-		return c.hash, nil
+	if now.Sub(u.since) >= usageWindow {
+		u = usage{since: now}
 	}
+	return u, nil
+}
+
+// hash returns the hash of file name in directory r (rel in the
+// workspace, key in the cache), hashing it only if its size or mtime
+// changed since it was last hashed. A sparse file is refused.
+func (s *snapshots) hash(r *os.Root, name, rel, key string, info fs.FileInfo) (cachedHash, error) {
+	if c, ok := s.hashes.Get(key); ok && c.size == info.Size() && c.mtime.Equal(info.ModTime()) {
+		return c, nil
+	}
+	f, err := r.Open(name)
+	if err != nil {
+		return cachedHash{}, err
+	}
+	defer f.Close()
+	n, err := holes(f, info.Size())
+	if err != nil {
+		return cachedHash{}, fmt.Errorf("%s: %w", rel, err)
+	}
+	if n > sparseSlack {
+		return cachedHash{}, sparseFile(rel, info.Size(), n)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil { // holes moved it
+		return cachedHash{}, fmt.Errorf("%s: %w", rel, err)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return cachedHash{}, fmt.Errorf("%s: %w", rel, err)
+	}
+	c := cachedHash{size: info.Size(), mtime: info.ModTime(), hash: hex.EncodeToString(h.Sum(nil))}
+	s.hashes.Add(key, c)
+	return c, nil
+}
+
+// upload stores file rel of the workspace root as blob b.<hash>. A file
+// that no longer has that hash (a process changed it meanwhile) is not
+// kept under it: the snapshot fails, and the next one hashes it again.
+func (s *snapshots) upload(ctx context.Context, root *os.Root, rel, hash string) error {
+	f, err := root.Open(filepath.FromSlash(rel))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
-	_, err := s.store.GetInfo(rctx, "b."+c.hash)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		if f == nil {
-			if f, err = os.Open(p); err != nil {
-				return "", err
-			}
-			defer f.Close()
-		} else if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return "", err
-		}
-		// A cached hash stands for the file while its size and mtime
-		// are the same, as everywhere here.
-		_, err = s.store.Put(rctx, jetstream.ObjectMeta{Name: "b." + c.hash}, f)
+	if _, err := s.store.Put(rctx, jetstream.ObjectMeta{Name: "b." + hash}, io.TeeReader(f, h)); err != nil {
+		return fmt.Errorf("store %s: %w", rel, err)
 	}
-	if err != nil {
-		return "", fmt.Errorf("store %s: %w", p, err)
+	if hex.EncodeToString(h.Sum(nil)) != hash {
+		_ = s.store.Delete(rctx, "b."+hash)
+		return fmt.Errorf("%s changed while it was snapshotted", rel)
 	}
-	s.stored.Add(c.hash, struct{}{})
-	return c.hash, nil
+	s.stored.Add(hash, time.Now())
+	return nil
 }
 
 // latest returns the sequence of the session's last snapshot; 0 if none.
@@ -315,8 +461,30 @@ func (s *snapshots) failed(tenant string, session uuid.UUID, rev uint64) {
 	key := bus.SessionKey(tenant, session)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.dirty[key] = rev
 	s.taken.Remove(key) // the next call snapshots again, changed or not
+	s.note(tenant, session, rev)
+}
+
+// ahead records, before a call that may change the workspace of session
+// runs here at placement revision rev, that the workspace may be ahead of
+// its last snapshot until the call's snapshot is taken: a node killed
+// mid-call and restarted over its data keeps that workspace, with what the
+// call did to it, rather than restore the older snapshot over it. Noted as
+// [snapshots.failed] notes, and cleared the same way.
+func (s *snapshots) ahead(tenant string, session uuid.UUID, rev uint64) {
+	key := bus.SessionKey(tenant, session)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if have, ok := s.dirty[key]; ok && have == rev {
+		return // noted already
+	}
+	s.note(tenant, session, rev)
+}
+
+// note notes on disk and here that the workspace of session is ahead of
+// its last snapshot at placement revision rev. The caller holds s.mu.
+func (s *snapshots) note(tenant string, session uuid.UUID, rev uint64) {
+	s.dirty[bus.SessionKey(tenant, session)] = rev
 	p := s.failedFile(tenant, session)
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err == nil {
 		_ = os.WriteFile(p, []byte(strconv.FormatUint(rev, 10)), 0o644)
@@ -486,6 +654,7 @@ func (s *snapshots) forget(key string) {
 	defer s.mu.Unlock()
 	s.seq.Remove(key)
 	s.taken.Remove(key)
+	s.used.Remove(key)
 }
 
 // gone forgets a session whose workspace here was removed, and the note of
