@@ -79,6 +79,9 @@ type snapshots struct {
 	// <dir>/<tenant>/<session>, read back at start.
 	dirty map[string]uint64
 	dir   string
+	// beforeManifest, when set (in tests), runs just before a snapshot's
+	// manifest is written.
+	beforeManifest func()
 }
 
 type cachedHash struct {
@@ -320,6 +323,9 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	data, err := json.Marshal(&m)
 	if err != nil {
 		return 0, size, err
+	}
+	if s.beforeManifest != nil {
+		s.beforeManifest()
 	}
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
