@@ -154,7 +154,7 @@ func TestDeepWorkspace(t *testing.T) {
 	// 11 times 100 levels of "dddd/": 5500 bytes of path.
 	deep := strings.Repeat("dddd/", 100)
 	loop := `for i in $(seq 11); do mkdir -p ` + deep + ` && cd ` + deep + ` || exit 1; done; `
-	if r := bash(loop+"echo deep > f"); r.IsError {
+	if r := bash(loop + "echo deep > f"); r.IsError {
 		t.Fatalf("deep call: %s", r.Output)
 	}
 	if r := bash("echo top > top"); r.IsError {
@@ -175,7 +175,7 @@ func TestDeepWorkspace(t *testing.T) {
 		t.Errorf("restored deep file = %q, %v", data, err)
 	}
 	// Bytes deep down count against the workspace's limit.
-	r := bash(`for i in $(seq 11); do cd `+deep+` || exit 1; done; head -c 8192 /dev/zero | tr '\0' x > big`)
+	r := bash(`for i in $(seq 11); do cd ` + deep + ` || exit 1; done; head -c 8192 /dev/zero | tr '\0' x > big`)
 	if !r.IsError || !strings.Contains(r.Output, "over its limit (CORRAL_SANDBOX_WORKSPACE_BYTES)") {
 		t.Errorf("a deep file over the workspace's limit: %+v", r)
 	}
