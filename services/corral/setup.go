@@ -30,7 +30,7 @@ with another number to change it. Without it (and without
 CORRAL_NATS_REPLICAS), new ones get one copy and existing ones keep theirs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := bus.ReplicasFromEnv(e.getenv)
+			opts, err := bus.SetupFromEnv(e.getenv)
 			if err != nil {
 				return err
 			}
@@ -39,7 +39,7 @@ CORRAL_NATS_REPLICAS), new ones get one copy and existing ones keep theirs.`,
 				if replicas < 1 || replicas > bus.MaxReplicas {
 					return fmt.Errorf("--replicas %d: want 1 to %d", replicas, bus.MaxReplicas)
 				}
-				n, opts = replicas, []bus.SetupOption{bus.Replicas(replicas)}
+				n, opts = replicas, append(opts, bus.Replicas(replicas)) // the flag overrides the environment
 			}
 			nc, js, err := e.connect(url)
 			if err != nil {

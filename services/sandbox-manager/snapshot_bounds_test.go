@@ -125,6 +125,24 @@ func TestSnapshotBounds(t *testing.T) {
 	}
 }
 
+// A snapshot the full store refuses fails the call, saying so.
+func TestSnapshotStoreFull(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	if err := bus.Setup(context.Background(), js, bus.StoreBytes(bus.BucketWorkspaces, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	svc := newNode(t, js, nil)
+	t.Cleanup(svc.driver.Close)
+	session := uuid.Must(uuid.NewV7())
+	r := runCall(t, js, svc, session, "head -c 2097152 /dev/urandom > a")
+	if !r.IsError || !strings.Contains(r.Output, "the store of snapshots is full") {
+		t.Errorf("a snapshot over the store's bound: %+v", r)
+	}
+	if r := runCall(t, js, svc, session, "rm a"); r.IsError {
+		t.Errorf("after rm: %s; want the workspace snapshotted", r.Output)
+	}
+}
+
 // A tree deeper than PATH_MAX, made in the sandbox by a loop of mkdir
 // and cd, is counted against the workspace's limit and snapshotted, and
 // another node restores it; later calls are snapshotted too.

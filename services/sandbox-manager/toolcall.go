@@ -252,7 +252,18 @@ func (s *Service) snapshot(ctx context.Context, c *event.ToolCall, at placed) st
 		return err.Error() + ". Until then the workspace is not snapshotted: it is kept on this node only."
 	}
 	s.log.WarnContext(ctx, "snapshot", "session", c.Session, "err", err)
+	if storeFull(err) {
+		return "the workspace could not be snapshotted: the store of snapshots is full (its bound is CORRAL_NATS_WORKSPACES_BYTES; files no snapshot names are collected after CORRAL_SANDBOX_BLOB_GRACE). It is whole on this node and the next call snapshots it again; keeping the workspace small helps."
+	}
 	return "the workspace could not be snapshotted (" + err.Error() + "). It is whole on this node and the next call snapshots it again; if this node is lost first, the session goes on from the last snapshot."
+}
+
+// storeFull reports whether err is the object store's refusal of more
+// bytes than its bound (JetStream's store failed, or insufficient
+// resources).
+func storeFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == 10077 || apiErr.ErrorCode == 10047)
 }
 
 // syncWorkspace brings the session's workspace here up to its last
