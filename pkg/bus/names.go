@@ -377,13 +377,17 @@ var objectStores = []jetstream.ObjectStoreConfig{
 		Bucket:      BucketSkills,
 		Description: "each tenant's skills, as the harness and the sandboxes see them",
 		Storage:     jetstream.FileStorage,
+		MaxBytes:    1 << 30, // CORRAL_NATS_SKILLS_BYTES
 	},
 	{
 		// Snapshots of the sandboxes' workspaces: each file's content once,
 		// b.<sha256>, and each session's manifest, m.<tenant>.<session>.
+		// Full, it refuses new snapshots (each call says so) until the
+		// sandbox-managers' sweep collects files no manifest names.
 		Bucket:      BucketWorkspaces,
 		Description: "workspace snapshots: content-addressed files and each session's manifest",
 		Storage:     jetstream.FileStorage,
+		MaxBytes:    10 << 30, // CORRAL_NATS_WORKSPACES_BYTES
 	},
 }
 

@@ -161,10 +161,10 @@ func InboxPrefix(user string) string {
 // Join connects the named service to the platform at url (or at any of a
 // cluster's servers: a comma-separated list), signed in as [UserFromEnv]
 // says, and sets up the streams and buckets (see [Setup]) with the
-// replicas of CORRAL_NATS_REPLICAS (see [ReplicasFromEnv]). The caller
+// options the environment sets (see [SetupFromEnv]). The caller
 // drains the connection when done.
 func Join(ctx context.Context, url, name string, getenv func(string) string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
-	setup, err := ReplicasFromEnv(getenv)
+	setup, err := SetupFromEnv(getenv)
 	if err != nil {
 		return nil, nil, err
 	}

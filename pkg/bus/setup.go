@@ -20,6 +20,58 @@ type SetupOption func(*setupOptions)
 
 type setupOptions struct {
 	replicas int // 0: new ones get one, existing ones keep theirs
+	// storeBytes are the bounds asked for of object stores, by bucket.
+	storeBytes map[string]int64
+}
+
+// StoreBytes makes [Setup] bound object store bucket to n bytes, and
+// change an existing one bounded otherwise. Without it, a new store gets
+// Corral's default bound and an existing one keeps its own (one with none,
+// made by an older version, gets the default).
+func StoreBytes(bucket string, n int64) SetupOption {
+	return func(o *setupOptions) {
+		if o.storeBytes == nil {
+			o.storeBytes = make(map[string]int64)
+		}
+		o.storeBytes[bucket] = n
+	}
+}
+
+// storeBytesEnv names the setting of each object store's bound.
+var storeBytesEnv = map[string]string{
+	BucketWorkspaces: "CORRAL_NATS_WORKSPACES_BYTES",
+	BucketSkills:     "CORRAL_NATS_SKILLS_BYTES",
+}
+
+// SetupFromEnv returns the options of [Setup] the environment asks for:
+// [ReplicasFromEnv], and a [StoreBytes] for each object store whose bound
+// is set (CORRAL_NATS_WORKSPACES_BYTES, CORRAL_NATS_SKILLS_BYTES).
+func SetupFromEnv(getenv func(string) string) ([]SetupOption, error) {
+	opts, err := ReplicasFromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	bytes, err := StoreBytesFromEnv(getenv)
+	return append(opts, bytes...), err
+}
+
+// StoreBytesFromEnv returns a [StoreBytes] for each object store whose
+// bound the environment sets.
+func StoreBytesFromEnv(getenv func(string) string) ([]SetupOption, error) {
+	var opts []SetupOption
+	for _, cfg := range objectStores {
+		name := storeBytesEnv[cfg.Bucket]
+		s := getenv(name)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s=%q: want a positive number of bytes", name, s)
+		}
+		opts = append(opts, StoreBytes(cfg.Bucket, n))
+	}
+	return opts, nil
 }
 
 // Replicas makes [Setup] create every stream, KV bucket and object store
@@ -165,15 +217,35 @@ func setup(ctx context.Context, js jetstream.JetStream, opts ...SetupOption) err
 	}
 	for _, cfg := range objectStores {
 		cfg.Replicas = o.replicas
+		asked, bounded := o.storeBytes[cfg.Bucket]
+		if bounded {
+			cfg.MaxBytes = asked
+		}
 		obs, err := js.ObjectStore(ctx, cfg.Bucket)
 		switch {
 		case errors.Is(err, jetstream.ErrBucketNotFound):
 			_, err = js.CreateObjectStore(ctx, cfg)
-		case err == nil && o.replicas != 0:
+		case err == nil:
 			var st jetstream.ObjectStoreStatus
-			if st, err = obs.Status(ctx); err == nil && replicasDiffer(st.Replicas()) {
-				_, err = js.UpdateObjectStore(ctx, cfg)
+			if st, err = obs.Status(ctx); err != nil {
+				break
 			}
+			have := int64(-1)
+			if bs, ok := st.(*jetstream.ObjectBucketStatus); ok {
+				have = bs.StreamInfo().Config.MaxBytes
+			}
+			// A bound asked for, or the default where there is none.
+			rebound := bounded && have != asked || !bounded && have <= 0
+			if !rebound && !replicasDiffer(st.Replicas()) {
+				break
+			}
+			if o.replicas == 0 {
+				cfg.Replicas = st.Replicas()
+			}
+			if !bounded && !rebound {
+				cfg.MaxBytes = have
+			}
+			_, err = js.UpdateObjectStore(ctx, cfg)
 		}
 		if err != nil {
 			return setupError("object store "+cfg.Bucket, err)

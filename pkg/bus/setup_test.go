@@ -101,3 +101,53 @@ func TestSetupReplicasInvalid(t *testing.T) {
 		t.Errorf("CORRAL_NATS_REPLICAS unset: %v, %v; want no option", opts, err)
 	}
 }
+
+// The object stores are bounded: by default when made (or when one an
+// older version made has no bound), by the bound asked for when one is;
+// a Setup asking for none leaves an administrator's bound alone.
+func TestSetupStoreBytes(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	maxBytes := func() int64 {
+		t.Helper()
+		s, err := js.Stream(ctx, "OBJ_"+bus.BucketWorkspaces)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config.MaxBytes
+	}
+	if got := maxBytes(); got != 10<<30 {
+		t.Errorf("made with a bound of %d, want the default 10 GiB", got)
+	}
+	opts, err := bus.SetupFromEnv(func(k string) string {
+		return map[string]string{"CORRAL_NATS_WORKSPACES_BYTES": "1073741824"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Setup(ctx, js, opts...); err != nil {
+		t.Fatal(err)
+	}
+	if got := maxBytes(); got != 1<<30 {
+		t.Errorf("bounded to %d after asking for 1 GiB", got)
+	}
+	if err := bus.Setup(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	if got := maxBytes(); got != 1<<30 {
+		t.Errorf("bounded to %d after a Setup asking for nothing, want the 1 GiB kept", got)
+	}
+	// As an older version made it: no bound.
+	if _, err := js.UpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bus.BucketWorkspaces, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Setup(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	if got := maxBytes(); got != 10<<30 {
+		t.Errorf("an unbounded store is bounded to %d after Setup, want the default", got)
+	}
+	if _, err := bus.SetupFromEnv(func(k string) string { return map[string]string{"CORRAL_NATS_SKILLS_BYTES": "lots"}[k] }); err == nil {
+		t.Error("CORRAL_NATS_SKILLS_BYTES=lots accepted")
+	}
+}

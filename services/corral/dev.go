@@ -210,7 +210,11 @@ Stop that server, or run Corral on another port and point the clients at it:
 		return err
 	}
 	defer drain(adm)
-	if err := bus.Setup(ctx, ajsAdmin); err != nil {
+	bounds, err := bus.StoreBytesFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	if err := bus.Setup(ctx, ajsAdmin, bounds...); err != nil {
 		return err
 	}
 	// The Slack bridge runs when a Slack app is configured, signed in

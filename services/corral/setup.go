@@ -27,10 +27,12 @@ user may; under deploy/nats.conf they may not, and an administrator
 On a NATS cluster, --replicas 3 keeps three copies of each, on three
 servers, so that the platform rides through the loss of one; run it again
 with another number to change it. Without it (and without
-CORRAL_NATS_REPLICAS), new ones get one copy and existing ones keep theirs.`,
+CORRAL_NATS_REPLICAS), new ones get one copy and existing ones keep theirs.
+CORRAL_NATS_WORKSPACES_BYTES (default 10 GiB) and CORRAL_NATS_SKILLS_BYTES
+(1 GiB) bound the object stores of workspace snapshots and skills.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := bus.ReplicasFromEnv(e.getenv)
+			opts, err := bus.SetupFromEnv(e.getenv)
 			if err != nil {
 				return err
 			}
@@ -39,7 +41,7 @@ CORRAL_NATS_REPLICAS), new ones get one copy and existing ones keep theirs.`,
 				if replicas < 1 || replicas > bus.MaxReplicas {
 					return fmt.Errorf("--replicas %d: want 1 to %d", replicas, bus.MaxReplicas)
 				}
-				n, opts = replicas, []bus.SetupOption{bus.Replicas(replicas)}
+				n, opts = replicas, append(opts, bus.Replicas(replicas)) // the flag overrides the environment
 			}
 			nc, js, err := e.connect(url)
 			if err != nil {

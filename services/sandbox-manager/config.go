@@ -81,6 +81,21 @@ type Config struct {
 	// (CORRAL_SANDBOX_WORKSPACE_BYTES, default 10 GiB): a call that leaves
 	// it over the limit fails, saying so.
 	WorkspaceBytes int64
+	// WorkspaceFiles bounds the files, directories and links a session's
+	// workspace may hold (CORRAL_SANDBOX_WORKSPACE_FILES, default
+	// 50,000): a call that leaves more fails, saying so, and is not
+	// snapshotted. It bounds the walk after each call and the manifest
+	// (about 100 bytes an entry).
+	WorkspaceFiles int
+	// SnapshotBytes bounds the bytes of new or changed files a session's
+	// snapshots may upload within an hour (CORRAL_SANDBOX_SNAPSHOT_BYTES,
+	// default 20 GiB): a call past it fails, saying so, and is not
+	// snapshotted until the session's uploads fit again.
+	SnapshotBytes int64
+	// BlobGrace is how long a stored file no snapshot names is kept
+	// before the sweep collects it (CORRAL_SANDBOX_BLOB_GRACE, default
+	// 1h): a snapshot must be written within half of it.
+	BlobGrace time.Duration
 	// Snapshots keeps each workspace in the object store after every call
 	// that may change it, so that any node can take a session over
 	// (CORRAL_SANDBOX_SNAPSHOTS=off turns them off).
@@ -116,6 +131,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		ReapInterval:   10 * time.Minute,
 		PoolSize:       2,
 		WorkspaceTTL:   7 * 24 * time.Hour,
+		WorkspaceFiles: 50_000,
+		SnapshotBytes:  20 << 30,
+		BlobGrace:      time.Hour,
 	}
 	host, _ := os.Hostname()
 	cfg.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -155,6 +173,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		{"CORRAL_SANDBOX_STOP_TIMEOUT", &cfg.StopTimeout},
 		{"CORRAL_SANDBOX_REAP_INTERVAL", &cfg.ReapInterval},
 		{"CORRAL_SANDBOX_WORKSPACE_TTL", &cfg.WorkspaceTTL},
+		{"CORRAL_SANDBOX_BLOB_GRACE", &cfg.BlobGrace},
 	} {
 		if s := getenv(v.name); s != "" {
 			d, err := time.ParseDuration(s)
@@ -180,6 +199,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		{"CORRAL_SANDBOX_FILE_BYTES", &cfg.FileBytes},
 		{"CORRAL_SANDBOX_NODE_MEMORY_BYTES", &cfg.NodeMemoryBytes},
 		{"CORRAL_SANDBOX_WORKSPACE_BYTES", &cfg.WorkspaceBytes},
+		{"CORRAL_SANDBOX_SNAPSHOT_BYTES", &cfg.SnapshotBytes},
 	} {
 		if s := getenv(v.name); s != "" {
 			n, err := strconv.ParseInt(s, 10, 64)
@@ -219,6 +239,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		{"CORRAL_SANDBOX_CPU_SECONDS", &cfg.CPUSeconds},
 		{"CORRAL_SANDBOX_OPEN_FILES", &cfg.OpenFiles},
 		{"CORRAL_SANDBOX_MAX_SUSPENDED", &cfg.MaxSuspended},
+		{"CORRAL_SANDBOX_WORKSPACE_FILES", &cfg.WorkspaceFiles},
 	} {
 		if s := getenv(v.name); s != "" {
 			n, err := strconv.Atoi(s)

@@ -22,7 +22,8 @@ import (
 //   - is placed on another node, which holds the current copy;
 //   - had no call here for [Config.WorkspaceTTL] while snapshots are on:
 //     its next call, wherever it lands, restores it from its snapshot.
-// A workspace with a sandbox or a call is left alone.
+// A workspace with a sandbox or a call is left alone. Each run then sweeps
+// the snapshots' stored files that no manifest names (see sweep.go).
 
 // reap runs the reaper until ctx is done.
 func (s *Service) reap(ctx context.Context) {
@@ -30,6 +31,15 @@ func (s *Service) reap(ctx context.Context) {
 		n := s.reapOnce(ctx)
 		if n > 0 {
 			s.log.InfoContext(ctx, "workspaces reaped", "count", n)
+		}
+		if s.snaps != nil {
+			n, err := s.snaps.sweep(ctx)
+			if err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "sweep snapshots", "err", err)
+			}
+			if n > 0 {
+				s.log.InfoContext(ctx, "stored files no snapshot names collected", "count", n)
+			}
 		}
 		select {
 		case <-ctx.Done():

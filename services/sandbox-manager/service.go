@@ -89,11 +89,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	}
 	s.driver = d
 	if cfg.Snapshots {
-		store, err := js.ObjectStore(ctx, bus.BucketWorkspaces)
-		if err != nil {
-			return nil, fmt.Errorf("open object store %s: %w", bus.BucketWorkspaces, err)
-		}
-		if s.snaps, err = newSnapshots(store, filepath.Join(cfg.DataDir, "unsnapshotted"), filepath.Join(cfg.DataDir, "workspaces")); err != nil {
+		if s.snaps, err = newSnapshots(ctx, js, filepath.Join(cfg.DataDir, "unsnapshotted"), filepath.Join(cfg.DataDir, "workspaces"), cfg.BlobGrace); err != nil {
 			return nil, fmt.Errorf("snapshots: %w", err)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,7 +47,11 @@ type fileEntry struct {
 
 // snapshots keeps what a node knows of its sessions' snapshots.
 type snapshots struct {
-	store jetstream.ObjectStore
+	js     jetstream.JetStream
+	store  jetstream.ObjectStore
+	stream jetstream.Stream // the store's, for what it does not offer
+	// grace is how long a blob no manifest names is kept: see the sweep.
+	grace time.Duration
 	mu    sync.Mutex
 	// seq is the sequence of the snapshot each local workspace matches,
 	// by [bus.SessionKey], as every per-session entry here is.
@@ -60,8 +63,11 @@ type snapshots struct {
 	// hashes caches each local file's hash by size and mtime, so that a
 	// snapshot hashes only what changed.
 	hashes *lru.Cache[string, cachedHash]
-	// stored are the blobs known to be in the store.
-	stored *lru.Cache[string, struct{}]
+	// stored are the blobs known to be in the store, with when they
+	// were last written (see [snapshots.ensure]).
+	stored *lru.Cache[string, time.Time]
+	// used is what each session's snapshots uploaded lately.
+	used *lru.Cache[string, usage]
 	// taken holds, for each session, the hash of the file list of the
 	// snapshot this node took last: a call that changed nothing takes
 	// none.
@@ -72,18 +78,34 @@ type snapshots struct {
 	// <dir>/<tenant>/<session>, read back at start.
 	dirty map[string]uint64
 	dir   string
+	// beforeManifest, when set (in tests), runs just before a snapshot's
+	// manifest is written.
+	beforeManifest func()
 }
 
 type cachedHash struct {
 	size  int64
 	mtime time.Time
 	hash  string
+	// named: the manifest of the file's session in the store names
+	// this hash for it, as this node wrote it.
+	named bool
 }
 
-// newSnapshots returns the snapshots kept in store; dir holds the notes of
-// snapshots that failed (see [snapshots.failed]), and workspaces the
+// newSnapshots returns the snapshots kept in js's object store
+// [bus.BucketWorkspaces]; dir holds the notes of workspaces ahead of
+// their snapshots (see [snapshots.failed]), and workspaces the
 // workspaces, <tenant>/<session>, for the notes of an older version.
-func newSnapshots(store jetstream.ObjectStore, dir, workspaces string) (*snapshots, error) {
+// Blobs no manifest names are kept for grace (see the sweep).
+func newSnapshots(ctx context.Context, js jetstream.JetStream, dir, workspaces string, grace time.Duration) (*snapshots, error) {
+	store, err := js.ObjectStore(ctx, bus.BucketWorkspaces)
+	if err != nil {
+		return nil, fmt.Errorf("open object store %s: %w", bus.BucketWorkspaces, err)
+	}
+	stream, err := js.Stream(ctx, "OBJ_"+bus.BucketWorkspaces)
+	if err != nil {
+		return nil, fmt.Errorf("open the stream of object store %s: %w", bus.BucketWorkspaces, err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -110,11 +132,15 @@ func newSnapshots(store jetstream.ObjectStore, dir, workspaces string) (*snapsho
 		}
 	}
 	return &snapshots{
+		js:     js,
 		store:  store,
+		stream: stream,
+		grace:  grace,
 		dir:    dir,
 		seq:    mustLRU[string, uint64](1 << 16),
 		hashes: mustLRU[string, cachedHash](1 << 17),
-		stored: mustLRU[string, struct{}](1 << 17),
+		stored: mustLRU[string, time.Time](1 << 17),
+		used:   mustLRU[string, usage](1 << 16),
 		taken:  mustLRU[string, [32]byte](1 << 16),
 		dirty:  dirty,
 	}, nil
@@ -167,123 +193,6 @@ func manifestName(tenant string, session uuid.UUID) string {
 	return "m." + tenant + "." + session.String()
 }
 
-// take captures the workspace dir of session into the store, and returns
-// the snapshot's sequence and the bytes its files hold. The caller holds
-// the session's lock.
-func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, dir string) (seq uint64, size int64, err error) {
-	var m manifest
-	err = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		info, err := e.Info()
-		if err != nil {
-			return err
-		}
-		f := fileEntry{Path: filepath.ToSlash(rel), Mode: info.Mode()}
-		switch {
-		case info.Mode().IsRegular():
-			size += info.Size()
-			if f.Hash, err = s.put(ctx, p, info); err != nil {
-				return err
-			}
-		case info.Mode()&fs.ModeSymlink != 0:
-			if f.Link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		case !info.IsDir():
-			return nil // sockets, fifos: not kept
-		}
-		m.Files = append(m.Files, f)
-		return nil
-	})
-	if err != nil {
-		return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
-	}
-	files, err := json.Marshal(m.Files)
-	if err != nil {
-		return 0, size, err
-	}
-	sum := sha256.Sum256(files)
-	key := bus.SessionKey(tenant, session)
-	s.mu.Lock()
-	if last, ok := s.taken.Get(key); ok && last == sum {
-		if seq, _ := s.seq.Get(key); seq > 0 {
-			s.mu.Unlock()
-			return seq, size, nil // nothing changed since this node's last snapshot
-		}
-	}
-	prev, _ := s.seq.Get(key)
-	m.Seq = prev + 1
-	s.mu.Unlock()
-	data, err := json.Marshal(&m)
-	if err != nil {
-		return 0, size, err
-	}
-	rctx, cancel := bus.Bound(ctx)
-	defer cancel()
-	_, err = s.store.Put(rctx, jetstream.ObjectMeta{
-		Name:     manifestName(tenant, session),
-		Metadata: map[string]string{"seq": strconv.FormatUint(m.Seq, 10)},
-	}, bytes.NewReader(data))
-	if err != nil {
-		return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
-	}
-	s.mu.Lock()
-	s.seq.Add(key, m.Seq)
-	s.taken.Add(key, sum)
-	s.clean(tenant, session)
-	s.mu.Unlock()
-	return m.Seq, size, nil
-}
-
-// put stores the content of file p, unless the store has it, and returns
-// its hash. A hash is only ever cached beside the file's size and mtime;
-// whether the store holds it is known apart, so that a file whose upload
-// failed is uploaded at the next snapshot.
-func (s *snapshots) put(ctx context.Context, p string, info fs.FileInfo) (string, error) {
-	c, ok := s.hashes.Get(p)
-	var f *os.File
-	if !ok || c.size != info.Size() || !c.mtime.Equal(info.ModTime()) {
-		var err error
-		if f, err = os.Open(p); err != nil {
-			return "", err
-		}
-		defer f.Close()
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
-			return "", err
-		}
-		c = cachedHash{size: info.Size(), mtime: info.ModTime(), hash: hex.EncodeToString(h.Sum(nil))}
-		s.hashes.Add(p, c)
-	}
-	if s.stored.Contains(c.hash) {
-		return c.hash, nil
-	}
-	rctx, cancel := bus.Bound(ctx)
-	defer cancel()
-	_, err := s.store.GetInfo(rctx, "b."+c.hash)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		if f == nil {
-			if f, err = os.Open(p); err != nil {
-				return "", err
-			}
-			defer f.Close()
-		} else if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return "", err
-		}
-		// A cached hash stands for the file while its size and mtime
-		// are the same, as everywhere here.
-		_, err = s.store.Put(rctx, jetstream.ObjectMeta{Name: "b." + c.hash}, f)
-	}
-	if err != nil {
-		return "", fmt.Errorf("store %s: %w", p, err)
-	}
-	s.stored.Add(c.hash, struct{}{})
-	return c.hash, nil
-}
-
 // latest returns the sequence of the session's last snapshot; 0 if none.
 func (s *snapshots) latest(ctx context.Context, tenant string, session uuid.UUID) (uint64, error) {
 	rctx, cancel := bus.Bound(ctx)
@@ -315,8 +224,30 @@ func (s *snapshots) failed(tenant string, session uuid.UUID, rev uint64) {
 	key := bus.SessionKey(tenant, session)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.dirty[key] = rev
 	s.taken.Remove(key) // the next call snapshots again, changed or not
+	s.note(tenant, session, rev)
+}
+
+// ahead records, before a call that may change the workspace of session
+// runs here at placement revision rev, that the workspace may be ahead of
+// its last snapshot until the call's snapshot is taken: a node killed
+// mid-call and restarted over its data keeps that workspace, with what the
+// call did to it, rather than restore the older snapshot over it. Noted as
+// [snapshots.failed] notes, and cleared the same way.
+func (s *snapshots) ahead(tenant string, session uuid.UUID, rev uint64) {
+	key := bus.SessionKey(tenant, session)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if have, ok := s.dirty[key]; ok && have == rev {
+		return // noted already
+	}
+	s.note(tenant, session, rev)
+}
+
+// note notes on disk and here that the workspace of session is ahead of
+// its last snapshot at placement revision rev. The caller holds s.mu.
+func (s *snapshots) note(tenant string, session uuid.UUID, rev uint64) {
+	s.dirty[bus.SessionKey(tenant, session)] = rev
 	p := s.failedFile(tenant, session)
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err == nil {
 		_ = os.WriteFile(p, []byte(strconv.FormatUint(rev, 10)), 0o644)
@@ -486,6 +417,7 @@ func (s *snapshots) forget(key string) {
 	defer s.mu.Unlock()
 	s.seq.Remove(key)
 	s.taken.Remove(key)
+	s.used.Remove(key)
 }
 
 // gone forgets a session whose workspace here was removed, and the note of

@@ -38,11 +38,7 @@ func workspaceOf(tb testing.TB, total, size int) string {
 func newTestSnapshots(tb testing.TB) *snapshots {
 	tb.Helper()
 	_, _, js := natstest.Run(tb)
-	store, err := js.ObjectStore(context.Background(), bus.BucketWorkspaces)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	snaps, err := newSnapshots(store, tb.TempDir(), tb.TempDir())
+	snaps, err := newSnapshots(context.Background(), js, tb.TempDir(), tb.TempDir(), time.Hour)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -57,7 +53,7 @@ func BenchmarkSnapshotCallChanges(b *testing.B) {
 	dir := workspaceOf(b, 1<<20, 10<<10)
 	session := uuid.New()
 	ctx := context.Background()
-	if _, _, err := s.take(ctx, "bench", session, dir); err != nil {
+	if _, _, err := s.take(ctx, "bench", session, dir, limits{}); err != nil {
 		b.Fatal(err)
 	}
 	buf := make([]byte, 10<<10)
@@ -70,7 +66,7 @@ func BenchmarkSnapshotCallChanges(b *testing.B) {
 		}
 		b.StartTimer()
 		start := time.Now()
-		if _, _, err := s.take(ctx, "bench", session, dir); err != nil {
+		if _, _, err := s.take(ctx, "bench", session, dir, limits{}); err != nil {
 			b.Fatal(err)
 		}
 		ds = append(ds, time.Since(start))
@@ -86,7 +82,7 @@ func benchFull(b *testing.B, total int, restore bool) {
 	ctx := context.Background()
 	session := uuid.New()
 	if restore {
-		if _, _, err := s.take(ctx, "bench", session, dir); err != nil {
+		if _, _, err := s.take(ctx, "bench", session, dir, limits{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -104,7 +100,7 @@ func benchFull(b *testing.B, total int, restore bool) {
 		b.StopTimer()
 		s = newTestSnapshots(b)
 		b.StartTimer()
-		if _, _, err := s.take(ctx, "bench", uuid.New(), dir); err != nil {
+		if _, _, err := s.take(ctx, "bench", uuid.New(), dir, limits{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -127,11 +123,11 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	os.Mkdir(filepath.Join(dir, "empty"), 0o700)
 	ctx := context.Background()
 	session := uuid.New()
-	seq, _, err := s.take(ctx, "acme", session, dir)
+	seq, _, err := s.take(ctx, "acme", session, dir, limits{})
 	if err != nil || seq != 1 {
 		t.Fatalf("take: %d, %v", seq, err)
 	}
-	other, err := newSnapshots(s.store, t.TempDir(), t.TempDir()) // another node
+	other, err := newSnapshots(ctx, s.js, t.TempDir(), t.TempDir(), time.Hour) // another node
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +198,7 @@ func TestSnapshotUploadsWhatAFailedUploadLeftOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	session := uuid.New()
-	if _, _, err := s.take(ctx, "acme", session, dir); err != nil {
+	if _, _, err := s.take(ctx, "acme", session, dir, limits{}); err != nil {
 		t.Fatal(err)
 	}
 	// As after an upload that failed (the server died under it): the hash
@@ -213,13 +209,16 @@ func TestSnapshotUploadsWhatAFailedUploadLeftOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.stored.Remove(hash)
+	c, _ := s.hashes.Get(dir + "/f")
+	c.named = false // no manifest in the store names it
+	s.hashes.Add(dir+"/f", c)
 	s.failed("acme", session, 1)
 
-	if _, _, err := s.take(ctx, "acme", session, dir); err != nil {
+	if _, _, err := s.take(ctx, "acme", session, dir, limits{}); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "w")
-	again, err := newSnapshots(s.store, t.TempDir(), t.TempDir())
+	again, err := newSnapshots(ctx, s.js, t.TempDir(), t.TempDir(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

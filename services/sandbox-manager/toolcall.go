@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,6 +21,18 @@ import (
 // sandbox-manager stopped: it is not run again behind the model's back.
 const interrupted = "The call was interrupted: the sandbox-manager running it stopped before it finished. " +
 	"It may have run partly, fully or not at all, and /workspace is as it left it; check its state before running it again."
+
+// interruptedRestored is [interrupted] when the workspace was restored
+// from a snapshot before the result (the note before it says so): what the
+// call changed there is gone.
+const interruptedRestored = "The call was interrupted: the sandbox-manager running it stopped before it finished. " +
+	"It may have run partly, fully or not at all; whatever it changed in /workspace is gone, as the note above says. Check the state of /workspace before running it again."
+
+// mayChange reports whether a call may change the workspace's files: it
+// is snapshotted after it.
+func mayChange(name string) bool {
+	return !repeatable(name) || name == tool.Write
+}
 
 // repeatable reports whether running a call twice has the effect of running
 // it once, so an interrupted one may simply be run again.
@@ -110,6 +120,9 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 				return err
 			}
 			res.Output, res.IsError = interrupted, true
+			if moved != "" {
+				res.Output = interruptedRestored
+			}
 			return s.record(ctx, c, &res, moved)
 		}
 	}
@@ -124,6 +137,11 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		return s.record(ctx, c, &res, moved)
 	}
 	defer done()
+	if mayChange(c.Name) && s.snaps != nil {
+		// Until its snapshot is taken, the workspace here may be ahead
+		// of the last one: a restart over it keeps it.
+		s.snaps.ahead(c.Tenant, c.Session, at.rev)
+	}
 	start := time.Now()
 	r, err := s.driver.Run(callCtx, c.Tenant, c.Session, args)
 	if errors.Is(context.Cause(callCtx), errStopped) && ctx.Err() == nil {
@@ -153,30 +171,10 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 	// The reaper keeps a workspace while its session uses it.
 	now := time.Now()
 	_ = os.Chtimes(s.driver.Workspace(c.Tenant, c.Session), now, now)
-	if !repeatable(c.Name) || c.Name == tool.Write {
-		// The call may have changed files: snapshot the workspace, and
-		// hold it to its size limit, in one walk over it.
-		dir := s.driver.Workspace(c.Tenant, c.Session)
-		var size int64
-		if s.snaps != nil {
-			start := time.Now()
-			var err error
-			if _, size, err = s.snaps.take(ctx, c.Tenant, c.Session, dir); err != nil {
-				// The workspace here is still right; another node taking
-				// the session over would start from the snapshot before.
-				s.log.WarnContext(ctx, "snapshot", "session", c.Session, "err", err)
-				s.snaps.failed(c.Tenant, c.Session, at.rev)
-				size = workspaceSize(dir)
-			} else {
-				s.metrics.snapshots.Observe(time.Since(start).Seconds())
-				s.metrics.snapshotBytes.Observe(float64(size))
-			}
-		} else {
-			size = workspaceSize(dir)
-		}
-		if size > s.cfg.WorkspaceBytes {
+	if mayChange(c.Name) {
+		if msg := s.snapshot(ctx, c, at); msg != "" {
 			res.IsError = true
-			res.Output += fmt.Sprintf("\nError: the workspace now holds %d bytes, over its limit of %d: remove files before going on.", size, s.cfg.WorkspaceBytes)
+			res.Output += "\nError: " + msg
 		}
 	}
 	res.Truncated, res.TimedOut, res.DurationMS = r.Truncated, r.TimedOut, r.Duration.Milliseconds()
@@ -227,19 +225,46 @@ func (s *Service) forkOf(ctx context.Context, tenant string, session uuid.UUID) 
 	return r.Fork, nil
 }
 
-// workspaceSize is the bytes the regular files under dir hold; links are
-// not followed.
-func workspaceSize(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
-		if err == nil && e.Type().IsRegular() {
-			if fi, err := e.Info(); err == nil {
-				n += fi.Size()
-			}
+// snapshot takes the snapshot of the session's workspace after a call
+// that may have changed it, holding it to its bounds, and returns what the
+// model must be told if it failed ("" if it did not).
+func (s *Service) snapshot(ctx context.Context, c *event.ToolCall, at placed) string {
+	dir := s.driver.Workspace(c.Tenant, c.Session)
+	lim := limits{bounds: bounds{files: s.cfg.WorkspaceFiles, bytes: s.cfg.WorkspaceBytes}, stored: s.cfg.SnapshotBytes}
+	if s.snaps == nil {
+		if _, err := workspaceSize(dir, lim.bounds); err != nil {
+			return err.Error() + "."
 		}
-		return nil
-	})
-	return n
+		return ""
+	}
+	start := time.Now()
+	_, size, err := s.snaps.take(ctx, c.Tenant, c.Session, dir, lim)
+	if err == nil {
+		s.metrics.snapshots.Observe(time.Since(start).Seconds())
+		s.metrics.snapshotBytes.Observe(float64(size))
+		return ""
+	}
+	// The workspace here is still whole, and newer than the last
+	// snapshot: it is kept over a restart, and the next call snapshots
+	// it again. Another node taking the session over starts from the
+	// snapshot before.
+	s.snaps.failed(c.Tenant, c.Session, at.rev)
+	if errors.Is(err, errBound) {
+		return err.Error() + ". Until then the workspace is not snapshotted: it is kept on this node only."
+	}
+	s.log.WarnContext(ctx, "snapshot", "session", c.Session, "err", err)
+	if storeFull(err) {
+		return "the workspace could not be snapshotted: the store of snapshots is full (its bound is CORRAL_NATS_WORKSPACES_BYTES; files no snapshot names are collected after CORRAL_SANDBOX_BLOB_GRACE). It is whole on this node and the next call snapshots it again; keeping the workspace small helps."
+	}
+	return "the workspace could not be snapshotted (" + err.Error() + "). It is whole on this node and the next call snapshots it again; if this node is lost first, the session goes on from the last snapshot."
+}
+
+// storeFull reports whether err is the object store's refusal of more
+// bytes than its bound (JetStream's store failed, or insufficient
+// resources).
+func storeFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == 10077 || apiErr.ErrorCode == 10047)
 }
 
 // syncWorkspace brings the session's workspace here up to its last

@@ -217,12 +217,8 @@ func TestSameSessionIDInTwoTenants(t *testing.T) {
 // that session here, and dropped when it could stand for several.
 func TestFailedSnapshotNotesArePerTenant(t *testing.T) {
 	_, _, js := natstest.Run(t)
-	store, err := js.ObjectStore(context.Background(), bus.BucketWorkspaces)
-	if err != nil {
-		t.Fatal(err)
-	}
 	notes, workspaces := t.TempDir(), t.TempDir()
-	s, err := newSnapshots(store, notes, workspaces)
+	s, err := newSnapshots(context.Background(), js, notes, workspaces, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +239,7 @@ func TestFailedSnapshotNotesArePerTenant(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	again, err := newSnapshots(store, notes, workspaces)
+	again, err := newSnapshots(context.Background(), js, notes, workspaces, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
