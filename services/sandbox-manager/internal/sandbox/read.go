@@ -43,9 +43,9 @@ func (d *Driver) fileTool(ctx context.Context, workspace string, args any, write
 	case *tool.ReadArgs:
 		return readFile(root, a), nil
 	case *tool.WriteArgs:
-		return writeFile(root, a), nil
+		return writeFile(root, a, d.owner), nil
 	case *tool.EditArgs:
-		return editFile(root, a), nil
+		return editFile(root, a, d.owner), nil
 	case *tool.GlobArgs:
 		return globFiles(ctx, root, a)
 	case *tool.GrepArgs:
