@@ -207,3 +207,30 @@ func TestWorkspacesReachableBySandboxUserAlone(t *testing.T) {
 		t.Errorf("ACL of %s = %v, want %v", parent, acl, want)
 	}
 }
+
+// /proc/self/mountinfo shows /workspace's path from the root of its file
+// system: with the workspaces on a file system of their own, as the
+// README advises, that is /<tenant>/<session> and says nothing of the
+// host's layout.
+func TestMountinfoWithWorkspacesOnOwnFileSystem(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64m,mode=0700"); err != nil {
+		t.Skipf("mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	d := newDriver(t, Config{Dir: dir})
+	session := uuid.New()
+	res := bash(t, d, session, "grep ' /workspace ' /proc/self/mountinfo")
+	fields := strings.Fields(res.Output)
+	if res.IsError || len(fields) < 5 {
+		t.Fatalf("mountinfo: %+v", res)
+	}
+	if want := "/" + tenant + "/" + session.String(); fields[3] != want {
+		t.Errorf("/workspace is %s of its file system in mountinfo, want %s", fields[3], want)
+	}
+	if strings.Contains(res.Output, dir) {
+		t.Errorf("mountinfo shows the host path %s: %s", dir, res.Output)
+	}
+}
