@@ -76,6 +76,13 @@ type Config struct {
 	// unbounded), with the cgroup that holds theirs.
 	NodeMemoryBytes int64
 	NodeCPUs        float64
+	// SandboxUID and SandboxGID are the host user and group that
+	// sandboxes run as when the sandbox-manager runs as root
+	// (CORRAL_SANDBOX_UID, CORRAL_SANDBOX_GID; default 65534 and 65534,
+	// nobody and nogroup): root in a sandbox is that unprivileged user on
+	// the host, and owns the workspaces' files. A sandbox-manager that is
+	// not root runs sandboxes as itself and ignores them.
+	SandboxUID, SandboxGID int
 
 	// WorkspaceBytes bounds what a session's workspace may hold
 	// (CORRAL_SANDBOX_WORKSPACE_BYTES, default 10 GiB): a call that leaves
@@ -240,6 +247,8 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		{"CORRAL_SANDBOX_OPEN_FILES", &cfg.OpenFiles},
 		{"CORRAL_SANDBOX_MAX_SUSPENDED", &cfg.MaxSuspended},
 		{"CORRAL_SANDBOX_WORKSPACE_FILES", &cfg.WorkspaceFiles},
+		{"CORRAL_SANDBOX_UID", &cfg.SandboxUID},
+		{"CORRAL_SANDBOX_GID", &cfg.SandboxGID},
 	} {
 		if s := getenv(v.name); s != "" {
 			n, err := strconv.Atoi(s)

@@ -83,6 +83,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		CPUs:            cfg.CPUs,
 		NodeMemoryBytes: cfg.NodeMemoryBytes,
 		NodeCPUs:        cfg.NodeCPUs,
+		User:            cfg.SandboxUID,
+		Group:           cfg.SandboxGID,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)

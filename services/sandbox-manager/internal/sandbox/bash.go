@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"corral.dev/pkg/tool"
 )
 
@@ -115,6 +117,13 @@ func (d *Driver) outOfMemory() string {
 // configured limits.
 func (d *Driver) request(command string, timeout time.Duration) request {
 	c := d.cfg
+	nproc := uint64(c.Processes)
+	if d.owner != nil && d.cgroups.has("pids") {
+		// Every sandbox is the same host user, whose processes
+		// RLIMIT_NPROC counts across the machine: it would bound them all
+		// together, while each has its own pids cgroup.
+		nproc = unix.RLIM_INFINITY
+	}
 	return request{
 		Command:     command,
 		TimeoutMS:   timeout.Milliseconds(),
@@ -125,7 +134,7 @@ func (d *Driver) request(command string, timeout time.Duration) request {
 			AS:      uint64(c.MemoryBytes / 1024 * 1024),
 			FSize:   uint64(c.FileSizeBytes / 512 * 512),
 			NoFile:  uint64(c.OpenFiles),
-			NProc:   uint64(c.Processes),
+			NProc:   nproc,
 		},
 	}
 }

@@ -98,6 +98,10 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 	// killed if the manager dies, which is why it is forked from the
 	// starter's thread (see [starter]).
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if d.owner != nil {
+		// Root in the sandbox is the sandbox user on the host (see owner.go).
+		b.cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(d.owner.uid), Gid: uint32(d.owner.gid), Groups: []uint32{}}
+	}
 	b.cmd.WaitDelay = waitDelay
 	// The seccomp filter, which bwrap reads from a pipe: it is far smaller
 	// than a pipe's buffer.

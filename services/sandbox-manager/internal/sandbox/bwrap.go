@@ -131,6 +131,11 @@ func (d *Driver) sandboxArgs(workspace, skills string) []string {
 	if d.disableUserns {
 		args = append(args, "--disable-userns")
 	}
+	if d.owner != nil {
+		// Root in the sandbox, as with a manager run as root, but the
+		// sandbox user on the host (see owner.go).
+		args = append(args, "--uid", "0", "--gid", "0")
+	}
 	args = append(args, "--clearenv")
 	for _, kv := range sandboxEnv {
 		args = append(args, "--setenv", kv[0], kv[1])

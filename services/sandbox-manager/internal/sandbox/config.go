@@ -15,7 +15,7 @@ type Config struct {
 	// Dir is the host directory holding the workspaces, as Dir/<tenant>/<session>.
 	// It is required, and must not lie inside a directory the sandbox sees
 	// (/usr, /etc, /bin, /sbin or the /lib directories). It is created 0o700
-	// if missing.
+	// if missing (see User for what a manager run as root adds).
 	Dir string
 	// Bwrap is the path of the bwrap binary; "" looks up "bwrap" in PATH.
 	Bwrap string
@@ -55,7 +55,9 @@ type Config struct {
 	// is also every command's RLIMIT_NPROC, which the kernel counts per host
 	// user across the whole machine, not per sandbox, and never enforces for
 	// host root: without the cgroup it bounds, at best, all sandboxes
-	// together.
+	// together. Run as root, with the cgroup, it is left unbounded: all
+	// sandboxes are then one host user (see User), whose processes it
+	// would count together.
 	Processes int
 	// TmpSize is the size in bytes of each of the sandbox's private /tmp and
 	// /dev/shm (default 256 MiB).
@@ -78,6 +80,14 @@ type Config struct {
 	// tenant that started one lately (see pool.go); 0, the default, keeps
 	// none.
 	PoolSize int
+	// User and Group are the host user and group that sandboxes run as
+	// when the manager runs as root (default 65534 and 65534, nobody and
+	// nogroup; 0 takes the default): root in a sandbox is that user on
+	// the host, which owns the files the sandbox makes. The workspaces'
+	// directory and its ancestors must let that user through: those that
+	// do not are given an ACL entry granting it search permission alone.
+	// A manager that is not root runs sandboxes as itself.
+	User, Group int
 	// Skills, if set, returns a host directory holding the tenant's
 	// skills, bound read-only at /skills in each sandbox it starts ("" for
 	// none: /skills is then empty).
@@ -168,6 +178,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.WalkEntries == 0 {
 		c.WalkEntries = DefaultWalkEntries
 	}
+	if c.User == 0 {
+		c.User = DefaultUser
+	}
+	if c.Group == 0 {
+		c.Group = DefaultGroup
+	}
 	if c.MaxSuspended == 0 {
 		c.MaxSuspended = DefaultSuspended
 	}
@@ -194,6 +210,8 @@ func (c Config) validate() error {
 		return errors.New("file timeout and walk entries must not be negative")
 	case c.OutputLimit < 0:
 		return errors.New("output limit must not be negative")
+	case c.User < 0 || c.Group < 0:
+		return errors.New("user and group must not be negative")
 	case c.CPUSeconds < 0 || c.OpenFiles < 0 || c.Processes < 0:
 		return errors.New("cpu seconds, open files and processes must not be negative")
 	case c.MemoryBytes < 1<<20:

@@ -40,6 +40,7 @@ type Driver struct {
 	cgroups       *cgroups // nil: processes are bounded by their rlimits only
 	cgroupsWhy    error    // which controllers are missing, and why
 	seccomp       []byte   // the seccomp filter bwrap applies
+	owner         *owner   // the sandbox user, when the manager is root; nil: sandboxes run as the manager
 
 	mu       sync.Mutex
 	sessions map[string]*session // by workspace path
@@ -106,6 +107,16 @@ func New(cfg Config) (*Driver, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, emptyDir), 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox dir: %w", err)
 	}
+	var own *owner
+	if os.Geteuid() == 0 {
+		own = &owner{uid: cfg.User, gid: cfg.Group}
+		if err := own.grantSearch(cfg.Dir); err != nil {
+			return nil, fmt.Errorf("sandbox dir: %w", err)
+		}
+		if exe, err = installExecutor(exe, cfg.Dir); err != nil {
+			return nil, fmt.Errorf("install the executor binary: %w", err)
+		}
+	}
 	d := &Driver{
 		cfg:           cfg,
 		bwrap:         path,
@@ -113,6 +124,7 @@ func New(cfg Config) (*Driver, error) {
 		disableUserns: version[0] > 0 || version[1] >= 8,
 		system:        system,
 		seccomp:       filter,
+		owner:         own,
 		starter:       newStarter(),
 		sessions:      make(map[string]*session),
 		pool:          make(map[string][]pooled),
@@ -243,7 +255,7 @@ func (d *Driver) Run(ctx context.Context, tenant string, sessionID uuid.UUID, ar
 		s.resumable = err == nil
 	}
 	if writes {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := d.makeWorkspace(dir); err != nil {
 			return Result{}, fmt.Errorf("create workspace: %w", err)
 		}
 	}
@@ -256,6 +268,22 @@ func (d *Driver) Run(ctx context.Context, tenant string, sessionID uuid.UUID, ar
 		d.refill(tenant, s.skills)
 	}
 	return res, err
+}
+
+// makeWorkspace makes the workspace dir, and its tenant's directory,
+// unless they exist.
+func (d *Driver) makeWorkspace(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	// Tenants' directories only let through (to the sandbox user).
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return err
+	}
+	if err := d.owner.makeDir(dir); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return nil
 }
 
 // Stop ends a session's sandbox, if it has one, and keeps its workspace:

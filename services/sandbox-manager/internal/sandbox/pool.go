@@ -123,7 +123,10 @@ func (d *Driver) refill(tenant, skills string) {
 func (d *Driver) fill(tenant, skills string) {
 	defer d.idle.Done()
 	dir := filepath.Join(d.poolDir(), strings.ToLower(rand.Text()))
-	err := os.MkdirAll(dir, 0o755)
+	err := os.MkdirAll(filepath.Dir(dir), 0o755)
+	if err == nil {
+		err = d.owner.makeDir(dir)
+	}
 	var b *box
 	if err == nil {
 		b, err = d.startBox(dir, skills)

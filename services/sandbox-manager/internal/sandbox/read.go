@@ -46,9 +46,9 @@ func (d *Driver) fileTool(ctx context.Context, workspace string, args any, write
 	case *tool.ReadArgs:
 		res = readFile(ctx, root, a)
 	case *tool.WriteArgs:
-		res = writeFile(root, a)
+		res = writeFile(root, a, d.owner)
 	case *tool.EditArgs:
-		res = editFile(root, a)
+		res = editFile(root, a, d.owner)
 	case *tool.GlobArgs:
 		res, err = d.globFiles(ctx, root, a)
 	case *tool.GrepArgs:

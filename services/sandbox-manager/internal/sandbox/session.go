@@ -186,6 +186,11 @@ func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *
 			return nil, false, fmt.Errorf("skills: %w", err)
 		}
 	}
+	if d.owner != nil {
+		if err := d.owner.ownTree(workspace); err != nil {
+			return nil, false, err
+		}
+	}
 	start := time.Now()
 	b, err = d.take(s.tenant, skills, workspace)
 	if b == nil && err == nil {

@@ -18,7 +18,7 @@ import (
 const editMaxBytes = 16 << 20
 
 // writeFile writes a whole file, creating its parent directories.
-func writeFile(root *os.Root, a *tool.WriteArgs) Result {
+func writeFile(root *os.Root, a *tool.WriteArgs, o *owner) Result {
 	rel, err := tool.WorkspacePath(a.FilePath)
 	if err != nil {
 		return outside(a.FilePath, err)
@@ -28,7 +28,7 @@ func writeFile(root *os.Root, a *tool.WriteArgs) Result {
 		return errorf("%s is a directory, not a file", show)
 	}
 	if dir := path.Dir(rel); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
+		if err := o.mkdirAll(root, dir, 0o755); err != nil {
 			return errorf("cannot create directory %s: %v", display(dir), unwrapPath(err))
 		}
 	}
@@ -42,7 +42,7 @@ func writeFile(root *os.Root, a *tool.WriteArgs) Result {
 	case !errors.Is(err, fs.ErrNotExist):
 		return errorf("cannot write %s: %v", show, unwrapPath(err))
 	}
-	if err := writeAtomic(root, rel, []byte(a.Content), perm); err != nil {
+	if err := writeAtomic(root, rel, []byte(a.Content), perm, o); err != nil {
 		return errorf("cannot write %s: %v", show, unwrapPath(err))
 	}
 	return Result{Output: fmt.Sprintf("Wrote %d bytes to %s", len(a.Content), show)}
@@ -50,7 +50,7 @@ func writeFile(root *os.Root, a *tool.WriteArgs) Result {
 
 // editFile replaces old_string with new_string in an existing file: exactly
 // one occurrence, or every one if replace_all is set.
-func editFile(root *os.Root, a *tool.EditArgs) Result {
+func editFile(root *os.Root, a *tool.EditArgs, o *owner) Result {
 	rel, err := tool.WorkspacePath(a.FilePath)
 	if err != nil {
 		return outside(a.FilePath, err)
@@ -92,7 +92,7 @@ func editFile(root *os.Root, a *tool.EditArgs) Result {
 	} else {
 		content = strings.Replace(content, a.OldString, a.NewString, 1)
 	}
-	if err := writeAtomic(root, rel, []byte(content), fi.Mode().Perm()); err != nil {
+	if err := writeAtomic(root, rel, []byte(content), fi.Mode().Perm(), o); err != nil {
 		return errorf("cannot write %s: %v", show, unwrapPath(err))
 	}
 	return Result{Output: fmt.Sprintf("Edited %s: replaced %d %s", show, n, plural(n, "occurrence"))}
@@ -100,14 +100,17 @@ func editFile(root *os.Root, a *tool.EditArgs) Result {
 
 // writeAtomic replaces name with data: it writes a temporary file beside it
 // and renames it into place, so nobody sees a half-written file. A symlink
-// at name is replaced, not followed.
-func writeAtomic(root *os.Root, name string, data []byte, perm fs.FileMode) error {
+// at name is replaced, not followed. The file is handed to o, if not nil.
+func writeAtomic(root *os.Root, name string, data []byte, perm fs.FileMode, o *owner) error {
 	tmp := path.Join(path.Dir(name), "."+path.Base(name)+".tmp-"+rand.Text()[:10])
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	err = o.chown(f)
+	if err == nil {
+		_, err = f.Write(data)
+	}
 	if err == nil {
 		err = f.Chmod(perm) // OpenFile's perm is subject to the umask
 	}
