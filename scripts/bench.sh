@@ -9,7 +9,8 @@
 # user, the client signed in with a credential), one after the other; what
 # judging an event read from a session log costs next to decoding it alone;
 # sandbox cold start and warm call; throughput with 64 sessions; resume
-# after SIGKILL; corral stop killing a running call, next to killing a bare
+# after SIGKILL; another tenant's call while one floods the queue, next to
+# the same call on an idle platform; corral stop killing a running call, next to killing a bare
 # process; workspace snapshots and restores; resume from suspension, what a
 # suspended sandbox holds, and how many idle sessions one node holds.
 #   scripts/bench.sh [N]    # N iterations per latency benchmark (default 500)
@@ -29,6 +30,7 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 (cd pkg && go test -run '^$' -bench 'Judge' -benchtime "$((n * 1000))x" ./sessionlog) | tee -a "$out"
 (cd pkg && go test -run '^$' -bench 'CallSignature' -benchtime "$((n * 10))x" ./bus) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Resume' -benchtime 3x .) | tee -a "$out"
+(cd services/corral && go test -run '^$' -bench 'Fairness' -benchtime 20x .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Stop|KillProcess' -benchtime "$((n / 10 + 1))x" .) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'SnapshotCallChanges|1MB' -benchtime "$((n / 10 + 1))x" . && go test -run '^$' -bench '100MB' -benchtime 3x .) | tee -a "$out"
 # Last: the idle sessions' ten thousand workspaces keep the disk busy for a
