@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,4 +174,32 @@ func TestTenantConcurrencyIsBounded(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+func TestTenantConcurrencySetting(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		concurrency, tenant string
+		want                int // 0: an error naming the setting
+	}{
+		{"", "", 8},
+		{"2", "", 1},
+		{"10", "", 3},
+		{"10", "10", 10},
+		{"10", "11", 0},
+		{"10", "0", 0},
+		{"10", "x", 0},
+	}
+	for _, tc := range tests {
+		cfg, err := LoadConfig(func(k string) string {
+			return map[string]string{"CORRAL_DATA_DIR": dir, "CORRAL_CALL_PUBLIC_KEY": event.EncodeKey(callPub),
+				"CORRAL_SANDBOX_CONCURRENCY": tc.concurrency, "CORRAL_SANDBOX_TENANT_CONCURRENCY": tc.tenant}[k]
+		})
+		switch {
+		case tc.want == 0 && (err == nil || !strings.Contains(err.Error(), "CORRAL_SANDBOX_TENANT_CONCURRENCY")):
+			t.Errorf("%s/%s: err = %v, want one naming the setting", tc.concurrency, tc.tenant, err)
+		case tc.want != 0 && (err != nil || cfg.TenantConcurrency != tc.want):
+			t.Errorf("%s/%s: %d, %v; want %d", tc.concurrency, tc.tenant, cfg.TenantConcurrency, err, tc.want)
+		}
+	}
 }
