@@ -11,8 +11,9 @@
 # sandbox cold start and warm call; throughput with 64 sessions; resume
 # after SIGKILL, next to the same step with no kill; the steps of 64
 # sessions while each service restarts gracefully, next to those while
-# none does; corral stop killing a running call, next to killing a bare
-# process; workspace snapshots and restores; resume from suspension, what a
+# none does; another tenant's call while one floods the queue, next to
+# the same call on an idle platform; corral stop killing a running call,
+# next to killing a bare process; workspace snapshots and restores; resume from suspension, what a
 # suspended sandbox holds, and how many idle sessions one node holds.
 #   scripts/bench.sh [N]    # N iterations per latency benchmark (default 500)
 #   IDLE_SESSIONS=10000     # sessions of the idle-sessions benchmark
@@ -32,6 +33,7 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 (cd pkg && go test -run '^$' -bench 'CallSignature' -benchtime "$((n * 10))x" ./bus) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Resume' -benchtime 20x .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'GracefulRestart' -benchtime 5x .) | tee -a "$out"
+(cd services/corral && go test -run '^$' -bench 'Fairness' -benchtime 20x .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Stop|KillProcess' -benchtime "$((n / 10 + 1))x" .) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'SnapshotCallChanges|1MB' -benchtime "$((n / 10 + 1))x" . && go test -run '^$' -bench '100MB' -benchtime 3x .) | tee -a "$out"
 # Last: the idle sessions' ten thousand workspaces keep the disk busy for a

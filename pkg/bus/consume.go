@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/lock"
 )
 
 // ErrPermanent marks a failure that no redelivery can fix: a handler that
@@ -123,7 +124,17 @@ type Consumer struct {
 	// empty the queue. A message whose handler is done is safe to deliver
 	// again, as any handled message is, should the process die meanwhile.
 	AckDelay time.Duration
-	Logger   *slog.Logger
+	// Admit, when set, names each message's key and group: messages of
+	// one key are handled one at a time, in the order received, and at
+	// most the gate's PerGroup of one group at once. A message that waits
+	// for its key or its group holds no slot meanwhile (see [lock.Gate]).
+	Admit func(m Msg) (key, group string)
+	// Gate, when set, is where messages wait for their turn, and may be
+	// shared with other work of the process; its Size then bounds the
+	// handlers at once, and Concurrency only how many messages are
+	// fetched at a time. Default: a gate of Concurrency slots.
+	Gate   *lock.Gate
+	Logger *slog.Logger
 
 	js      jetstream.JetStream
 	flights *flights
@@ -193,28 +204,40 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 	}
 	defer func() { stopKeeping(); helpers.Wait() }()
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, c.Concurrency)
+	gate := c.Gate
+	if gate == nil {
+		gate = &lock.Gate{Size: c.Concurrency}
+	}
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		// Keep the message alive from the moment it arrives: it may wait
-		// here for a free handler longer than the ack wait.
+		// here for its turn longer than the ack wait.
 		stop := c.keepAlive(msg)
-		if ctx.Err() == nil {
-			select {
-			case sem <- struct{}{}:
-			case <-base.Done():
-			}
-		}
 		if ctx.Err() != nil { // shutting down: leave it to the next consumer
 			stop()
 			_ = msg.Nak()
 			return
 		}
+		m := msgOf(msg)
+		var key, group string
+		if c.Admit != nil {
+			key, group = c.Admit(m)
+		}
+		t := gate.Enter(key, group)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-sem }()
-			c.handle(base, log, msg, stop)
+			if err := t.Wait(ctx); err != nil || ctx.Err() != nil {
+				t.Done()
+				stop()
+				_ = msg.Nak()
+				return
+			}
+			defer t.Done()
+			c.handle(context.WithValue(base, ticketKey{}, t), log, msg, m, stop)
 		}()
+		// Take no more while a message that could be handled waits for a
+		// slot; one that waits for its key or group does not stop others.
+		_ = t.Queued(ctx)
 	},
 		jetstream.PullMaxMessages(c.Concurrency),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -276,11 +299,29 @@ func (c *Consumer) setDefaults() {
 	}
 }
 
-func (c *Consumer) handle(base context.Context, log *slog.Logger, msg jetstream.Msg, stopKeepAlive func()) {
+// msgOf returns a delivered message as a handler sees it.
+func msgOf(msg jetstream.Msg) Msg {
 	m := Msg{Subject: msg.Subject(), Data: msg.Data(), MsgID: msg.Headers().Get(jetstream.MsgIDHeader)}
 	if meta, err := msg.Metadata(); err == nil {
 		m.StreamSeq, m.Delivered = meta.Sequence.Stream, meta.NumDelivered
 	}
+	return m
+}
+
+type ticketKey struct{}
+
+// Yield gives back the slot of the handler whose ctx this is, and its
+// place in its group, for the rest of its run, keeping its key (see
+// [Consumer.Admit]): for a handler that from now on only waits for work
+// done elsewhere. Messages of the same key still wait for it. It does
+// nothing for a ctx no [Consume] made.
+func Yield(ctx context.Context) {
+	if t, ok := ctx.Value(ticketKey{}).(*lock.Ticket); ok {
+		t.Yield()
+	}
+}
+
+func (c *Consumer) handle(base context.Context, log *slog.Logger, msg jetstream.Msg, m Msg, stopKeepAlive func()) {
 	log = log.With("subject", m.Subject, "stream_seq", m.StreamSeq, "msg_id", m.MsgID)
 	ctx, cancel := context.WithTimeout(context.WithValue(base, msgKey{}, m), c.Timeout)
 	defer cancel()

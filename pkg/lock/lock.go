@@ -1,5 +1,7 @@
 // Package lock serialises work per key inside one process: a session's
-// steps in the harness, a session's calls in the sandbox-manager.
+// steps in the harness, a session's calls in the sandbox-manager. Its
+// [Gate] also bounds work per group (a tenant's) and in all, and lets work
+// that waits for its key or group wait without taking a slot.
 package lock
 
 import (

@@ -146,12 +146,14 @@ func (s *Service) Run(ctx context.Context) error {
 				},
 			},
 			Concurrency: s.cfg.Concurrency,
-			Timeout:     15 * time.Minute,
-			Handler:     s.handleStep,
-			OnGiveUp:    s.failSession(event.CodePoison),
-			RetryDelay:  s.cfg.RetryDelay,
-			Grace:       s.cfg.ShutdownGrace,
-			Logger:      s.log,
+			// A session's steps wait for each other without a slot.
+			Admit:      bus.BySession,
+			Timeout:    15 * time.Minute,
+			Handler:    s.handleStep,
+			OnGiveUp:   s.failSession(event.CodePoison),
+			RetryDelay: s.cfg.RetryDelay,
+			Grace:      s.cfg.ShutdownGrace,
+			Logger:     s.log,
 		})
 	})
 	g.Go(func() error { return s.countUsage(ctx) })

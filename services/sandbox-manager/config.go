@@ -29,6 +29,11 @@ type Config struct {
 	Bwrap string
 	// Concurrency is how many calls run at once (CORRAL_SANDBOX_CONCURRENCY).
 	Concurrency int
+	// TenantConcurrency is how many calls of one tenant run at once
+	// (CORRAL_SANDBOX_TENANT_CONCURRENCY, default a quarter of
+	// Concurrency, at least 1), so that one tenant cannot take every
+	// slot; its other calls wait, holding none.
+	TenantConcurrency int
 	// DefaultTimeout is a Bash call's timeout when it gives none
 	// (CORRAL_SANDBOX_TIMEOUT, a Go duration).
 	DefaultTimeout time.Duration
@@ -163,6 +168,14 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return Config{}, fmt.Errorf("CORRAL_SANDBOX_CONCURRENCY=%q: want a positive whole number", s)
 		}
 		cfg.Concurrency = n
+	}
+	cfg.TenantConcurrency = max(1, (cfg.Concurrency+3)/4)
+	if s := getenv("CORRAL_SANDBOX_TENANT_CONCURRENCY"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 || n > cfg.Concurrency {
+			return Config{}, fmt.Errorf("CORRAL_SANDBOX_TENANT_CONCURRENCY=%q: want a positive whole number, at most CORRAL_SANDBOX_CONCURRENCY (%d)", s, cfg.Concurrency)
+		}
+		cfg.TenantConcurrency = n
 	}
 	if s := getenv("CORRAL_SANDBOX_TIMEOUT"); s != "" {
 		d, err := time.ParseDuration(s)

@@ -273,6 +273,10 @@ func (s *Service) forward(ctx context.Context, owner string, m bus.Msg) error {
 		r, err := s.js.Conn().RequestMsgWithContext(fctx, msg)
 		done <- answer{r, err}
 	}()
+	// The owner runs the call: this node only waits, holding the
+	// session's turn here (its later calls wait behind this one) but no
+	// slot.
+	bus.Yield(ctx)
 	tick := time.NewTicker(bus.NodeLeaseTTL / 3)
 	defer tick.Stop()
 	for {
@@ -312,7 +316,6 @@ func (s *Service) serveForwarded(ctx context.Context) error {
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, s.cfg.Concurrency)
 	sub, err := s.js.Conn().Subscribe(bus.NodeSubject(s.place.node), func(msg *nats.Msg) {
 		reply := func(r forwardReply) {
 			b, _ := json.Marshal(r)
@@ -322,16 +325,23 @@ func (s *Service) serveForwarded(ctx context.Context) error {
 			reply(forwardReply{Error: "shutting down", Retry: true})
 			return
 		}
-		select {
-		case sem <- struct{}{}:
-		default:
+		if s.gate.Waiting() >= maxWaiting(s.cfg.Concurrency) {
 			reply(forwardReply{Error: "busy", Retry: true})
 			return
 		}
+		delivered, _ := strconv.ParseUint(msg.Header.Get(deliveredHeader), 10, 64)
+		m := bus.Msg{Subject: msg.Header.Get(subjectHeader), Data: msg.Data, Delivered: delivered}
+		// In line with the calls taken from the queue here: its session's
+		// calls one at a time and in order, its tenant's bounded.
+		key, group := bus.BySession(m)
+		t := s.gate.Enter(key, group)
 		wg.Go(func() {
-			defer func() { <-sem }()
-			delivered, _ := strconv.ParseUint(msg.Header.Get(deliveredHeader), 10, 64)
-			err := s.runForwarded(base, bus.Msg{Subject: msg.Header.Get(subjectHeader), Data: msg.Data, Delivered: delivered})
+			if err := t.Wait(ctx); err != nil {
+				reply(forwardReply{Error: "shutting down", Retry: true})
+				return
+			}
+			defer t.Done()
+			err := s.runForwarded(base, m)
 			switch {
 			case err == nil:
 				reply(forwardReply{})
@@ -354,6 +364,11 @@ func (s *Service) serveForwarded(ctx context.Context) error {
 	wg.Wait()
 	return nil
 }
+
+// maxWaiting bounds the calls waiting for their turn on a node before it
+// answers forwarded ones that it is busy: they are taken again from the
+// queue a moment later.
+func maxWaiting(concurrency int) int { return max(1024, 16*concurrency) }
 
 // runForwarded runs a call another node forwarded here, if the session is
 // still placed here. The call is checked against the subject it was

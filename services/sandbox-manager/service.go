@@ -34,12 +34,17 @@ type Service struct {
 	// by its subject and writer, and results are written as the sandbox.
 	logs *sessionlog.Log
 	// sessions serialises the calls of each session, by
-	// [bus.SessionKey].
+	// [bus.SessionKey], with the reaper's and stops' work on it.
 	sessions lock.Keyed
-	stops    stops
-	metrics  *serviceMetrics
-	snaps    *snapshots // nil when snapshots are off
-	place    *placement
+	// gate is where every call waits for its turn, from the shared queue
+	// or forwarded: a session's calls one at a time and in order, at most
+	// TenantConcurrency of a tenant's and Concurrency in all at once. A
+	// call waiting for its session or tenant holds no slot.
+	gate    *lock.Gate
+	stops   stops
+	metrics *serviceMetrics
+	snaps   *snapshots // nil when snapshots are off
+	place   *placement
 }
 
 // New returns a sandbox-manager using js, whose streams [bus.Setup] has
@@ -54,7 +59,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("open object store %s: %w", bus.BucketSkills, err)
 	}
-	s := &Service{cfg: cfg, js: js, calls: calls, skills: skills, log: log.With("service", "sandbox-manager")}
+	s := &Service{cfg: cfg, js: js, calls: calls, skills: skills, log: log.With("service", "sandbox-manager"),
+		gate: &lock.Gate{Size: cfg.Concurrency, PerGroup: cfg.TenantConcurrency}}
 	s.logs = sessionlog.New(js, sessionlog.Options{As: sessionlog.Sandbox, Reader: "sandbox-manager", DeadLetters: true, Logger: s.log})
 	reg := cfg.Metrics
 	if reg == nil {
@@ -132,10 +138,17 @@ func (s *Service) Run(ctx context.Context) error {
 		Config: jetstream.ConsumerConfig{
 			Durable:       bus.ConsumerSandboxCalls,
 			FilterSubject: bus.ToolFilter(bus.ServiceSandbox),
+			// Calls waiting for their session or tenant are pending acks
+			// too: room for them, so that one session's long queue does
+			// not stop the server delivering other tenants' calls.
+			MaxAckPending: maxWaiting(s.cfg.Concurrency),
 		},
 		Concurrency: s.cfg.Concurrency,
-		// A call may wait for its session's earlier calls, and then run
-		// up to the longest Bash timeout, which kills it first.
+		Admit:       bus.BySession,
+		Gate:        s.gate,
+		// A call may wait for its session's lock (the reaper's, a
+		// stop's), and then run up to the longest Bash timeout, which
+		// kills it first.
 		Timeout: 3*tool.MaxTimeoutMillis*time.Millisecond + time.Minute,
 		Handler: s.handleCall,
 		// A call that can never run is answered with an error result; a
