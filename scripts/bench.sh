@@ -13,8 +13,9 @@
 # sessions while each service restarts gracefully, next to those while
 # none does; another tenant's call while one floods the queue, next to
 # the same call on an idle platform; corral stop killing a running call,
-# next to killing a bare process; workspace snapshots and restores; resume from suspension, what a
-# suspended sandbox holds, and how many idle sessions one node holds.
+# next to killing a bare process; workspace snapshots and restores;
+# resume from suspension, what a suspended sandbox holds, and how many idle
+# sessions one node holds.
 #   scripts/bench.sh [N]    # N iterations per latency benchmark (default 500)
 #   IDLE_SESSIONS=10000     # sessions of the idle-sessions benchmark
 set -euo pipefail
