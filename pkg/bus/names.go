@@ -268,9 +268,8 @@ const ToolAckDelay = 20 * time.Millisecond
 // LeaseTTL is how long a session lease lasts unless renewed. A harness that
 // dies holding a lease blocks its sessions for at most this long (and the
 // server's expiry check, which runs at most four times a second). Its
-// holder renews it every third of it while a step runs, so that a
-// harness killed mid-step hands its sessions over within a second.
-const LeaseTTL = 500 * time.Millisecond
+// holder renews it every third of it while a step runs.
+const LeaseTTL = 5 * time.Second
 
 // CallMarkerTTL is how long the sandbox-manager remembers that it started
 // a call. It must outlast any redelivery of the call: tool calls wait on

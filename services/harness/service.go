@@ -108,12 +108,6 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	}, nil
 }
 
-// stepAckWait is how long the server waits for the ack of a request or a
-// step before it gives the message to another harness: as long as the
-// session's lease lasts, which the step would wait for anyway. In-progress
-// acks, every third of it, keep a long step's message here.
-const stepAckWait = bus.LeaseTTL
-
 // Run consumes requests and session events until ctx is done, then drains.
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
@@ -123,7 +117,6 @@ func (s *Service) Run(ctx context.Context) error {
 			Config: jetstream.ConsumerConfig{
 				Durable:       bus.ConsumerHarnessRequests,
 				FilterSubject: "requests.>",
-				AckWait:       stepAckWait,
 			},
 			Concurrency: s.cfg.Concurrency,
 			Handler:     s.handleRequest,
@@ -138,7 +131,6 @@ func (s *Service) Run(ctx context.Context) error {
 			Stream: bus.StreamEvents,
 			Config: jetstream.ConsumerConfig{
 				Durable: bus.ConsumerHarnessSteps,
-				AckWait: stepAckWait,
 				FilterSubjects: []string{
 					sessionlog.KindFilter(event.TypeSessionRequested),
 					sessionlog.KindFilter(event.TypeToolCompleted),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
@@ -253,6 +254,11 @@ func (s *Service) snapshot(ctx context.Context, c *event.ToolCall, at placed) st
 		return err.Error() + ". Until then the workspace is not snapshotted: it is kept on this node only."
 	}
 	s.log.WarnContext(ctx, "snapshot", "session", c.Session, "err", err)
+	if unreachable(err) {
+		// The bus is down or restarting: nothing the model did or can
+		// do, and the next call snapshots the workspace again.
+		return ""
+	}
 	if storeFull(err) {
 		return "the workspace could not be snapshotted: the store of snapshots is full (its bound is CORRAL_NATS_WORKSPACES_BYTES; files no snapshot names are collected after CORRAL_SANDBOX_BLOB_GRACE). It is whole on this node and the next call snapshots it again; keeping the workspace small helps."
 	}
@@ -325,4 +331,16 @@ func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, at place
 		return note, nil
 	}
 	return fmt.Sprintf("Note: this session's sandbox moved to another node, or its node restarted: /workspace was restored from its last snapshot (after %d calls that changed files); whatever ran after that snapshot, and everything outside /workspace, is gone.", seq), nil
+}
+
+// unreachable reports whether err is the bus being out of reach (a server
+// restarting, a connection lost), not anything about the workspace.
+func unreachable(err error) bool {
+	for _, e := range []error{nats.ErrDisconnected, nats.ErrConnectionReconnecting, nats.ErrConnectionClosed, nats.ErrTimeout,
+		nats.ErrNoResponders, jetstream.ErrNoStreamResponse, context.DeadlineExceeded} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
