@@ -245,21 +245,7 @@ func (s *Service) apiPut(ctx context.Context, c caller, req *APIRequest) (*APIRe
 	if req.Op == uuid.Nil {
 		return nil, badf("op is required")
 	}
-	var expect int64
-	if cur, err := s.store.Get(ctx, k); err == nil {
-		expect = cur.Version
-	} else if !errors.Is(err, ErrNotFound) {
-		return nil, err
-	}
-	f, err := s.store.Put(ctx, s.writeOf(k, req.Content, expect, c.user, req.Op))
-	if err != nil {
-		return nil, err
-	}
-	if err := s.skillsChanged(ctx, k); err != nil {
-		return nil, err
-	}
-	f.Content = ""
-	return &APIResponse{Files: []APIFile{apiFile(f)}}, nil
+	return s.putOver(ctx, k, req.Content, c.user, req.Op)
 }
 
 func (s *Service) apiRemove(ctx context.Context, c caller, req *APIRequest) (*APIResponse, error) {
@@ -356,13 +342,19 @@ func (s *Service) apiRestore(ctx context.Context, c caller, req *APIRequest) (*A
 	if r := s.checkContent(k.Path, old.Content); r != nil {
 		return nil, badf("%s", strings.TrimPrefix(r.text, "Error: "))
 	}
+	return s.putOver(ctx, k, old.Content, c.user, req.Op)
+}
+
+// putOver writes content as k's next version, over whichever is current,
+// as user, for the request op.
+func (s *Service) putOver(ctx context.Context, k Key, content, user string, op uuid.UUID) (*APIResponse, error) {
 	var expect int64
 	if cur, err := s.store.Get(ctx, k); err == nil {
 		expect = cur.Version
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	f, err := s.store.Put(ctx, s.writeOf(k, old.Content, expect, c.user, req.Op))
+	f, err := s.store.Put(ctx, s.writeOf(k, content, expect, user, op))
 	if err != nil {
 		return nil, err
 	}
