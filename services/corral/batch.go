@@ -470,18 +470,19 @@ func (e *env) batchResults(ctx context.Context, o batchOpts, file, out, policyFi
 		_, err := e.stdout.Write(lines)
 		return err
 	}
-	return writeFileAtomic(out, lines)
+	return writeFileAtomic(out, lines, 0o644)
 }
 
-// writeFileAtomic writes data to path through a temporary file beside it,
-// so that an interrupted write leaves the old file whole.
-func writeFileAtomic(path string, data []byte) error {
+// writeFileAtomic writes data to path, with permissions perm, through a
+// temporary file beside it, so that an interrupted write leaves the old
+// file whole and a reader never sees part of it.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	_, werr := f.Write(data)
-	merr := f.Chmod(0o644)
+	merr := f.Chmod(perm)
 	cerr := f.Close()
 	if err := errors.Join(werr, merr, cerr); err != nil {
 		os.Remove(f.Name())

@@ -315,7 +315,8 @@ Stop that server, or run Corral on another port and point the clients at it:
 	case <-services.failure():
 		return services.stop()
 	}
-	if err := os.WriteFile(filepath.Join(data, clientEnvFile), []byte(creds.clientEnv(url)), 0o600); err != nil {
+	// Written whole or not at all: a client may read it at any moment.
+	if err := writeFileAtomic(filepath.Join(data, clientEnvFile), []byte(creds.clientEnv(url)), 0o600); err != nil {
 		return errors.Join(err, services.stop())
 	}
 	var sb *slackbridge.Service
