@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -71,24 +70,7 @@ func TestHarnessKilledRunsNoCallTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var env []string
-	for _, k := range []string{"OPENAI_BASE_URL", "OPENAI_API_KEY", "CORRAL_MODEL", "CORRAL_NATS_URL", "CORRAL_MAX_TURNS", "CORRAL_CALL_SIGNING_KEY"} {
-		env = append(env, k+"="+getenv(k))
-	}
-	logf, err := os.Create(filepath.Join(t.TempDir(), "harness.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	start := func() *exec.Cmd {
-		cmd := exec.Command(bin)
-		cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
-	}
+	start, logFile := harnessProcess(t, bin, getenv)
 	harness := start()
 	defer func() { _ = harness.Process.Kill(); _ = harness.Wait() }()
 	kill := func() {
@@ -100,7 +82,7 @@ func TestHarnessKilledRunsNoCallTwice(t *testing.T) {
 		t.Helper()
 		m, err := calls.NextMsg(30 * time.Second)
 		if err != nil {
-			b, _ := os.ReadFile(logf.Name())
+			b, _ := os.ReadFile(logFile)
 			t.Fatalf("no tool call: %v\n%s", err, b)
 		}
 		return m

@@ -69,24 +69,7 @@ func resume(b *testing.B, kill bool) {
 	}
 	defer nc.Close()
 
-	var env []string
-	for _, k := range []string{"OPENAI_BASE_URL", "OPENAI_API_KEY", "CORRAL_MODEL", "CORRAL_NATS_URL", "CORRAL_MAX_TURNS", "CORRAL_CALL_SIGNING_KEY"} {
-		env = append(env, k+"="+getenv(k))
-	}
-	logf, err := os.Create(filepath.Join(b.TempDir(), "harness.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer logf.Close()
-	start := func() *exec.Cmd {
-		cmd := exec.Command(bin)
-		cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		return cmd
-	}
+	start, _ := harnessProcess(b, bin, getenv)
 	harness := start()
 	defer func() { _ = harness.Process.Kill(); _ = harness.Wait() }()
 
@@ -128,4 +111,29 @@ func resume(b *testing.B, kill bool) {
 	}
 	b.StopTimer()
 	percentiles(b, ds, "")
+}
+
+// harnessProcess returns what starts the harness binary bin as a process
+// of its own, with the model, server, turn limit and call key of getenv,
+// and the file it logs to; the process dies with the test.
+func harnessProcess(tb testing.TB, bin string, getenv func(string) string) (start func() *exec.Cmd, log string) {
+	tb.Helper()
+	var env []string
+	for _, k := range []string{"OPENAI_BASE_URL", "OPENAI_API_KEY", "CORRAL_MODEL", "CORRAL_NATS_URL", "CORRAL_MAX_TURNS", "CORRAL_CALL_SIGNING_KEY"} {
+		env = append(env, k+"="+getenv(k))
+	}
+	logf, err := os.Create(filepath.Join(tb.TempDir(), "harness.log"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { logf.Close() })
+	return func() *exec.Cmd {
+		cmd := exec.Command(bin)
+		cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			tb.Fatal(err)
+		}
+		return cmd
+	}, logf.Name()
 }
