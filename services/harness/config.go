@@ -35,8 +35,9 @@ type Config struct {
 	// (CORRAL_MAX_TOKENS).
 	MaxTokens int
 	// Concurrency is how many sessions one harness steps at once
-	// (CORRAL_HARNESS_CONCURRENCY).
-	Concurrency int
+	// (CORRAL_HARNESS_CONCURRENCY), TenantConcurrency how many of one
+	// tenant's (CORRAL_HARNESS_TENANT_CONCURRENCY, default half of it).
+	Concurrency, TenantConcurrency int
 	// RetryDelay is the first redelivery delay of a failed step.
 	RetryDelay time.Duration
 	// ShutdownGrace is how long running steps may finish at shutdown
@@ -93,6 +94,12 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}
 	if cfg.Concurrency, err = intVar(getenv, "CORRAL_HARNESS_CONCURRENCY", 64); err != nil {
 		return Config{}, err
+	}
+	if cfg.TenantConcurrency, err = intVar(getenv, "CORRAL_HARNESS_TENANT_CONCURRENCY", max(1, cfg.Concurrency/2)); err != nil {
+		return Config{}, err
+	}
+	if cfg.TenantConcurrency > cfg.Concurrency {
+		return Config{}, fmt.Errorf("CORRAL_HARNESS_TENANT_CONCURRENCY=%d: want at most CORRAL_HARNESS_CONCURRENCY (%d)", cfg.TenantConcurrency, cfg.Concurrency)
 	}
 	cfg.Policy = policy.Default()
 	if f := getenv("CORRAL_POLICY_FILE"); f != "" {

@@ -53,7 +53,11 @@ type Service struct {
 	// sessions serialises this process's work on a session, so that only
 	// one piece of it holds (and renews) the session's lease at a time.
 	sessions lock.Keyed
-	metrics  *serviceMetrics
+	// gate admits requests and steps alike: one at a time per session,
+	// a bounded share per tenant. One waiting for its session or tenant
+	// holds no slot.
+	admission *lock.Gate
+	metrics   *serviceMetrics
 }
 
 // New returns a harness using js, whose streams and buckets [bus.Setup] has
@@ -104,6 +108,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		usageCache: usageCache,
 		counted:    counted,
 		log:        log.With("service", "harness"),
+		admission:  &lock.Gate{Size: cfg.Concurrency, PerGroup: cfg.TenantConcurrency},
 		metrics:    newMetrics(cfg.Metrics),
 	}, nil
 }
@@ -119,6 +124,8 @@ func (s *Service) Run(ctx context.Context) error {
 				FilterSubject: "requests.>",
 			},
 			Concurrency: s.cfg.Concurrency,
+			Admit:       bus.BySession,
+			Gate:        s.admission,
 			Handler:     s.handleRequest,
 			OnGiveUp:    s.refuseRequest,
 			RetryDelay:  s.cfg.RetryDelay,
@@ -138,8 +145,10 @@ func (s *Service) Run(ctx context.Context) error {
 				},
 			},
 			Concurrency: s.cfg.Concurrency,
-			// A session's steps wait for each other without a slot.
+			// A session's steps and requests wait for each other without
+			// a slot.
 			Admit:      bus.BySession,
+			Gate:       s.admission,
 			Timeout:    15 * time.Minute,
 			Handler:    s.handleStep,
 			OnGiveUp:   s.failSession(event.CodePoison),
