@@ -143,6 +143,38 @@ func TestRecordedResponseIsReused(t *testing.T) {
 	}
 }
 
+// A response that recorded its calls as dispatched, left by a harness that
+// died before it queued them, gets them queued by the next step of its
+// trigger, even when that trigger comes as never delivered: a server that
+// restarts from its store may have lost the count of its deliveries.
+func TestDispatchedResponseIsQueued(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	fake := modeltest.New(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		return modeltest.Turn{}, fmt.Errorf("the model must not be asked")
+	})
+	session := uuid.Must(uuid.NewV7())
+	call := uuid.Must(uuid.NewV7())
+	record(t, js, &event.SessionRequested{Header: event.NewHeader(event.TypeSessionRequested, "acme", session),
+		Request: uuid.Must(uuid.NewV7()), User: "ada", Model: "openai:m", Prompt: "go"}, "req")
+	record(t, js, &event.ModelResponded{
+		Header: event.NewHeader(event.TypeModelResponded, "acme", session), Turn: 1, Model: "openai:m",
+		Content: []model.Block{{Type: model.ToolUseBlock, ID: "call_1", Name: "Bash", Input: json.RawMessage(`{"command":"true"}`)}},
+		Calls:   []event.Call{{ID: call, ToolUseID: "call_1", Name: "Bash", Service: bus.ServiceSandbox}},
+	}, "turn1")
+	runHarness(t, js, fake)
+
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		calls := toolCalls(t, js)
+		if len(calls) != 1 {
+			return fmt.Errorf("%d calls on the queue, want 1", len(calls))
+		}
+		if calls[0].Call != call {
+			return fmt.Errorf("call = %+v", calls[0])
+		}
+		return nil
+	})
+}
+
 // A tool result recorded while its step is redelivered changes nothing: the
 // model is asked once per turn however often a step runs.
 func TestStepsAreIdempotent(t *testing.T) {

@@ -49,9 +49,12 @@ type state struct {
 	// made tool calls; nil when the model must be asked next or the
 	// session has nothing to do.
 	pending *event.ModelResponded
-	// dispatched holds the service each call was dispatched to.
-	dispatched map[uuid.UUID]string
-	results    map[uuid.UUID]*event.ToolCompleted
+	// dispatched holds the service each call was dispatched to, and
+	// dispatchedAt the sequence of the event that recorded it (as far as
+	// this state knows: an event folded in while stale counts as at seq).
+	dispatched   map[uuid.UUID]string
+	dispatchedAt map[uuid.UUID]uint64
+	results      map[uuid.UUID]*event.ToolCompleted
 	// versions holds, for each memory or skill file this session has read
 	// or written, the version it saw last: what its next Write or Edit of
 	// the file expects to find there.
@@ -113,10 +116,9 @@ func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID, ow
 		return nil, fmt.Errorf("load session %s: %w", session, err)
 	}
 	for _, e := range entries {
+		st.seq = e.Seq
 		st.apply(e.Event)
-		seq = e.Seq
 	}
-	st.seq = seq
 	return st, nil
 }
 
@@ -194,16 +196,17 @@ func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgI
 
 func newState(tenant string, session uuid.UUID) *state {
 	return &state{
-		tenant:     tenant,
-		session:    session,
-		requests:   make(map[uuid.UUID]bool),
-		dispatched: make(map[uuid.UUID]string),
-		results:    make(map[uuid.UUID]*event.ToolCompleted),
-		versions:   make(map[string]int64),
-		asked:      make(map[uuid.UUID]bool),
-		decisions:  make(map[uuid.UUID][]*event.ApprovalDecided),
-		byModel:    make(map[string]model.Usage),
-		trust:      sessionlog.NewSession(tenant, session),
+		tenant:       tenant,
+		session:      session,
+		requests:     make(map[uuid.UUID]bool),
+		dispatched:   make(map[uuid.UUID]string),
+		dispatchedAt: make(map[uuid.UUID]uint64),
+		results:      make(map[uuid.UUID]*event.ToolCompleted),
+		versions:     make(map[string]int64),
+		asked:        make(map[uuid.UUID]bool),
+		decisions:    make(map[uuid.UUID][]*event.ApprovalDecided),
+		byModel:      make(map[string]model.Usage),
+		trust:        sessionlog.NewSession(tenant, session),
 	}
 }
 
@@ -220,6 +223,7 @@ func (st *state) clone() *state {
 	c := *st
 	c.requests = maps.Clone(st.requests)
 	c.dispatched = maps.Clone(st.dispatched)
+	c.dispatchedAt = maps.Clone(st.dispatchedAt)
 	c.results = maps.Clone(st.results)
 	c.versions = maps.Clone(st.versions)
 	c.asked = maps.Clone(st.asked)
@@ -334,6 +338,7 @@ func (st *state) apply(ev any) {
 		for _, c := range e.Calls {
 			if c.Service != "" {
 				st.dispatched[c.ID] = c.Service
+				st.dispatchedAt[c.ID] = st.seq
 			}
 		}
 		if len(e.Calls) > 0 {
@@ -343,6 +348,7 @@ func (st *state) apply(ev any) {
 		}
 	case *event.ToolDispatched:
 		st.dispatched[e.Call] = e.Service
+		st.dispatchedAt[e.Call] = st.seq
 	case *event.ToolCompleted:
 		st.results[e.Call] = e
 		if e.Service == bus.ServiceSandbox {

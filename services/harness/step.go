@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -75,8 +76,8 @@ func (s *Service) step(ctx context.Context, st *state) error {
 		if missing := st.missing(); len(missing) > 0 {
 			// Calls dispatched before are queued again only when this
 			// step may follow a crash between their dispatch and
-			// queueing: its trigger was delivered before.
-			return s.dispatch(ctx, st, missing, redelivered(ctx))
+			// queueing: see requeueAfter.
+			return s.dispatch(ctx, st, missing, requeueAfter(ctx))
 		}
 		if err := s.backfillDispatched(ctx, st); err != nil {
 			return err
@@ -105,7 +106,7 @@ func (s *Service) step(ctx context.Context, st *state) error {
 		}
 	}
 	if st.pending != nil {
-		return s.dispatch(ctx, st, st.pending.Calls, true)
+		return s.dispatch(ctx, st, st.pending.Calls, 0)
 	}
 	return s.complete(ctx, st)
 }
@@ -211,11 +212,12 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 // after it when nothing else came in between, which the next step folds
 // in without reading the log.
 //
-// Calls recorded as dispatched already are put on the queue too when
-// requeue is set: they were dispatched by this step, or it may follow a
-// crash between their dispatch and queueing. The duplicate window drops
+// Calls recorded as dispatched already are put on the queue too when they
+// were recorded so after the event at seq requeueAfter: they were
+// dispatched by this step, or by an earlier run of this step's trigger
+// that may have died before it queued them. The duplicate window drops
 // the copy of a call that made it.
-func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, requeue bool) error {
+func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, requeueAfter uint64) error {
 	var queue []toQueue
 	for _, c := range calls {
 		input := st.pending.Input(c)
@@ -223,7 +225,7 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, r
 			// Queued again only as it would be queued now: the policy
 			// and any reviewer's decision are applied afresh, and only
 			// to a call of the harness's own recorded response.
-			if requeue {
+			if st.dispatchedAt[c.ID] > requeueAfter {
 				service, memPath, err := checkCall(c.Name, input)
 				if err == nil && s.decide(st, c, input).verdict == policy.Allow && service == st.dispatched[c.ID] {
 					queue = append(queue, toQueue{s.toolCall(st, c, input, memPath), service})
@@ -303,11 +305,22 @@ func (s *Service) toolCall(st *state, c event.Call, input json.RawMessage, memPa
 	return call
 }
 
-// redelivered reports whether the message a handler's ctx was made for
-// was delivered before.
-func redelivered(ctx context.Context) bool {
+// requeueAfter returns the sequence after which a call recorded as
+// dispatched may not have been queued, for the step ctx was made for: the
+// sequence of its trigger. A call recorded after the trigger was stored
+// was dispatched by a run of this trigger, or of one that came before it
+// and is redelivered in turn, and either may have died before queueing
+// it; one recorded before was dispatched by an earlier trigger's step,
+// which the trigger's own redelivery takes up if it did not finish.
+//
+// The trigger's delivery count does not say this: a server that restarts
+// from its store may deliver again, as new, a message it had delivered.
+func requeueAfter(ctx context.Context) uint64 {
 	m, ok := bus.Delivery(ctx)
-	return ok && m.Delivered > 1
+	if !ok {
+		return math.MaxUint64
+	}
+	return m.StreamSeq
 }
 
 func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call, input json.RawMessage, service string) error {
