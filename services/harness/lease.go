@@ -169,9 +169,24 @@ func (s *Service) takeLease(ctx context.Context, key string, me []byte) (_ uint6
 	if err != nil {
 		return 0, false, errLeaseHeld
 	}
-	if holder := string(e.Value()); holder != "" && holder != s.cfg.Instance && s.askFree(ctx, holder, key) {
-		if e, err = s.leases.Get(ctx, key); err != nil {
-			return 0, false, errLeaseHeld
+	if holder := string(e.Value()); holder != "" && holder != s.cfg.Instance {
+		switch s.askFree(ctx, holder, key) {
+		case holderFreed:
+			if e, err = s.leases.Get(ctx, key); err != nil {
+				return 0, false, errLeaseHeld
+			}
+		case holderGone:
+			// Taken at once rather than when it expires, unless the
+			// holder renewed it meanwhile. A holder that is only cut off
+			// from the server finds its lease lost at its next renewal,
+			// and stops its step; what it wrote meanwhile is safe to
+			// write twice, as every step's writes are.
+			r, err := s.leases.Update(ctx, key, me, e.Revision())
+			if err != nil {
+				return 0, false, errLeaseHeld
+			}
+			s.log.InfoContext(ctx, "lease taken from a harness that is gone", "session", key, "holder", holder)
+			return r, false, nil
 		}
 	}
 	switch string(e.Value()) {
@@ -194,13 +209,32 @@ const (
 	leaseBusy  = "busy"
 )
 
+// What became of a request for a lease: the holder freed it, keeps it,
+// or is gone.
+type holderAnswer int
+
+const (
+	holderBusy holderAnswer = iota
+	holderFreed
+	holderGone
+)
+
 // askFree asks the harness holding a session's lease to free it if it is
-// only lingering there, and reports whether it did.
-func (s *Service) askFree(ctx context.Context, holder, key string) bool {
+// only lingering there. A harness that is gone answers at once: the server
+// knows no one listens on its subject any more (its connection closed when
+// it died), which is how a killed harness's sessions move on well before
+// their leases expire.
+func (s *Service) askFree(ctx context.Context, holder, key string) holderAnswer {
 	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	m, err := s.js.Conn().RequestWithContext(ctx, bus.LeaseSubject(holder), []byte(key))
-	return err == nil && string(m.Data) == leaseFreed
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return holderGone
+	case err == nil && string(m.Data) == leaseFreed:
+		return holderFreed
+	}
+	return holderBusy
 }
 
 // serveLeases frees lingering leases when their time runs out, and when

@@ -50,6 +50,7 @@ func TestLeaseIsExclusiveAndPassesOn(t *testing.T) {
 	ctx := context.Background()
 	hs, lookup := newLeaseHarnesses(t, js, 2)
 	a, b := hs[0], hs[1]
+	serveLeases(t, a, b)
 	session := uuid.Must(uuid.NewV7())
 	holder := func() string {
 		h, _ := lookup(session)
@@ -90,6 +91,55 @@ func TestLeaseIsExclusiveAndPassesOn(t *testing.T) {
 	}
 }
 
+// serveLeases runs each harness's answering of lease requests, as a
+// running harness does, until the test ends.
+func serveLeases(t *testing.T, hs ...*Service) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, len(hs))
+	for _, h := range hs {
+		go func() { served <- h.serveLeases(ctx) }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range hs {
+			if err := <-served; err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}
+
+// A lease whose holder is gone (no harness of its name answers on the
+// server) is taken at once, long before it expires.
+func TestLeaseOfAGoneHarness(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	hs, holder := newLeaseHarnesses(t, js, 2)
+	a, b := hs[0], hs[1]
+	serveLeases(t, b) // a holds a lease and then dies: it answers nothing
+	session := uuid.Must(uuid.NewV7())
+	if _, _, _, err := a.acquireLease(ctx, "acme", session); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, release, owned, err := b.acquireLease(ctx, "acme", session)
+	if err != nil {
+		t.Fatalf("b cannot take the lease of a harness that is gone: %v", err)
+	}
+	defer release(false)
+	if took := time.Since(start); took > bus.LeaseTTL/2 {
+		t.Errorf("took %v to take the lease, want it at once", took)
+	}
+	if owned {
+		t.Error("b took a's lease and says it was its own all along")
+	}
+	if who, _ := holder(session); who != b.cfg.Instance {
+		t.Errorf("lease holds %q, want b", who)
+	}
+}
+
 // A lease released to linger stays with its harness, and the session's
 // next step there takes it without writing it. Another harness asking for
 // it gets it at once, unless a step holds it; one that is not asked for is
@@ -97,17 +147,10 @@ func TestLeaseIsExclusiveAndPassesOn(t *testing.T) {
 func TestLeaseLingers(t *testing.T) {
 	t.Parallel()
 	_, _, js := natstest.Run(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	hs, holder := newLeaseHarnesses(t, js, 2)
 	a, b := hs[0], hs[1]
-	served := make(chan error, 1)
-	go func() { served <- a.serveLeases(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-	})
+	serveLeases(t, a)
 
 	session := uuid.Must(uuid.NewV7())
 	_, release, _, err := a.acquireLease(ctx, "acme", session)

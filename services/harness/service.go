@@ -113,6 +113,13 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	}, nil
 }
 
+// stepAckWait is how long the server waits for the ack of a request or a
+// step before it gives the message to another harness, should this one
+// have died; in-progress acks, every third of it, keep a long step's
+// message here. The other harness then takes the session's lease at once
+// (see askFree), so a killed harness's sessions go on within a second.
+const stepAckWait = 500 * time.Millisecond
+
 // Run consumes requests and session events until ctx is done, then drains.
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
@@ -122,6 +129,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Config: jetstream.ConsumerConfig{
 				Durable:       bus.ConsumerHarnessRequests,
 				FilterSubject: "requests.>",
+				AckWait:       stepAckWait,
 			},
 			Concurrency: s.cfg.Concurrency,
 			Admit:       bus.BySession,
@@ -138,6 +146,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Stream: bus.StreamEvents,
 			Config: jetstream.ConsumerConfig{
 				Durable: bus.ConsumerHarnessSteps,
+				AckWait: stepAckWait,
 				FilterSubjects: []string{
 					sessionlog.KindFilter(event.TypeSessionRequested),
 					sessionlog.KindFilter(event.TypeToolCompleted),
