@@ -26,9 +26,10 @@ import (
 	"corral.dev/pkg/tool"
 )
 
-// MaxBytes bounds the files previewed: an Edit of a larger file, or one
-// making a larger file, gets a line saying so instead of a diff. It keeps
-// a preview, and the diffing, small next to the approval it goes with.
+// MaxBytes bounds the files previewed, and their diffs: an Edit of a
+// larger file, or one making a larger file or diff, gets a line saying so
+// instead of a diff. It keeps a preview, and the diffing, small next to
+// the approval it goes with.
 const MaxBytes = 1 << 20
 
 // maxEdits bounds the occurrences of old_string a previewed Edit replaces:
@@ -47,7 +48,7 @@ const Timeout = 2 * time.Second
 // services replace it. It returns an error
 // saying why there is no diff, for the reviewer, when the service would
 // refuse the Edit (old_string is not in content, or is in it more than
-// once without replace_all) or the file is too large to preview.
+// once without replace_all) or the file or diff is too large to preview.
 func Edit(name, content string, a *tool.EditArgs) (string, error) {
 	if len(content) > MaxBytes {
 		return "", fmt.Errorf("%s is %d bytes: previews are made of files of up to %d MiB", name, len(content), MaxBytes>>20)
@@ -72,7 +73,11 @@ func Edit(name, content string, a *tool.EditArgs) (string, error) {
 	if k > maxEdits {
 		return "", fmt.Errorf("the Edit replaces %d occurrences in %s: previews show up to %d", k, name, maxEdits)
 	}
-	return udiff.Unified("a"+name, "b"+name, content, strings.Replace(content, a.OldString, a.NewString, k)), nil
+	d := udiff.Unified("a"+name, "b"+name, content, strings.Replace(content, a.OldString, a.NewString, k))
+	if len(d) > MaxBytes {
+		return "", fmt.Errorf("the diff the Edit makes to %s is %d bytes: previews show up to %d MiB", name, len(d), MaxBytes>>20)
+	}
+	return d, nil
 }
 
 // NoDiff is the line a preview is instead of a diff, saying why there is
@@ -103,9 +108,12 @@ func Ask(ctx context.Context, nc *nats.Conn, service string, c *event.ToolCall) 
 // returns the answer, or an error when there is none: no answer before
 // ctx ends, or a refusal ([Refuse]).
 func Request(ctx context.Context, nc *nats.Conn, m *nats.Msg) (string, error) {
+	// A request the server refuses to let through fails at once.
+	ctx, stop := bus.WhilePermitted(ctx, nc, m.Subject)
+	defer stop()
 	r, err := nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
-		return "", fmt.Errorf("ask %s: %w", m.Subject, err)
+		return "", fmt.Errorf("ask %s: %w", m.Subject, bus.Refusal(ctx, err))
 	}
 	if why := r.Header.Get(micro.ErrorHeader); why != "" {
 		return "", fmt.Errorf("%s: refused: %s", m.Subject, why)

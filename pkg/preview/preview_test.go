@@ -26,6 +26,7 @@ func TestEdit(t *testing.T) {
 	t.Parallel()
 	big := strings.Repeat("x\n", preview.MaxBytes/4) + "end\n"
 	many := strings.Repeat("a\n", 2000)
+	long := strings.Repeat("b"+strings.Repeat("a", 200<<10)+"\n", 4)
 	tests := []struct {
 		name    string
 		content string
@@ -43,6 +44,7 @@ func TestEdit(t *testing.T) {
 		{"twice without replace_all", file, tool.EditArgs{OldString: "make deploy", NewString: "x"}, "occurs 2 times", true},
 		{"file too large", big + big, tool.EditArgs{OldString: "end", NewString: "x"}, "previews are made of files of up to 1 MiB", true},
 		{"result too large", big, tool.EditArgs{OldString: "end", NewString: big}, "the Edit would make /memories/f.md", true},
+		{"diff too large", long, tool.EditArgs{OldString: "b", NewString: "c", ReplaceAll: true}, "the diff the Edit makes to /memories/f.md is", true},
 		{"too many occurrences", many, tool.EditArgs{OldString: "a", NewString: "b", ReplaceAll: true}, "replaces 2000 occurrences", true},
 	}
 	for _, tc := range tests {

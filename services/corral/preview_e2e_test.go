@@ -79,6 +79,13 @@ func TestDeployedHeldEditsShowTheirDiffs(t *testing.T) {
 	p := d.platform
 	approve := func(a *event.ApprovalRequested) {
 		t.Helper()
+		// Once the approval service has it.
+		natstest.WaitFor(t, 20*time.Second, func() error {
+			if code, _, stderr := p.corral(t, "approvals", "show", a.Call.String()); code != 0 {
+				return fmt.Errorf("corral approvals show exited %d: %s", code, stderr)
+			}
+			return nil
+		})
 		if code, _, stderr := p.corral(t, "approve", a.Call.String()); code != 0 {
 			t.Fatalf("corral approve exited %d: %s", code, stderr)
 		}
@@ -89,10 +96,15 @@ func TestDeployedHeldEditsShowTheirDiffs(t *testing.T) {
 	if want := "--- a/memories/release.md\n+++ b/memories/release.md\n@@ -1,5 +1,5 @@\n # Releases\n build with make\n-tag the release\n+tag and sign the release\n push the tag\n announce it\n"; held.Preview != want {
 		t.Errorf("preview of the memory Edit = %q\nwant %q", held.Preview, want)
 	}
-	code, stdout, stderr := p.corral(t, "approvals", "show", held.Call.String())
-	if code != 0 {
-		t.Fatalf("corral approvals show exited %d: %s", code, stderr)
-	}
+	var stdout string
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		code, out, stderr := p.corral(t, "approvals", "show", held.Call.String())
+		if code != 0 {
+			return fmt.Errorf("corral approvals show exited %d: %s", code, stderr)
+		}
+		stdout = out
+		return nil
+	})
 	wantIn(t, "corral approvals show", stdout, "preview of the change (informational, not what is approved):\n", "-tag the release\n+tag and sign the release\n push the tag\n")
 	approve(held)
 	first, tidy := held.Call, held.Session
