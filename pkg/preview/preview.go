@@ -45,10 +45,10 @@ const Timeout = 2 * time.Second
 // Edit returns the unified diff, with three lines of context, of content,
 // the file named name (its absolute path, shown as a<name> and b<name>),
 // and the file Edit call a makes of it, replacing old_string as the
-// services replace it. It returns an error
-// saying why there is no diff, for the reviewer, when the service would
-// refuse the Edit (old_string is not in content, or is in it more than
-// once without replace_all) or the file or diff is too large to preview.
+// services replace it. It returns an error saying why there is no diff,
+// for the reviewer, when the service would refuse the Edit (old_string is
+// not in content, or is in it more than once without replace_all) or the
+// file or diff is too large to preview.
 func Edit(name, content string, a *tool.EditArgs) (string, error) {
 	if len(content) > MaxBytes {
 		return "", fmt.Errorf("%s is %d bytes: previews are made of files of up to %d MiB", name, len(content), MaxBytes>>20)

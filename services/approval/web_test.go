@@ -604,8 +604,8 @@ func TestCredentialReviewerSeesItsTenantOnly(t *testing.T) {
 }
 
 // The page shows every argument of a call in full, marks the code points
-// a screen would not show as written, and shows the harness's preview of
-// an Edit as such.
+// a screen would not show as written, and shows the preview of an Edit
+// as such.
 func TestPageShowsTheWholeCall(t *testing.T) {
 	f := start(t, nil)
 	long := strings.Repeat("x", 5000) + "THE-END"
