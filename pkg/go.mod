@@ -38,6 +38,7 @@ require (
 
 require (
 	corral.dev/schemas v0.0.0
+	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/google/cel-go v0.31.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0

@@ -35,7 +35,7 @@ type Approval struct {
 	ArgsHash string          `json:"args_hash"`
 	Rule     string          `json:"rule"`
 	Why      string          `json:"why"`
-	// Preview is the harness's preview of the change, informational only
+	// Preview is the preview of the change, informational only
 	// ([event.ApprovalRequested.Preview]): a decision approves Tool and
 	// Input.
 	Preview string `json:"preview,omitempty"`

@@ -155,6 +155,32 @@ func NodeSubject(node string) string {
 	return "sandbox.node." + node
 }
 
+// PreviewSubject is where the harness asks the tool service that would
+// run a call held for a reviewer what it would change: core NATS
+// request-reply, preview.<service>.<tenant>.<session>, answered by one
+// instance of the service ([PreviewQueue]). The request is the call,
+// signed as a request for a preview ([event.ToolCall.SignPreview]); the
+// reply is the text the reviewer reads ([corral.dev/pkg/preview]).
+func PreviewSubject(service, tenant string, session uuid.UUID) string {
+	return fmt.Sprintf("preview.%s.%s.%s", service, tenant, session)
+}
+
+// PreviewFilter matches every request for a preview by a tool service.
+func PreviewFilter(service string) string {
+	return fmt.Sprintf("preview.%s.>", service)
+}
+
+// PreviewQueue is the queue group in which the instances of a tool
+// service answer [PreviewSubject].
+func PreviewQueue(service string) string { return service + "-previews" }
+
+// NodePreviewSubject is where a sandbox-manager node answers the requests
+// for previews forwarded by the node that received them, for the sessions
+// placed on it (their workspaces are there). Node names hold no dots.
+func NodePreviewSubject(node string) string {
+	return NodeSubject(node) + ".preview"
+}
+
 // LeaseSubject is the core NATS subject on which the harness instance
 // named instance answers requests for the session leases lingering there
 // (the request names the session). Characters a subject token cannot hold

@@ -120,13 +120,14 @@ const maxSingleGets = 4
 // name a tenant and a session.
 var ErrBadSubject = errors.New("subject does not name a tenant and session")
 
-// ParseSubject returns the tenant and session named by a request, event or
-// tool subject (requests.<tenant>.<session>.<user>,
-// events.<tenant>.<session>.…, tools.<service>.<tenant>.<session>).
+// ParseSubject returns the tenant and session named by a request, event,
+// tool or preview subject (requests.<tenant>.<session>.<user>,
+// events.<tenant>.<session>.…, tools.<service>.<tenant>.<session>,
+// preview.<service>.<tenant>.<session>).
 func ParseSubject(subject string) (string, uuid.UUID, error) {
 	tok := strings.Split(subject, ".")
 	i := 1
-	if tok[0] == "tools" {
+	if tok[0] == "tools" || tok[0] == "preview" {
 		i = 2
 	}
 	if len(tok) < i+2 {

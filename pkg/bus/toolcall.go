@@ -21,11 +21,30 @@ import (
 // such a body, or a mistake, from running. A nil key skips the signature:
 // for tests of a service alone.
 func DecodeToolCall(m Msg, harness ed25519.PublicKey) (*event.ToolCall, error) {
+	return decodeCall(m, "tools.", harness, (*event.ToolCall).Verify)
+}
+
+// DecodePreview decodes a request for a preview of a call, received on
+// [PreviewSubject] (m.Subject is the subject the request was sent on, even
+// when another node forwarded it), and checks it as [DecodeToolCall]
+// checks a call, but for the harness's signature of a preview request
+// ([event.ToolCall.SignPreview]): a service shows a tenant's file to no
+// one else. A call signed to run is refused too: the two are never
+// mistaken for each other.
+func DecodePreview(m Msg, harness ed25519.PublicKey) (*event.ToolCall, error) {
+	return decodeCall(m, "preview.", harness, (*event.ToolCall).VerifyPreview)
+}
+
+func decodeCall(m Msg, prefix string, harness ed25519.PublicKey, verify func(*event.ToolCall, ed25519.PublicKey, string) error) (*event.ToolCall, error) {
+	rest, ok := strings.CutPrefix(m.Subject, prefix)
+	if !ok {
+		return nil, Rejected(fmt.Errorf("%w: %s is not a %s subject", ErrBadSubject, m.Subject, strings.TrimSuffix(prefix, ".")))
+	}
 	tenant, session, err := ParseSubject(m.Subject)
 	if err != nil {
 		return nil, Rejected(err)
 	}
-	service, _, _ := strings.Cut(strings.TrimPrefix(m.Subject, "tools."), ".")
+	service, _, _ := strings.Cut(rest, ".")
 	var c event.ToolCall
 	if err := json.Unmarshal(m.Data, &c); err != nil {
 		return nil, Rejected(fmt.Errorf("decode %s: %w", m.Subject, err))
@@ -41,7 +60,7 @@ func DecodeToolCall(m Msg, harness ed25519.PublicKey) (*event.ToolCall, error) {
 		return nil, Rejected(event.CheckTenant(tenant))
 	}
 	if harness != nil {
-		if err := c.Verify(harness, service); err != nil {
+		if err := verify(&c, harness, service); err != nil {
 			return nil, Rejected(err)
 		}
 	}

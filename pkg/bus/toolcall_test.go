@@ -87,3 +87,58 @@ func TestDecodeToolCall(t *testing.T) {
 		})
 	}
 }
+
+// A request for a preview is believed as a call is, but only if the harness
+// signed it for a preview by the subject's service: a call signed to run
+// is no request for a preview, and a request for a preview never runs.
+func TestDecodePreview(t *testing.T) {
+	t.Parallel()
+	s := uuid.Must(uuid.NewV7())
+	pub, key, _ := ed25519.GenerateKey(nil)
+	_, otherKey, _ := ed25519.GenerateKey(nil)
+	call := func(sign func(*event.ToolCall)) []byte {
+		c := &event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "acme", s), Call: uuid.New(), Turn: 1, User: "alice", Name: "Edit",
+			Input: json.RawMessage(`{"file_path":"/memories/f.md","old_string":"a","new_string":"b"}`), ExpectVersion: 3}
+		sign(c)
+		data, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	preview := call(func(c *event.ToolCall) { c.SignPreview(key, bus.ServiceMemory) })
+	run := call(func(c *event.ToolCall) { c.Sign(key, bus.ServiceMemory) })
+	tests := []struct {
+		name    string
+		subject string
+		data    []byte
+		ok      bool
+	}{
+		{"request for a preview", bus.PreviewSubject(bus.ServiceMemory, "acme", s), preview, true},
+		{"call signed to run", bus.PreviewSubject(bus.ServiceMemory, "acme", s), run, false},
+		{"unsigned", bus.PreviewSubject(bus.ServiceMemory, "acme", s), call(func(*event.ToolCall) {}), false},
+		{"signed by another key", bus.PreviewSubject(bus.ServiceMemory, "acme", s), call(func(c *event.ToolCall) { c.SignPreview(otherKey, bus.ServiceMemory) }), false},
+		{"for another service", bus.PreviewSubject(bus.ServiceSandbox, "acme", s), preview, false},
+		{"of another tenant", bus.PreviewSubject(bus.ServiceMemory, "beta", s), preview, false},
+		{"on a tool call's subject", bus.ToolSubject(bus.ServiceMemory, "acme", s), preview, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := bus.DecodePreview(bus.Msg{Subject: tc.subject, Data: tc.data}, pub)
+			if !tc.ok {
+				if !errors.Is(err, bus.ErrRejected) {
+					t.Fatalf("DecodePreview = %+v, %v; want an error matching ErrRejected", c, err)
+				}
+				return
+			}
+			if err != nil || c.Tenant != "acme" || c.Session != s || c.ExpectVersion != 3 {
+				t.Fatalf("DecodePreview = %+v, %v; want the request as sent", c, err)
+			}
+		})
+	}
+	// Nor does a request for a preview pass for a call to run.
+	if c, err := bus.DecodeToolCall(bus.Msg{Subject: bus.ToolSubject(bus.ServiceMemory, "acme", s), Data: preview}, pub); !errors.Is(err, bus.ErrRejected) {
+		t.Errorf("DecodeToolCall of a request for a preview = %+v, %v; want an error matching ErrRejected", c, err)
+	}
+}

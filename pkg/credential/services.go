@@ -88,7 +88,9 @@ func Services() []Service {
 		{
 			User: UserHarness,
 			Permissions: Permissions{
-				Publish: concat(jsRead, []string{"$KV.leases.>", "$KV.usage.>", "tools.>", "payloads.>", "harness.lease.>"},
+				// It asks the tool services for previews of the calls it
+				// holds for reviewers (preview.<service>.…).
+				Publish: concat(jsRead, []string{"$KV.leases.>", "$KV.usage.>", "tools.>", "payloads.>", "harness.lease.>", "preview.>"},
 					events("harness", "session.requested", "model.responded", "tool.dispatched", "tool.completed",
 						"approval.requested", "session.completed", "session.failed", "session.stopped", "budget.raise")),
 				Deny: denyConsumers(bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps),
@@ -105,11 +107,12 @@ func Services() []Service {
 					// Replacing a snapshot's manifest purges the old one's chunks.
 					"$JS.API.STREAM.PURGE.OBJ_" + bus.BucketWorkspaces,
 					"$KV.calls.>", "$O.workspaces.>", "$KV.nodes.>", "$KV.placements.>", "payloads.>",
-					// Calls forwarded to the node a session is placed on.
+					// Calls, and requests for previews, forwarded to the
+					// node a session is placed on.
 					"sandbox.node.>",
 				}, events("sandbox", "tool.completed")),
 				Deny:      denyConsumers(bus.ConsumerSandboxCalls),
-				Subscribe: []string{"_INBOX.>", "sandbox.node.>"},
+				Subscribe: []string{"_INBOX.>", "sandbox.node.>", bus.PreviewFilter(bus.ServiceSandbox)},
 			},
 			Responds: true,
 		},
@@ -123,7 +126,7 @@ func Services() []Service {
 					"$KV.memories.>", "$O.skills.>", "payloads.>",
 				}, events("memory", "tool.completed")),
 				Deny:      denyConsumers(bus.ConsumerMemoryCalls),
-				Subscribe: []string{"_INBOX.>", "corral.memory.>", "$SRV.>"},
+				Subscribe: []string{"_INBOX.>", "corral.memory.>", "$SRV.>", bus.PreviewFilter(bus.ServiceMemory)},
 			},
 			Responds: true,
 		},

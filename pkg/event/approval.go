@@ -29,10 +29,11 @@ type ApprovalRequested struct {
 	ArgsHash string `json:"args_hash"`
 	Rule     string `json:"rule"`
 	Reason   string `json:"reason"`
-	// Preview, when set, is what the call would change as the harness saw
-	// it when it asked: a unified diff of the file an Edit changes. It is
-	// informational only: ArgsHash, which a decision signs, covers the
-	// tool and input, never the preview.
+	// Preview, when set, is what the call would change as it stood when
+	// the harness asked: a unified diff of the file an Edit changes, made
+	// by the service that would run it (or a line saying why there is
+	// none). It is informational only: ArgsHash, which a decision signs,
+	// covers the tool and input, never the preview.
 	Preview string `json:"preview,omitempty"`
 }
 

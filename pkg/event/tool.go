@@ -3,6 +3,7 @@ package event
 import (
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -105,12 +106,23 @@ type ToolCall struct {
 	Signature []byte `json:"signature,omitempty"`
 }
 
+// What a call's signature says of it: that it runs, or only that its
+// service may show what it would do.
+const (
+	signedCall    = "corral.tool.v1.call"
+	signedPreview = "corral.tool.v1.preview"
+)
+
 // SignedBytes returns what a call's signature covers: the service it is
 // for and every field that decides what it does (After only says where
 // its result goes in the log).
 func (c *ToolCall) SignedBytes(service string) []byte {
+	return c.signed(signedCall, service)
+}
+
+func (c *ToolCall) signed(kind, service string) []byte {
 	b, _ := json.Marshal([]any{
-		"corral.tool.v1.call", service, c.Tenant, c.Session, c.Call, c.Turn, c.User,
+		kind, service, c.Tenant, c.Session, c.Call, c.Turn, c.User,
 		c.Name, ArgsHash(c.Name, c.Input), c.ExpectVersion,
 	})
 	return b
@@ -123,13 +135,31 @@ func (c *ToolCall) Sign(key ed25519.PrivateKey, service string) {
 
 // Verify reports whether c is a call for service signed by key.
 func (c *ToolCall) Verify(key ed25519.PublicKey, service string) error {
+	return c.verify(key, signedCall, service, "the call's signature is not the harness's for the "+service)
+}
+
+// SignPreview signs c, for service, as a request for a preview of what
+// it would change, not as a call to run: the harness asks for previews
+// of calls held for a reviewer, and a signature that ran them would let
+// whoever saw the request run them before the reviewer decided.
+func (c *ToolCall) SignPreview(key ed25519.PrivateKey, service string) {
+	c.Signature = ed25519.Sign(key, c.signed(signedPreview, service))
+}
+
+// VerifyPreview reports whether c is a request for a preview of a call
+// for service signed by key ([ToolCall.SignPreview]).
+func (c *ToolCall) VerifyPreview(key ed25519.PublicKey, service string) error {
+	return c.verify(key, signedPreview, service, "the request's signature is not the harness's for a preview by the "+service)
+}
+
+func (c *ToolCall) verify(key ed25519.PublicKey, kind, service, mismatch string) error {
 	switch {
 	case len(key) != ed25519.PublicKeySize:
 		return fmt.Errorf("no key to verify the call with")
 	case len(c.Signature) == 0:
 		return fmt.Errorf("the call is not signed")
-	case !ed25519.Verify(key, c.SignedBytes(service), c.Signature):
-		return fmt.Errorf("the call's signature is not the harness's for the %s", service)
+	case !ed25519.Verify(key, c.signed(kind, service), c.Signature):
+		return errors.New(mismatch)
 	}
 	return nil
 }

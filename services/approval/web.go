@@ -464,7 +464,7 @@ func args(a *Approval) []arg {
 }
 
 // change is the diff of an Edit's old_string and new_string, for an Edit
-// that comes without the harness's preview of the whole file; "" for any
+// that comes without a preview of the whole file; "" for any
 // other call.
 func change(a *Approval) string {
 	if a.Tool != tool.Edit {

@@ -604,8 +604,8 @@ func TestCredentialReviewerSeesItsTenantOnly(t *testing.T) {
 }
 
 // The page shows every argument of a call in full, marks the code points
-// a screen would not show as written, and shows the harness's preview of
-// an Edit as such.
+// a screen would not show as written, and shows the preview of an Edit
+// as such.
 func TestPageShowsTheWholeCall(t *testing.T) {
 	f := start(t, nil)
 	long := strings.Repeat("x", 5000) + "THE-END"
@@ -637,7 +637,7 @@ func TestPageShowsTheWholeCall(t *testing.T) {
 		`say<mark class="cp" title="an invisible or bidirectional code point"><U+200B></mark>ok`,
 		"<dt>replace_all</dt><dd><pre class=\"arg\">true</pre>",
 		"<dt>old_string</dt><dd><pre class=\"arg\">make deploy</pre>",
-		"Preview of the change, made by the harness",
+		"Preview of the change, made when the call was held",
 		"@@ -1,3 +1,3 @@\n ---\n-run make deploy\n+run make deploy-canary\n ---\n",
 	} {
 		if !strings.Contains(body, want) {

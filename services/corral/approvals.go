@@ -74,9 +74,9 @@ func (e *env) approvalShowCmd() *cobra.Command {
 		Long: `Prints an approval with every argument of its call in full, nothing cut.
 Code points a terminal would not show as written (bidirectional overrides,
 zero-width characters, controls) are printed by name, as <U+202E>. An
-Edit's preview, when the harness made one, is a diff of the file as it was
-when the approval was asked: informational, since a decision approves the
-arguments.`,
+Edit's preview, when there is one, is a diff of the file as it was when the
+call was held (made by the service that runs the call), or a line saying why
+there is none: informational, since a decision approves the arguments.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := uuid.Parse(args[0])

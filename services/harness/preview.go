@@ -6,21 +6,49 @@ import (
 	"path"
 	"strings"
 
-	"github.com/aymanbagabas/go-udiff"
-
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/preview"
 	"corral.dev/pkg/tool"
 )
 
-// preview is what an Edit of a skill file would change, for its
-// reviewer: a unified diff of the file as the memory service last
-// published it to the skills store, or "" when there is none to make (not
-// an Edit of a skill, the file or the text to replace not found there, or
-// the store unreadable). It is informational: the approval service signs
-// the call's tool and input, never the preview, and the memory service
-// runs the Edit against the version the session read, refusing it if the
-// file changed since.
+// preview is what a held call would change, for its reviewer: for an Edit,
+// a unified diff of its file with context, or a line saying why there is
+// none; "" when there is nothing to show, or no answer in time. It is
+// informational: the approval service signs the call's tool and input,
+// never the preview, and the service that runs the call checks it afresh
+// (the memory service refuses an Edit of a file changed since the session
+// read it).
+//
+// An Edit of a skill is diffed here, against the skills store; any other
+// is diffed by the service that would run it, the only one that can read
+// the file (the memory service its store, the sandbox-manager the
+// session's workspace), asked with the very call it would be queued as,
+// signed for a preview only ([event.ToolCall.SignPreview]).
+func (s *Service) preview(ctx context.Context, st *state, c event.Call, input json.RawMessage, service, memPath string) string {
+	if c.Name != tool.Edit {
+		return ""
+	}
+	if strings.HasPrefix(memPath, tool.Skills+"/") {
+		return s.skills.preview(ctx, st.tenant, c.Name, input)
+	}
+	call := s.toolCall(st, c, input, memPath)
+	if s.cfg.CallKey != nil {
+		call.SignPreview(s.cfg.CallKey, service)
+	}
+	text, err := preview.Ask(ctx, s.js.Conn(), service, &call)
+	if err != nil {
+		s.log.DebugContext(ctx, "no preview", "session", st.session, "call", c.ID, "service", service, "err", err)
+		return ""
+	}
+	return text
+}
+
+// preview diffs an Edit of a skill file against the file as the memory
+// service last published it to the skills store, or returns "" when there
+// is none to make (not an Edit of a skill, the file or the text to
+// replace not found there, or the store unreadable): the store's copy may
+// lag behind the memory service's, which checks the Edit when it runs it.
 func (x *skillIndex) preview(ctx context.Context, tenant, name string, input json.RawMessage) string {
 	if name != tool.Edit {
 		return ""
@@ -45,17 +73,13 @@ func (x *skillIndex) preview(ctx context.Context, tenant, name string, input jso
 		return ""
 	}
 	for _, f := range set.Files {
-		if f.Path != p {
-			continue
+		if f.Path == p {
+			d, err := preview.Edit(p, f.Content, e)
+			if err != nil {
+				return "" // the memory service refuses it, saying why
+			}
+			return d
 		}
-		n := strings.Count(f.Content, e.OldString)
-		switch {
-		case e.OldString == "" || n == 0 || (n > 1 && !e.ReplaceAll):
-			return "" // the memory service refuses it, saying why
-		case e.ReplaceAll:
-			return udiff.Unified("a"+p, "b"+p, f.Content, strings.ReplaceAll(f.Content, e.OldString, e.NewString))
-		}
-		return udiff.Unified("a"+p, "b"+p, f.Content, strings.Replace(f.Content, e.OldString, e.NewString, 1))
 	}
 	return ""
 }

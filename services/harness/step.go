@@ -242,7 +242,7 @@ func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, r
 		}
 		var held bool
 		if err == nil {
-			held, err = s.gate(ctx, st, c, input)
+			held, err = s.gate(ctx, st, c, input, service, memPath)
 		}
 		if held {
 			s.metrics.dispatch.WithLabelValues(metrics.Tool(c.Name), "held").Inc()
@@ -358,10 +358,11 @@ func (s *Service) backfillDispatched(ctx context.Context, st *state) error {
 	return nil
 }
 
-// gate applies the tenant's policy to a call: it returns an error for a
-// call that must not run, with the reason for the model, and held for a
-// call that waits for a reviewer, after asking for the approval.
-func (s *Service) gate(ctx context.Context, st *state, c event.Call, input json.RawMessage) (held bool, err error) {
+// gate applies the tenant's policy to a call, which service would run
+// (on memPath, for the memory service): it returns an error for a call
+// that must not run, with the reason for the model, and held for a call
+// that waits for a reviewer, after asking for the approval.
+func (s *Service) gate(ctx context.Context, st *state, c event.Call, input json.RawMessage, service, memPath string) (held bool, err error) {
 	v := s.decide(st, c, input)
 	switch v.verdict {
 	case policy.Deny:
@@ -380,7 +381,7 @@ func (s *Service) gate(ctx context.Context, st *state, c event.Call, input json.
 			ArgsHash: event.ArgsHash(c.Name, input),
 			Rule:     v.rule,
 			Reason:   v.reason,
-			Preview:  s.skills.preview(ctx, st.tenant, c.Name, input),
+			Preview:  s.preview(ctx, st, c, input, service, memPath),
 		}
 		if err := s.append(ctx, st, &ev, c.ID.String()+":approval"); err != nil {
 			return false, err

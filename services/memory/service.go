@@ -84,8 +84,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, store Store, l
 	return &Service{cfg: cfg, js: js, nc: js.Conn(), store: store, skills: skills, log: log, logs: logs, calls: calls}, nil
 }
 
-// Run consumes memory tool calls and answers the CLI's requests until ctx
-// is done, then lets running calls finish for a grace period.
+// Run consumes memory tool calls and answers the CLI's requests and the
+// harness's requests for previews until ctx is done, then lets running calls finish for a grace period.
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -104,6 +104,7 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 	})
 	g.Go(func() error { return s.serveAPI(ctx) })
+	g.Go(func() error { return s.servePreviews(ctx) })
 	store := "embedded"
 	if _, ok := s.store.(*PGStore); ok {
 		store = "postgres"

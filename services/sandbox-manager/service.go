@@ -130,6 +130,8 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { watched <- s.watchStops(wctx) }()
 	served := make(chan error, 1)
 	go func() { served <- s.serveForwarded(ctx) }()
+	previewed := make(chan error, 1)
+	go func() { previewed <- s.servePreviews(ctx) }()
 	leased, reaped := make(chan struct{}), make(chan struct{})
 	go func() { s.place.keepAlive(wctx); close(leased) }()
 	go func() { s.reap(ctx); close(reaped) }()
@@ -160,11 +162,12 @@ func (s *Service) Run(ctx context.Context) error {
 		Logger:   s.log,
 	})
 	serr := <-served
+	perr := <-previewed
 	stopWatching()
 	werr := <-watched
 	<-leased
 	<-reaped
 	// No call is running once Consume returns: stop every sandbox.
 	s.driver.Close()
-	return errors.Join(err, serr, werr)
+	return errors.Join(err, serr, perr, werr)
 }
