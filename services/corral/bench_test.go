@@ -113,7 +113,7 @@ func deployedClient(b *testing.B, script modeltest.Script) benchClient {
 // benchPolicy writes the default policy with the fake model priced as the
 // default OpenAI model is, so that budgets are checked as in a deployment
 // without the fake's tokens, at the price of an unknown model, using up a
-// day's budget in a long benchmark.
+// day's budget in a long benchmark, and no bound on a session's steps.
 func benchPolicy(b testing.TB) string {
 	b.Helper()
 	data, err := os.ReadFile("../../deploy/policy.yaml")
@@ -124,6 +124,12 @@ func benchPolicy(b testing.TB) string {
 	if priced == string(data) {
 		b.Fatal("deploy/policy.yaml has no prices")
 	}
+	// Benchmark sessions run as many steps as they are measured for.
+	unbounded := strings.Replace(priced, "\n    steps: 100 ", "\n    steps: 1000000 ", 1)
+	if unbounded == priced {
+		b.Fatal("deploy/policy.yaml bounds no session's steps at 100")
+	}
+	priced = unbounded
 	file := filepath.Join(b.TempDir(), "policy.yaml")
 	if err := os.WriteFile(file, []byte(priced), 0o644); err != nil {
 		b.Fatal(err)

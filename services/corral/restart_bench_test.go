@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"log/slog"
 	"os/exec"
@@ -18,19 +19,23 @@ import (
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
+	"corral.dev/services/approval"
 	"corral.dev/services/harness"
+	"corral.dev/services/memory"
 	sandboxmanager "corral.dev/services/sandbox-manager"
 )
 
 // BenchmarkGracefulRestart restarts each service in turn, gracefully, while
-// 64 sessions run steps of one `Bash true` each, and measures the steps
+// 64 sessions run steps of one call each (`Bash true` and a Glob of
+// /memories, in turn), and measures the steps
 // (from the model's answer to its next request) that overlap a restart,
 // beside those that run while nothing restarts, in the same run. A restart
 // is in-process, as a supervisor's SIGTERM and start of a new process would
 // be without the process's own start: the service's Run is cancelled and
 // waited for (its grace period lets what is in flight finish), then a new
-// instance of it starts. Each op restarts the harness, then the
-// sandbox-manager, each after a second of steady steps. It reports how many
+// instance of it starts. Each op restarts the harness, the
+// sandbox-manager, the memory service and the approval service, each after
+// a second of steady steps. It reports how many
 // sessions failed, which must be none.
 func BenchmarkGracefulRestart(b *testing.B) {
 	const sessions = 64
@@ -54,9 +59,9 @@ func TestGracefulRestartFailsNoSession(t *testing.T) {
 	}
 }
 
-// restarts runs sessions sessions of steps of `Bash true` and, rounds
-// times, restarts the harness, then the sandbox-manager, each after a
-// second of steady steps. It returns the steps that overlapped no restart
+// restarts runs sessions sessions of steps of one call each and, rounds
+// times, restarts each service in turn, each after a second of steady
+// steps. It returns the steps that overlapped no restart
 // and those that overlapped one, and how many sessions failed.
 func restarts(b testing.TB, sessions, rounds int) (steady, during []time.Duration, failed int) {
 	b.Helper()
@@ -80,8 +85,18 @@ func restarts(b testing.TB, sessions, rounds int) (steady, during []time.Duratio
 		if ending.Load() {
 			return modeltest.Turn{Text: "done"}, nil
 		}
+		if modeltest.Turns(c)%2 == 1 {
+			return modeltest.Turn{Calls: []modeltest.Call{{Name: "Glob", Input: map[string]any{"pattern": "*", "path": "/memories"}}}}, nil
+		}
 		return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "true"}}}}, nil
 	})
+	_, approvalKey, _ := ed25519.GenerateKey(nil)
+	approvalEnv := func(k string) string {
+		if k == "CORRAL_APPROVAL_SIGNING_KEY" {
+			return event.EncodeKey(approvalKey)
+		}
+		return getenv(k)
+	}
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
 	svcs := []*restartable{
@@ -106,6 +121,32 @@ func restarts(b testing.TB, sessions, rounds int) (steady, during []time.Duratio
 				return nil, err
 			}
 			return sm.Run, nil
+		}},
+		{name: "memory", start: func() (func(context.Context) error, error) {
+			cfg, err := memory.LoadConfig(getenv)
+			if err != nil {
+				return nil, err
+			}
+			store, err := memory.NewKVStore(ctx, js)
+			if err != nil {
+				return nil, err
+			}
+			m, err := memory.New(ctx, cfg, js, store, log)
+			if err != nil {
+				return nil, err
+			}
+			return m.Run, nil
+		}},
+		{name: "approval", start: func() (func(context.Context) error, error) {
+			cfg, err := approval.LoadConfig(approvalEnv)
+			if err != nil {
+				return nil, err
+			}
+			a, err := approval.New(ctx, cfg, js, log)
+			if err != nil {
+				return nil, err
+			}
+			return a.Run, nil
 		}},
 	}
 	for _, s := range svcs {
