@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,8 +71,9 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	s.metrics = newMetrics(reg, s)
+	workspaces := filepath.Join(cfg.DataDir, "workspaces")
 	d, err := sandbox.New(sandbox.Config{
-		Dir:             filepath.Join(cfg.DataDir, "workspaces"),
+		Dir:             workspaces,
 		Bwrap:           cfg.Bwrap,
 		DefaultTimeout:  cfg.DefaultTimeout,
 		FileTimeout:     cfg.FileTimeout,
@@ -97,7 +99,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	}
 	s.driver = d
 	if cfg.Snapshots {
-		if s.snaps, err = newSnapshots(ctx, js, filepath.Join(cfg.DataDir, "unsnapshotted"), filepath.Join(cfg.DataDir, "workspaces"), cfg.BlobGrace); err != nil {
+		if s.snaps, err = newSnapshots(ctx, js, filepath.Join(cfg.DataDir, "unsnapshotted"), workspaces, cfg.BlobGrace); err != nil {
 			return nil, fmt.Errorf("snapshots: %w", err)
 		}
 	}
@@ -108,6 +110,11 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if s.place, err = newPlacement(ctx, js, cfg.Node, cfg.Instance, forget, s.log); err != nil {
 		d.Close()
 		return nil, err
+	}
+	// The sandboxes' own cgroups confine them; where the host's paths
+	// show through is the operator's to change.
+	if shown, err := sandbox.ShownPath(workspaces); err == nil && !strings.HasPrefix(shown, "/<tenant>/") {
+		s.log.InfoContext(ctx, "a sandbox's /proc/self/mountinfo shows its /workspace as the host path "+shown+": to show only /<tenant>/<session>, put the sandboxes' directory on a file system of its own", "dir", workspaces)
 	}
 	if ctls, why := d.Cgroups(); why != nil {
 		s.log.WarnContext(ctx, "sandboxes are not all confined by cgroups: without pids a fork bomb in one can starve the host, without memory and cpu only each process's rlimits bound them; run the sandbox-manager as root or give it a cgroup subtree", "cgroups", ctls, "why", why)

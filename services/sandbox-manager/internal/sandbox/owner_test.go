@@ -233,4 +233,28 @@ func TestMountinfoWithWorkspacesOnOwnFileSystem(t *testing.T) {
 	if strings.Contains(res.Output, dir) {
 		t.Errorf("mountinfo shows the host path %s: %s", dir, res.Output)
 	}
+	if shown, err := ShownPath(dir); err != nil || shown != "/<tenant>/<session>" {
+		t.Errorf("ShownPath(%s) = %q, %v; want /<tenant>/<session>", dir, shown, err)
+	}
+}
+
+// ShownPath says which host path a sandbox sees in its mountinfo, as the
+// sandbox itself sees it, for the sandbox-manager to warn of at start.
+func TestShownPath(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{})
+	session := uuid.New()
+	res := bash(t, d, session, "grep ' /workspace ' /proc/self/mountinfo")
+	fields := strings.Fields(res.Output)
+	if res.IsError || len(fields) < 5 {
+		t.Fatalf("mountinfo: %+v", res)
+	}
+	shown, err := ShownPath(d.cfg.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.NewReplacer("<tenant>", tenant, "<session>", session.String()).Replace(shown)
+	if fields[3] != want {
+		t.Errorf("ShownPath says the sandbox sees %s, it sees %s", want, fields[3])
+	}
 }
