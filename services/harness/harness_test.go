@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -108,71 +109,47 @@ func toolCalls(t *testing.T, js jetstream.JetStream) []event.ToolCall {
 }
 
 // A harness that finds a recorded response it has not acted on (it died
-// right after recording it) dispatches the response's calls and does not
-// ask the model again.
+// right after recording it) queues the response's calls and does not ask
+// the model again: calls it must still dispatch, and calls the response
+// recorded as dispatched, which the dead harness may not have queued. The
+// step's trigger comes as never delivered, as a server that restarts from
+// its store may deliver it again having lost the count of its deliveries.
 func TestRecordedResponseIsReused(t *testing.T) {
-	_, _, js := natstest.Run(t)
-	fake := modeltest.New(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
-		return modeltest.Turn{}, fmt.Errorf("the model must not be asked")
-	})
-	session := uuid.Must(uuid.NewV7())
-	call := uuid.Must(uuid.NewV7())
-	// The log as a harness that died after recording the response left it;
-	// the request's step was never acked, so the next harness gets it.
-	record(t, js, &event.SessionRequested{Header: event.NewHeader(event.TypeSessionRequested, "acme", session),
-		Request: uuid.Must(uuid.NewV7()), User: "ada", Model: "openai:m", Prompt: "go"}, "req")
-	record(t, js, &event.ModelResponded{
-		Header: event.NewHeader(event.TypeModelResponded, "acme", session), Turn: 1, Model: "openai:m",
-		Content: []model.Block{{Type: model.ToolUseBlock, ID: "call_1", Name: "Bash", Input: json.RawMessage(`{"command":"true"}`)}},
-		Calls:   []event.Call{{ID: call, ToolUseID: "call_1", Name: "Bash"}},
-	}, "turn1")
-	runHarness(t, js, fake)
+	for _, service := range []string{"", bus.ServiceSandbox} {
+		t.Run(cmp.Or(service, "undispatched"), func(t *testing.T) {
+			_, _, js := natstest.Run(t)
+			fake := modeltest.New(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+				return modeltest.Turn{}, fmt.Errorf("the model must not be asked")
+			})
+			session := uuid.Must(uuid.NewV7())
+			call := uuid.Must(uuid.NewV7())
+			// The log as a harness that died after recording the response
+			// left it; the request's step was never acked, so the next
+			// harness gets it.
+			record(t, js, &event.SessionRequested{Header: event.NewHeader(event.TypeSessionRequested, "acme", session),
+				Request: uuid.Must(uuid.NewV7()), User: "ada", Model: "openai:m", Prompt: "go"}, "req")
+			record(t, js, &event.ModelResponded{
+				Header: event.NewHeader(event.TypeModelResponded, "acme", session), Turn: 1, Model: "openai:m",
+				Content: []model.Block{{Type: model.ToolUseBlock, ID: "call_1", Name: "Bash", Input: json.RawMessage(`{"command":"true"}`)}},
+				Calls:   []event.Call{{ID: call, ToolUseID: "call_1", Name: "Bash", Service: service}},
+			}, "turn1")
+			runHarness(t, js, fake)
 
-	natstest.WaitFor(t, 10*time.Second, func() error {
-		calls := toolCalls(t, js)
-		if len(calls) != 1 {
-			return fmt.Errorf("%d calls on the queue, want 1", len(calls))
-		}
-		if calls[0].Call != call || calls[0].Name != "Bash" || calls[0].User != "ada" {
-			return fmt.Errorf("call = %+v", calls[0])
-		}
-		return nil
-	})
-	if n := len(fake.Requests()); n != 0 {
-		t.Errorf("the model was asked %d times, want 0", n)
+			natstest.WaitFor(t, 10*time.Second, func() error {
+				calls := toolCalls(t, js)
+				if len(calls) != 1 {
+					return fmt.Errorf("%d calls on the queue, want 1", len(calls))
+				}
+				if calls[0].Call != call || calls[0].Name != "Bash" || calls[0].User != "ada" {
+					return fmt.Errorf("call = %+v", calls[0])
+				}
+				return nil
+			})
+			if n := len(fake.Requests()); n != 0 {
+				t.Errorf("the model was asked %d times, want 0", n)
+			}
+		})
 	}
-}
-
-// A response that recorded its calls as dispatched, left by a harness that
-// died before it queued them, gets them queued by the next step of its
-// trigger, even when that trigger comes as never delivered: a server that
-// restarts from its store may have lost the count of its deliveries.
-func TestDispatchedResponseIsQueued(t *testing.T) {
-	_, _, js := natstest.Run(t)
-	fake := modeltest.New(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
-		return modeltest.Turn{}, fmt.Errorf("the model must not be asked")
-	})
-	session := uuid.Must(uuid.NewV7())
-	call := uuid.Must(uuid.NewV7())
-	record(t, js, &event.SessionRequested{Header: event.NewHeader(event.TypeSessionRequested, "acme", session),
-		Request: uuid.Must(uuid.NewV7()), User: "ada", Model: "openai:m", Prompt: "go"}, "req")
-	record(t, js, &event.ModelResponded{
-		Header: event.NewHeader(event.TypeModelResponded, "acme", session), Turn: 1, Model: "openai:m",
-		Content: []model.Block{{Type: model.ToolUseBlock, ID: "call_1", Name: "Bash", Input: json.RawMessage(`{"command":"true"}`)}},
-		Calls:   []event.Call{{ID: call, ToolUseID: "call_1", Name: "Bash", Service: bus.ServiceSandbox}},
-	}, "turn1")
-	runHarness(t, js, fake)
-
-	natstest.WaitFor(t, 10*time.Second, func() error {
-		calls := toolCalls(t, js)
-		if len(calls) != 1 {
-			return fmt.Errorf("%d calls on the queue, want 1", len(calls))
-		}
-		if calls[0].Call != call {
-			return fmt.Errorf("call = %+v", calls[0])
-		}
-		return nil
-	})
 }
 
 // A tool result recorded while its step is redelivered changes nothing: the
