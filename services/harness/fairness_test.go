@@ -32,24 +32,9 @@ func TestTenantShare(t *testing.T) {
 	// The model keeps every request of a "slow" session waiting until
 	// the test ends.
 	release, slow := make(chan struct{}), make(chan struct{}, 8)
-	target, _ := url.Parse(fake.URL())
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if bytes.Contains(body, []byte(`"slow"`)) {
-			slow <- struct{}{}
-			select {
-			case <-release:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(model.Close)
+	model := blockingModel(t, fake.URL(), func(body []byte) bool { return bytes.Contains(body, []byte(`"slow"`)) }, slow, release)
 	runHarnessWith(t, js, fake, map[string]string{
-		"OPENAI_BASE_URL":                   model.URL,
+		"OPENAI_BASE_URL":                   model,
 		"CORRAL_HARNESS_CONCURRENCY":        "2",
 		"CORRAL_HARNESS_TENANT_CONCURRENCY": "1",
 	})
@@ -81,4 +66,31 @@ func TestTenantShare(t *testing.T) {
 		t.Error("acme's second session asked the model while its first did")
 	default:
 	}
+}
+
+// blockingModel returns the URL of a proxy to the fake model at target
+// that holds each request whose body blocks says so, after telling asked,
+// until release is closed.
+func blockingModel(t *testing.T, target string, blocks func(body []byte) bool, asked chan<- struct{}, release <-chan struct{}) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if blocks(body) {
+			asked <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(model.Close)
+	return model.URL
 }

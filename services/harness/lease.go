@@ -237,9 +237,12 @@ func (s *Service) askFree(ctx context.Context, holder, key string) holderAnswer 
 	return holderBusy
 }
 
-// serveLeases frees lingering leases when their time runs out, and when
-// another harness asks for one, until ctx is done; then it frees them all.
-func (s *Service) serveLeases(ctx context.Context) error {
+// answerLeaseRequests answers other harnesses' requests for the leases
+// this one holds, freeing one that only lingers here, until the caller
+// unsubscribes: after this harness's last step, since a harness that does
+// not answer is taken for gone.
+func (s *Service) answerLeaseRequests(ctx context.Context) (*nats.Subscription, error) {
+	ctx = context.WithoutCancel(ctx)
 	sub, err := s.js.Conn().Subscribe(bus.LeaseSubject(s.cfg.Instance), func(m *nats.Msg) {
 		answer := leaseBusy
 		if validSessionKey(string(m.Data)) && s.freeLingering(ctx, string(m.Data)) {
@@ -248,8 +251,18 @@ func (s *Service) serveLeases(ctx context.Context) error {
 		_ = m.Respond([]byte(answer))
 	})
 	if err != nil {
-		return fmt.Errorf("serve lease requests: %w", err)
+		return nil, fmt.Errorf("answer lease requests: %w", err)
 	}
+	// Subscribed on the server before the first step may take a lease
+	// (a server out of reach has it on reconnection, before any step can
+	// write).
+	_ = s.js.Conn().FlushTimeout(5 * time.Second)
+	return sub, nil
+}
+
+// serveLeases frees lingering leases when their time runs out, until ctx
+// is done; then it frees them all.
+func (s *Service) serveLeases(ctx context.Context) error {
 	const tick = bus.LeaseTTL / 10
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -258,7 +271,6 @@ func (s *Service) serveLeases(ctx context.Context) error {
 		case <-ctx.Done():
 			// Steps still finishing free their leases rather than keep them.
 			s.stopping.Store(true)
-			_ = sub.Unsubscribe()
 			for _, key := range s.held.keys() {
 				s.freeHeld(ctx, key)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 )
 
@@ -98,6 +99,11 @@ func serveLeases(t *testing.T, hs ...*Service) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, len(hs))
 	for _, h := range hs {
+		sub, err := h.answerLeaseRequests(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
 		go func() { served <- h.serveLeases(ctx) }()
 	}
 	t.Cleanup(func() {
@@ -210,5 +216,42 @@ func TestLeaseLingers(t *testing.T) {
 	})
 	if took := time.Since(start); took < bus.LeaseTTL/2-bus.LeaseTTL/5 {
 		t.Errorf("a lingering lease was freed after %v, before it had to be", took)
+	}
+}
+
+// A harness that is stopping still answers for the leases of the steps it
+// lets finish: another harness does not take them for a dead one's.
+func TestStoppingHarnessKeepsItsLeases(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	fake := modeltest.New(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		return modeltest.Turn{Text: "done"}, nil
+	})
+	asked, release := make(chan struct{}, 1), make(chan struct{})
+	model := blockingModel(t, fake.URL(), func([]byte) bool { return true }, asked, release)
+	cfg, err := LoadConfig(func(k string) string {
+		return map[string]string{"OPENAI_BASE_URL": model, "OPENAI_API_KEY": "k", "CORRAL_MODEL": "openai:m", "CORRAL_CALL_SIGNING_KEY": testCallKey, "CORRAL_SHUTDOWN_GRACE": "10s"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(context.Background(), cfg, js, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+
+	session := uuid.Must(uuid.NewV7())
+	request(t, js, session, "go")
+	<-asked // a's step holds the lease, waiting for the model
+	stop()
+	hs, _ := newLeaseHarnesses(t, js, 1)
+	if _, _, _, err := hs[0].acquireLease(context.Background(), "acme", session); !errors.Is(err, bus.ErrNotYet) {
+		t.Errorf("another harness took the lease of a step a stopping harness lets finish: %v", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

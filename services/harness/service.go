@@ -122,6 +122,14 @@ const stepAckWait = 500 * time.Millisecond
 
 // Run consumes requests and session events until ctx is done, then drains.
 func (s *Service) Run(ctx context.Context) error {
+	// Another harness takes a lease at once from a harness that does not
+	// answer for it (see askFree): this one answers from before its first
+	// step until after its last.
+	leaseRequests, err := s.answerLeaseRequests(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = leaseRequests.Unsubscribe() }()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return bus.Consume(ctx, s.js, bus.Consumer{
