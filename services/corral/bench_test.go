@@ -110,17 +110,18 @@ func deployedClient(b *testing.B, script modeltest.Script) benchClient {
 	return benchClient{js: js, tenant: d.getenv("CORRAL_TENANT"), user: d.getenv("CORRAL_USER")}
 }
 
-// benchPolicy writes the default policy with the fake model priced as the
-// default OpenAI model is, so that budgets are checked as in a deployment
-// without the fake's tokens, at the price of an unknown model, using up a
-// day's budget in a long benchmark, and no bound on a session's steps.
+// benchPolicy writes the default policy with the fake model priced at a
+// hundredth of the default OpenAI model, so that budgets are checked as in
+// a deployment without a long benchmark's sessions (whose conversations
+// grow with every step) using up a day's budget, and no bound on a
+// session's steps.
 func benchPolicy(b testing.TB) string {
 	b.Helper()
 	data, err := os.ReadFile("../../deploy/policy.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
-	priced := strings.Replace(string(data), "\nprices:\n", "\nprices:\n  \"openai:bench\": {input: 2.00, output: 8.00}\n", 1)
+	priced := strings.Replace(string(data), "\nprices:\n", "\nprices:\n  \"openai:bench\": {input: 0.02, output: 0.08}\n", 1)
 	if priced == string(data) {
 		b.Fatal("deploy/policy.yaml has no prices")
 	}
