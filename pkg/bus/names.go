@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/tool"
 )
 
 // Stream names.
@@ -75,12 +77,13 @@ const (
 	ConsumerApprovals       = "approval-requests"
 )
 
-// Tool services, the second token of a tool call's subject.
+// Tool services, the second token of a tool call's subject (see
+// [tool.Route]).
 const (
 	// ServiceSandbox runs calls in sandboxes.
-	ServiceSandbox = "sandbox"
+	ServiceSandbox = tool.ServiceSandbox
 	// ServiceMemory keeps /memories and /skills.
-	ServiceMemory = "memory"
+	ServiceMemory = tool.ServiceMemory
 )
 
 // RequestTimeout bounds each request to the server. A request sent just

@@ -1,6 +1,7 @@
 package tool
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,20 +33,25 @@ const maxSegmentBytes = 255
 // [Parse]) goes to the memory service: a file tool whose path is under
 // /memories or /skills. Everything else, Bash always, runs in the sandbox.
 func ForMemory(args any) bool {
-	var p string
+	return IsMemoryPath(pathOf(args))
+}
+
+// pathOf returns the path a file tool's parsed arguments name, "" for
+// Bash.
+func pathOf(args any) string {
 	switch a := args.(type) {
 	case *ReadArgs:
-		p = a.FilePath
+		return a.FilePath
 	case *WriteArgs:
-		p = a.FilePath
+		return a.FilePath
 	case *EditArgs:
-		p = a.FilePath
+		return a.FilePath
 	case *GlobArgs:
-		p = a.Path
+		return a.Path
 	case *GrepArgs:
-		p = a.Path
+		return a.Path
 	}
-	return IsMemoryPath(p)
+	return ""
 }
 
 // IsMemoryPath reports whether p, as the model wrote it, is in /memories or
@@ -93,4 +99,30 @@ func MemoryPath(p string) (string, error) {
 		}
 	}
 	return p, nil
+}
+
+// The services that run tool calls.
+const (
+	// ServiceSandbox runs calls in the session's sandbox.
+	ServiceSandbox = "sandbox"
+	// ServiceMemory keeps /memories and /skills.
+	ServiceMemory = "memory"
+)
+
+// Route checks a call of tool name with input as the model wrote it, and
+// returns the service that runs it, with the path of the memory or skill
+// file it names, if any. Its error refuses a call that cannot run as
+// written, in words the model can act on.
+func Route(name string, input json.RawMessage) (service, memPath string, err error) {
+	args, err := Parse(name, input)
+	if err != nil {
+		return "", "", err
+	}
+	p := pathOf(args)
+	if IsMemoryPath(p) {
+		p, err := MemoryPath(p)
+		return ServiceMemory, p, err
+	}
+	_, err = WorkspacePath(p)
+	return ServiceSandbox, "", err
 }

@@ -14,67 +14,8 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/policy"
+	"corral.dev/services/harness/internal/core"
 )
-
-// sessionUsage is what the session has spent, by its log.
-func (s *Service) sessionUsage(st *state) policy.Usage {
-	u := policy.Usage{
-		Steps:          st.turn,
-		InputTokens:    int64(st.usage.InputTokens),
-		OutputTokens:   int64(st.usage.OutputTokens),
-		SandboxSeconds: float64(st.sandboxMS) / 1000,
-	}
-	for m, mu := range st.byModel {
-		u.CostUSD += s.cfg.Policy.Cost(m, mu)
-	}
-	return u
-}
-
-// overBudget returns the budget the session has used up, as
-// <scope>.<limit>, and what it spent against it; "" when it may go on.
-// The daily budgets are read from the usage bucket, only when set.
-func (s *Service) overBudget(ctx context.Context, st *state, asking bool) (budget, spent string, err error) {
-	b := s.cfg.Policy.Budgets(st.tenant)
-	b.Session = s.sessionLimits(st, b.Session)
-	if !asking {
-		b.Session.Steps, b.UserDaily.Steps, b.TenantDaily.Steps = 0, 0, 0
-	}
-	if limit, spent := b.Session.Over(s.sessionUsage(st), time.Since(st.since)); limit != "" {
-		return "session." + limit, spent, nil
-	}
-	day := time.Now().UTC().Format(time.DateOnly)
-	for _, d := range []struct {
-		scope string
-		l     policy.Limits
-		user  string
-	}{{"user_daily", b.UserDaily, st.user}, {"tenant_daily", b.TenantDaily, ""}} {
-		if d.l == (policy.Limits{}) {
-			continue
-		}
-		u, err := s.recentDayUsage(ctx, bus.UsageKey(st.tenant, day, d.user))
-		if err != nil {
-			return "", "", err
-		}
-		if limit, spent := d.l.Over(u, 0); limit != "" {
-			return d.scope + "." + limit, spent + " today", nil
-		}
-	}
-	return "", "", nil
-}
-
-// sessionLimits returns the session's caps: its tenant's, with each raise
-// a reviewer approved applied in turn. A raise counts only on a decision
-// that verifies, as for a held call.
-func (s *Service) sessionLimits(st *state, l policy.Limits) policy.Limits {
-	for _, r := range st.raises {
-		d := s.decision(st, r.Raise, event.ArgsHash(event.BudgetTool, r.Limits))
-		var raised policy.Limits
-		if d != nil && d.Approved && json.Unmarshal(r.Limits, &raised) == nil {
-			l = l.Raise(raised)
-		}
-	}
-	return l
-}
 
 // dayUsageFresh is how old a day's usage read for a budget check may be,
 // so that a busy harness reads each key once per period, not once per
@@ -121,7 +62,7 @@ func (s *Service) spent(st *state, ev *event.ModelResponded) {
 	day := ev.Time.UTC().Format(time.DateOnly)
 	s.usageMu.Lock()
 	defer s.usageMu.Unlock()
-	for _, key := range []string{bus.UsageKey(st.tenant, day, ""), bus.UsageKey(st.tenant, day, st.user)} {
+	for _, key := range []string{bus.UsageKey(st.Tenant, day, ""), bus.UsageKey(st.Tenant, day, st.User)} {
 		if c, ok := s.usageCache.Get(key); ok {
 			c.since.Add(u)
 			s.usageCache.Add(key, c)
@@ -129,31 +70,21 @@ func (s *Service) spent(st *state, ev *event.ModelResponded) {
 	}
 }
 
-// budgetCheck stops the session if it is over a budget, and says so;
-// asking is whether the model is about to be asked (steps count turns).
-func (s *Service) budgetCheck(ctx context.Context, st *state, asking bool) (stopped bool, err error) {
-	budget, spent, err := s.overBudget(ctx, st, asking)
-	if err != nil || budget == "" {
-		return false, err
-	}
-	return true, s.stopForBudget(ctx, st, budget, spent)
-}
-
-// stopForBudget records that the session exceeded budget: the session
+// stopForBudget records that the session exceeded a budget: the session
 // fails with code budget_exceeded, which tells the requester, and the
 // sandbox-manager destroys its sandbox.
-func (s *Service) stopForBudget(ctx context.Context, st *state, budget, spent string) error {
+func (s *Service) stopForBudget(ctx context.Context, st *state, f core.Fail) error {
 	ev := event.SessionFailed{
-		Header: event.NewHeader(event.TypeSessionFailed, st.tenant, st.session),
-		Code:   event.CodeBudget,
-		Budget: budget,
-		Reason: fmt.Sprintf("the session exceeded its budget %s: it used %s", budget, spent),
+		Header: event.NewHeader(event.TypeSessionFailed, st.Tenant, st.Session),
+		Code:   f.Code,
+		Budget: f.Budget,
+		Reason: f.Reason,
 	}
-	s.log.InfoContext(ctx, "budget exceeded", "session", st.session, "budget", budget, "spent", spent)
-	if err := s.append(ctx, st, &ev, fmt.Sprintf("%s:budget:%s", st.session, st.lastRequest)); err != nil {
+	s.log.InfoContext(ctx, "budget exceeded", "session", st.Session, "budget", f.Budget, "reason", f.Reason)
+	if err := s.append(ctx, st, &ev, fmt.Sprintf("%s:budget:%s", st.Session, st.LastRequest)); err != nil {
 		return err
 	}
-	s.metrics.ended.WithLabelValues(event.CodeBudget).Inc()
+	s.metrics.ended.WithLabelValues(f.Code).Inc()
 	return nil
 }
 
@@ -196,12 +127,12 @@ func (s *Service) watchWallTime(ctx context.Context) error {
 		case <-t.C:
 		}
 		for _, st := range s.folded.running() {
-			wall := s.sessionLimits(st, s.cfg.Policy.Budgets(st.tenant).Session).WallTime
-			if wall <= 0 || time.Since(st.since) < wall {
+			env := core.Env{Policy: s.cfg.Policy, ApprovalKey: s.cfg.ApprovalKey, Now: time.Now()}
+			if core.OverWallTime(st.State, env) == nil {
 				continue
 			}
-			if err := s.checkWallTime(ctx, st.tenant, st.session); err != nil && ctx.Err() == nil && !errors.Is(err, bus.ErrNotYet) {
-				s.log.WarnContext(ctx, "check a session's wall time", "session", st.session, "err", err)
+			if err := s.checkWallTime(ctx, st.Tenant, st.Session); err != nil && ctx.Err() == nil && !errors.Is(err, bus.ErrNotYet) {
+				s.log.WarnContext(ctx, "check a session's wall time", "session", st.Session, "err", err)
 			}
 		}
 	}
@@ -215,16 +146,11 @@ func (s *Service) checkWallTime(ctx context.Context, tenant string, session uuid
 		return s.sessions.Lock(lctx, key)
 	}
 	err := s.withSession(ctx, tryLock, tenant, session, func(ctx context.Context, st *state) error {
-		if st.status != statusRunning {
+		f := core.OverWallTime(st.State, core.Env{Policy: s.cfg.Policy, ApprovalKey: s.cfg.ApprovalKey, Now: time.Now()})
+		if f == nil {
 			return nil
 		}
-		wall := s.sessionLimits(st, s.cfg.Policy.Budgets(st.tenant).Session).WallTime
-		elapsed := time.Since(st.since)
-		if wall <= 0 || elapsed < wall {
-			return nil
-		}
-		spent := fmt.Sprintf("%s of %s", elapsed.Round(time.Second), wall)
-		return s.stopForBudget(ctx, st, "session.wall_time", spent)
+		return s.stopForBudget(ctx, st, *f)
 	})
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return nil // busy: the step will see to it

@@ -25,20 +25,20 @@ import (
 // the file (the memory service its store, the sandbox-manager the
 // session's workspace), asked with the very call it would be queued as,
 // signed for a preview only ([event.ToolCall.SignPreview]).
-func (s *Service) preview(ctx context.Context, st *state, c event.Call, input json.RawMessage, service, memPath string) string {
+func (s *Service) preview(ctx context.Context, st *state, c event.Call, service, memPath string) string {
 	if c.Name != tool.Edit {
 		return ""
 	}
 	if strings.HasPrefix(memPath, tool.Skills+"/") {
-		return s.skills.preview(ctx, st.tenant, c.Name, input)
+		return s.skills.preview(ctx, st.Tenant, c.Name, st.Pending.Input(c))
 	}
-	call := s.toolCall(st, c, input, memPath)
+	call := s.toolCall(st, c, memPath)
 	if s.cfg.CallKey != nil {
 		call.SignPreview(s.cfg.CallKey, service)
 	}
 	text, err := preview.Ask(ctx, s.js.Conn(), service, &call)
 	if err != nil {
-		s.log.DebugContext(ctx, "no preview", "session", st.session, "call", c.ID, "service", service, "err", err)
+		s.log.DebugContext(ctx, "no preview", "session", st.Session, "call", c.ID, "service", service, "err", err)
 		return ""
 	}
 	return text

@@ -69,15 +69,15 @@ func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
 	// follow-up lands between turns: after the last response, or queued
 	// behind the results of calls still out.
 	return s.withSession(ctx, s.sessions.Lock, tenant, session, func(ctx context.Context, st *state) error {
-		if st.requests[req.ID] {
+		if st.Requests[req.ID] {
 			return nil // recorded already: a redelivery or a duplicate
 		}
-		if st.user != "" && st.user != user {
+		if st.User != "" && st.User != user {
 			// Not the session's to continue; the session goes on as it was.
 			return bus.Permanent(fmt.Errorf("session %s is not user %q's", session, user))
 		}
 		if req.Fork != uuid.Nil {
-			if why, err := s.checkFork(ctx, tenant, session, &req, len(st.requests) > 0); err != nil || why != "" {
+			if why, err := s.checkFork(ctx, tenant, session, &req, len(st.Requests) > 0); err != nil || why != "" {
 				if err != nil {
 					return err
 				}

@@ -241,8 +241,8 @@ func (s *Service) recordFailure(ctx context.Context, tenant string, session uuid
 // the failure into st, so that the step ends the session here too: its
 // state is kept as failed and its lease does not linger.
 func (s *Service) fail(ctx context.Context, st *state, code, reason string) error {
-	ev := event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, st.tenant, st.session), Code: code, Reason: reason}
-	if err := s.append(ctx, st, &ev, st.session.String()+":failed:"+st.failureID()); err != nil {
+	ev := event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, st.Tenant, st.Session), Code: code, Reason: reason}
+	if err := s.append(ctx, st, &ev, st.Session.String()+":failed:"+st.failureID()); err != nil {
 		return err
 	}
 	s.metrics.ended.WithLabelValues(code).Inc()

@@ -4,84 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
-	"corral.dev/pkg/model"
 	"corral.dev/pkg/sessionlog"
+	"corral.dev/services/harness/internal/core"
 )
 
-type status int
-
-const (
-	statusNew status = iota
-	statusRunning
-	statusCompleted
-	statusFailed
-	statusStopped
-)
-
-// state is a session as folded from its log.
+// state is a session as a step works on it: its core state, folded from
+// its log, with what the log says of who may write what next (trust), and
+// whether it may no longer stand for the log (stale).
 type state struct {
-	tenant  string
-	session uuid.UUID
-	user    string
-	model   string
-	status  status
-	// requests are the IDs of the requests recorded; lastRequest the latest.
-	requests    map[uuid.UUID]bool
-	lastRequest uuid.UUID
-	// queued are prompts of follow-ups that came while calls were out;
-	// they join the conversation after the calls' results.
-	queued []model.Block
-	// messages is the conversation up to the last recorded response.
-	messages []model.Message
-	// turn counts the model responses recorded.
-	turn int
-	// pending is the last response if it came after the last request and
-	// made tool calls; nil when the model must be asked next or the
-	// session has nothing to do.
-	pending *event.ModelResponded
-	// dispatched holds the service each call was dispatched to, and
-	// dispatchedAt the sequence of the event that recorded it (as far as
-	// this state knows: an event folded in while stale counts as at seq).
-	dispatched   map[uuid.UUID]string
-	dispatchedAt map[uuid.UUID]uint64
-	results      map[uuid.UUID]*event.ToolCompleted
-	// versions holds, for each memory or skill file this session has read
-	// or written, the version it saw last: what its next Write or Edit of
-	// the file expects to find there.
-	versions map[string]int64
-	// asked holds the calls an approval was asked for; decisions the
-	// decisions recorded on each, checked when acted on.
-	asked     map[uuid.UUID]bool
-	decisions map[uuid.UUID][]*event.ApprovalDecided
-	usage     model.Usage
-	// byModel sums the usage of each model, for the session's cost;
-	// sandboxMS sums how long its calls ran in sandboxes; since is when
-	// the request it works on came.
-	byModel map[string]model.Usage
-	// raises are the requests to raise the session's caps.
-	raises    []*event.BudgetRaise
-	sandboxMS int64
-	since     time.Time
-	// seq is the stream sequence of the last event folded in; stale is
-	// set when an event was folded in that may not follow it in the log.
-	seq   uint64
+	*core.State
+	// stale is set when an event was folded in that may not follow
+	// State.Seq in the log.
 	stale bool
 	// trust is what the log says of the session that its next event is
 	// judged by: its user, and where each call was dispatched.
 	trust *sessionlog.Session
-	// answered is set when the last response made no tool calls: the
-	// session's answer, to be recorded as completed.
-	answered *event.ModelResponded
 }
 
 // load folds a session's log into its state. It starts from the state this
@@ -103,8 +47,7 @@ func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID, ow
 		st = newState(tenant, session)
 	} else if owned && last {
 		if e, ok := s.follower(ctx, st, seq); ok {
-			st.apply(e.Event)
-			st.seq = e.Seq
+			st.Apply(e.Seq, e.Event)
 			return st, nil
 		}
 	}
@@ -116,8 +59,7 @@ func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID, ow
 		return nil, fmt.Errorf("load session %s: %w", session, err)
 	}
 	for _, e := range entries {
-		st.seq = e.Seq
-		st.apply(e.Event)
+		st.Apply(e.Seq, e.Event)
 	}
 	return st, nil
 }
@@ -135,7 +77,7 @@ func (s *Service) follower(ctx context.Context, st *state, seq uint64) (sessionl
 		return sessionlog.Entry{}, false
 	}
 	r, ok := e.Event.(*event.ToolCompleted)
-	if !ok || r.After != seq || e.Tenant != st.tenant || e.Session != st.session {
+	if !ok || r.After != seq || e.Tenant != st.Tenant || e.Session != st.Session {
 		return sessionlog.Entry{}, false
 	}
 	if s.logs.Admit(ctx, st.trust, e, m.Data) != nil {
@@ -148,7 +90,7 @@ func (s *Service) follower(ctx context.Context, st *state, seq uint64) (sessionl
 // unless st no longer stands for the log up to st.seq.
 func (s *Service) keep(st *state) {
 	if !st.stale {
-		s.folded.put(st, st.seq)
+		s.folded.put(st, st.Seq)
 	}
 }
 
@@ -172,10 +114,9 @@ func (s *Service) append(ctx context.Context, st *state, ev event.Event, msgID s
 // was folded from.
 func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgID string, unless func()) error {
 	if !st.stale {
-		seq, err := s.logs.Append(ctx, ev, msgID, st.seq)
+		seq, err := s.logs.Append(ctx, ev, msgID, st.Seq)
 		if err == nil {
-			st.seq = seq
-			st.fold(ev)
+			st.fold(seq, ev)
 			return nil
 		}
 		// Whatever happened, st no longer surely stands for the log.
@@ -190,49 +131,26 @@ func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgI
 	if err := s.logs.Record(ctx, ev, msgID); err != nil {
 		return err
 	}
-	st.fold(ev)
+	st.fold(st.Seq, ev)
 	return nil
 }
 
 func newState(tenant string, session uuid.UUID) *state {
-	return &state{
-		tenant:       tenant,
-		session:      session,
-		requests:     make(map[uuid.UUID]bool),
-		dispatched:   make(map[uuid.UUID]string),
-		dispatchedAt: make(map[uuid.UUID]uint64),
-		results:      make(map[uuid.UUID]*event.ToolCompleted),
-		versions:     make(map[string]int64),
-		asked:        make(map[uuid.UUID]bool),
-		decisions:    make(map[uuid.UUID][]*event.ApprovalDecided),
-		byModel:      make(map[string]model.Usage),
-		trust:        sessionlog.NewSession(tenant, session),
-	}
+	return &state{State: core.New(tenant, session), trust: sessionlog.NewSession(tenant, session)}
 }
 
-// fold folds in an event the harness itself wrote for st's session: it
-// is what the log now holds, so the session's trust learns from it too.
-func (st *state) fold(ev event.Event) {
-	_ = st.trust.Admit(sessionlog.Address{Tenant: st.tenant, Session: st.session, Type: ev.Head().Type, Writer: sessionlog.Harness}, ev)
-	st.apply(ev)
+// fold folds in an event the harness itself wrote for st's session, at
+// seq: it is what the log now holds, so the session's trust learns from
+// it too.
+func (st *state) fold(seq uint64, ev event.Event) {
+	_ = st.trust.Admit(sessionlog.Address{Tenant: st.Tenant, Session: st.Session, Type: ev.Head().Type, Writer: sessionlog.Harness}, ev)
+	st.Apply(seq, ev)
 }
 
 // clone returns a copy of st that shares only immutable parts (events,
 // message contents) with it.
 func (st *state) clone() *state {
-	c := *st
-	c.requests = maps.Clone(st.requests)
-	c.dispatched = maps.Clone(st.dispatched)
-	c.dispatchedAt = maps.Clone(st.dispatchedAt)
-	c.results = maps.Clone(st.results)
-	c.versions = maps.Clone(st.versions)
-	c.asked = maps.Clone(st.asked)
-	c.decisions = maps.Clone(st.decisions)
-	c.byModel = maps.Clone(st.byModel)
-	c.messages = slices.Clone(st.messages)
-	c.queued = slices.Clone(st.queued)
-	c.trust = st.trust.Clone()
-	return &c
+	return &state{State: st.State.Clone(), stale: st.stale, trust: st.trust.Clone()}
 }
 
 // foldCache keeps the states this process folded last, so a step reads only
@@ -259,7 +177,7 @@ func (c *foldCache) get(tenant string, session uuid.UUID) (_ *state, seq uint64,
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f, ok := c.m[bus.SessionKey(tenant, session)]
-	if !ok || f.st.tenant != tenant || f.st.session != session {
+	if !ok || f.st.Tenant != tenant || f.st.Session != session {
 		return nil, 0, false
 	}
 	return f.st.clone(), f.seq, f.last
@@ -271,7 +189,7 @@ func (c *foldCache) put(st *state, seq uint64) {
 	if c.m == nil {
 		c.m = make(map[string]foldedState)
 	}
-	key := bus.SessionKey(st.tenant, st.session)
+	key := bus.SessionKey(st.Tenant, st.Session)
 	if _, ok := c.m[key]; !ok && len(c.m) >= foldCacheSize {
 		for k := range c.m { // drop one at random
 			delete(c.m, k)
@@ -299,124 +217,16 @@ func (c *foldCache) running() []*state {
 	defer c.mu.Unlock()
 	var out []*state
 	for _, f := range c.m {
-		if f.st.status == statusRunning {
+		if f.st.Status == core.StatusRunning {
 			out = append(out, f.st)
 		}
 	}
 	return out
 }
 
-func (st *state) apply(ev any) {
-	switch e := ev.(type) {
-	case *event.SessionRequested:
-		st.requests[e.Request] = true
-		st.lastRequest = e.Request
-		if st.user == "" { // a session's user is its first request's
-			st.user = e.User
-		}
-		st.model = e.Model
-		st.answered = nil
-		prompt := model.Block{Type: model.TextBlock, Text: e.Prompt}
-		if st.pending != nil && st.status == statusRunning {
-			st.queued = append(st.queued, prompt)
-			break
-		}
-		st.status = statusRunning
-		st.since = e.Time
-		st.flushResults()
-		st.messages = append(st.messages, model.Message{Role: model.User, Content: []model.Block{prompt}})
-	case *event.ModelResponded:
-		st.flushResults()
-		st.turn = e.Turn
-		st.usage.InputTokens += e.Usage.InputTokens
-		st.usage.OutputTokens += e.Usage.OutputTokens
-		u := st.byModel[e.Model]
-		u.InputTokens += e.Usage.InputTokens
-		u.OutputTokens += e.Usage.OutputTokens
-		st.byModel[e.Model] = u
-		st.messages = append(st.messages, model.Message{Role: model.Assistant, Content: e.Content})
-		for _, c := range e.Calls {
-			if c.Service != "" {
-				st.dispatched[c.ID] = c.Service
-				st.dispatchedAt[c.ID] = st.seq
-			}
-		}
-		if len(e.Calls) > 0 {
-			st.pending = e
-		} else {
-			st.answered = e
-		}
-	case *event.ToolDispatched:
-		st.dispatched[e.Call] = e.Service
-		st.dispatchedAt[e.Call] = st.seq
-	case *event.ToolCompleted:
-		st.results[e.Call] = e
-		if e.Service == bus.ServiceSandbox {
-			st.sandboxMS += e.DurationMS
-		}
-		if e.Path != "" && !e.IsError {
-			st.versions[e.Path] = e.Version
-		}
-	case *event.ApprovalRequested:
-		st.asked[e.Call] = true
-	case *event.ApprovalDecided:
-		st.decisions[e.Call] = append(slices.Clip(st.decisions[e.Call]), e)
-	case *event.BudgetRaise:
-		st.raises = append(slices.Clip(st.raises), e)
-	case *event.SessionStopped:
-		st.status = statusStopped
-		st.answered = nil
-	case *event.SessionCompleted:
-		st.status = statusCompleted
-		st.answered = nil
-	case *event.SessionFailed:
-		// The open turn stays: a follow-up closes it with the results it
-		// has, since every tool_use needs its tool_result.
-		st.status = statusFailed
-		st.answered = nil
-	}
-}
-
-// missing returns the pending calls that have no result yet.
-func (st *state) missing() []event.Call {
-	if st.pending == nil {
-		return nil
-	}
-	var out []event.Call
-	for _, c := range st.pending.Calls {
-		if st.results[c.ID] == nil {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// flushResults adds the results of the pending calls to the conversation as
-// one user message, in the order the model made the calls. A call without a
-// result (a session that failed mid-turn and was then continued) gets one
-// saying so, since every tool_use needs its tool_result.
-func (st *state) flushResults() {
-	if st.pending == nil {
-		return
-	}
-	blocks := make([]model.Block, 0, len(st.pending.Calls))
-	for _, c := range st.pending.Calls {
-		b := model.Block{Type: model.ToolResultBlock, ToolUseID: c.ToolUseID}
-		if r := st.results[c.ID]; r != nil {
-			b.Content, b.IsError = r.Output, r.IsError
-		} else {
-			b.Content, b.IsError = "The call was abandoned and did not run.", true
-		}
-		blocks = append(blocks, b)
-	}
-	blocks = append(blocks, st.queued...)
-	st.messages = append(st.messages, model.Message{Role: model.User, Content: blocks})
-	st.pending, st.queued = nil, nil
-}
-
 // failureID is the message ID of a failure of the session's current
 // request at its current turn: unique per request, so a follow-up's failure
 // is not taken for a duplicate of an earlier one.
 func (st *state) failureID() string {
-	return fmt.Sprintf("%s:turn:%d", st.lastRequest, st.turn+1)
+	return fmt.Sprintf("%s:turn:%d", st.LastRequest, st.Turn+1)
 }

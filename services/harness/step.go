@@ -2,10 +2,8 @@ package harness
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -15,8 +13,8 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/model"
-	"corral.dev/pkg/policy"
 	"corral.dev/pkg/tool"
+	"corral.dev/services/harness/internal/core"
 )
 
 // handleStep moves a session on after a new request or tool result: it takes
@@ -56,65 +54,119 @@ func (s *Service) withSession(ctx context.Context, lock func(context.Context, st
 	}
 	s.keep(st)
 	// A running session's next step most often comes here soon.
-	release(st.status == statusRunning && !s.stopping.Load())
+	release(st.Status == core.StatusRunning && !s.stopping.Load())
 	return nil
 }
 
+// step does what comes next for the session, as [core.Next] decides,
+// until it waits: for calls, a reviewer, or nothing (a session that is
+// not running). Having asked the model, it decides again with the
+// response recorded.
 func (s *Service) step(ctx context.Context, st *state) error {
-	if st.status != statusRunning {
-		return nil
-	}
-	if st.answered == nil {
-		// Running calls spends; completing does not. Steps count model
-		// turns: they are checked before asking, below.
-		if stopped, err := s.budgetCheck(ctx, st, false); err != nil || stopped {
-			return err
-		}
-	}
-	switch {
-	case st.pending != nil:
-		if missing := st.missing(); len(missing) > 0 {
-			// Calls dispatched before are queued again only when this
-			// step may follow a crash between their dispatch and
-			// queueing: see requeueAfter.
-			return s.dispatch(ctx, st, missing, requeueAfter(ctx))
-		}
-		if err := s.backfillDispatched(ctx, st); err != nil {
-			return err
-		}
-		st.flushResults()
-	case st.answered != nil:
-		return s.complete(ctx, st)
-	}
-	if st.turn >= s.cfg.MaxTurns {
-		reason := fmt.Sprintf("the session reached its limit of %d model turns", s.cfg.MaxTurns)
-		return s.fail(ctx, st, "turn_limit", reason)
-	}
-	if stopped, err := s.budgetCheck(ctx, st, true); err != nil || stopped {
+	env, err := s.env(ctx, st)
+	if err != nil {
 		return err
 	}
-	if ev, err := s.ask(ctx, st); err != nil || ev == nil {
-		return err
-	}
-	// The model may have taken a while: a stop or a failure (wall time)
-	// recorded meanwhile ends the session here. The response was recorded
-	// on the condition that nothing came after what st was folded from;
-	// only if something did is the log looked at.
-	if st.stale {
-		if ended, err := s.endedSince(ctx, st); err != nil || ended {
+	for {
+		var queue []toQueue
+		var ask *core.AskModel
+		for _, a := range core.Next(st.State, env) {
+			switch a := a.(type) {
+			case core.AskModel:
+				ask = &a
+			case core.Dispatch:
+				if !a.Recorded {
+					if err := s.recordDispatched(ctx, st, a.Call, a.Service); err != nil {
+						return err
+					}
+				}
+				queue = append(queue, toQueue{s.toolCall(st, a.Call, a.MemPath), a.Service})
+				s.metrics.dispatch.WithLabelValues(metrics.Tool(a.Call.Name), a.Service).Inc()
+			case core.RecordDispatched:
+				if err := s.recordDispatched(ctx, st, a.Call, a.Service); err != nil {
+					return err
+				}
+			case core.Hold:
+				s.metrics.dispatch.WithLabelValues(metrics.Tool(a.Call.Name), "held").Inc()
+				if !a.Asked {
+					if err := s.askApproval(ctx, st, a); err != nil {
+						return err
+					}
+				}
+			case core.Refuse:
+				s.metrics.dispatch.WithLabelValues(metrics.Tool(a.Call.Name), "refused").Inc()
+				if err := s.refuse(ctx, st, a); err != nil {
+					return err
+				}
+			case core.Complete:
+				return s.complete(ctx, st, a.Answer)
+			case core.Fail:
+				return s.end(ctx, st, a)
+			}
+		}
+		if err := s.queue(ctx, st, queue); err != nil {
 			return err
 		}
+		if ask == nil {
+			return nil
+		}
+		before := st.Seq
+		if ev, err := s.ask(ctx, st, env, ask.Messages); err != nil || ev == nil {
+			return err
+		}
+		// The model may have taken a while: a stop or a failure (wall
+		// time) recorded meanwhile ends the session here. The response
+		// was recorded on the condition that nothing came after what st
+		// was folded from; only if something did is the log looked at.
+		if st.stale {
+			if ended, err := s.endedSince(ctx, st); err != nil || ended {
+				return err
+			}
+		}
+		// The calls the response recorded as dispatched are this step's
+		// to queue.
+		env.Asked = true
+		env.RequeueAfter = min(env.RequeueAfter, before)
 	}
-	if st.pending != nil {
-		return s.dispatch(ctx, st, st.pending.Calls, 0)
+}
+
+// env is what a step of st's session knows besides its log: the policy,
+// the approval key, the time, and what its user and tenant spent today
+// where daily budgets are set.
+func (s *Service) env(ctx context.Context, st *state) (core.Env, error) {
+	env := core.Env{
+		Policy:       s.cfg.Policy,
+		ApprovalKey:  s.cfg.ApprovalKey,
+		MaxTurns:     s.cfg.MaxTurns,
+		Now:          time.Now(),
+		RequeueAfter: requeueAfter(ctx),
+		Ignored: func(dec *event.ApprovalDecided, err error) {
+			s.log.Warn("ignoring a decision that does not verify", "session", st.Session, "approval", dec.Call, "reviewer", dec.Reviewer, "err", err)
+		},
 	}
-	return s.complete(ctx, st)
+	if st.Status != core.StatusRunning {
+		return env, nil
+	}
+	user, tenant := core.DailyBudgets(st.State, s.cfg.Policy)
+	day := env.Now.UTC().Format(time.DateOnly)
+	var err error
+	if user {
+		if env.UserDay, err = s.recentDayUsage(ctx, bus.UsageKey(st.Tenant, day, st.User)); err != nil {
+			return env, err
+		}
+	}
+	if tenant {
+		if env.TenantDay, err = s.recentDayUsage(ctx, bus.UsageKey(st.Tenant, day, "")); err != nil {
+			return env, err
+		}
+	}
+	return env, nil
 }
 
 // endedSince reports whether the session was stopped or failed after the
 // events st was folded from (a stop counts only from the session's user).
 func (s *Service) endedSince(ctx context.Context, st *state) (bool, error) {
-	entries, err := s.logs.Read(ctx, st.trust.Clone(), st.seq)
+	entries, err := s.logs.Read(ctx, st.trust.Clone(), st.Seq)
 	if err != nil {
 		return false, fmt.Errorf("look for a stop: %w", err)
 	}
@@ -126,14 +178,15 @@ func (s *Service) endedSince(ctx context.Context, st *state) (bool, error) {
 	return false, nil
 }
 
-// ask calls the model for the session's next turn and records its response.
-// It returns nil, nil when the failure was recorded as the session's.
-func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, error) {
-	client, name, err := s.providers.Resolve(st.model)
+// ask calls the model for the session's next turn, with messages, and
+// records its response. It returns nil, nil when the failure was recorded
+// as the session's.
+func (s *Service) ask(ctx context.Context, st *state, env core.Env, messages []model.Message) (*event.ModelResponded, error) {
+	client, name, err := s.providers.Resolve(st.Model)
 	if err != nil {
 		return nil, s.fail(ctx, st, event.CodeUnknownModel, err.Error())
 	}
-	skills, err := s.skills.load(ctx, st.tenant)
+	skills, err := s.skills.load(ctx, st.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -141,11 +194,11 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 	resp, err := client.Complete(ctx, model.Request{
 		Model:     name,
 		System:    systemPrompt(st, skills),
-		Messages:  st.messages,
+		Messages:  messages,
 		Tools:     tool.Specs(),
 		MaxTokens: s.cfg.MaxTokens,
 	})
-	provider, _, _ := strings.Cut(st.model, ":")
+	provider, _, _ := strings.Cut(st.Model, ":")
 	outcome := "ok"
 	if err != nil {
 		outcome = "error"
@@ -155,16 +208,16 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 		return nil, s.fail(ctx, st, event.CodeModelError, err.Error())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("ask %s for turn %d: %w", st.model, st.turn+1, err)
+		return nil, fmt.Errorf("ask %s for turn %d: %w", st.Model, st.Turn+1, err)
 	}
 	ev := &event.ModelResponded{
-		Header:     event.NewHeader(event.TypeModelResponded, st.tenant, st.session),
-		Turn:       st.turn + 1,
-		Model:      st.model,
+		Header:     event.NewHeader(event.TypeModelResponded, st.Tenant, st.Session),
+		Turn:       st.Turn + 1,
+		Model:      st.Model,
 		Content:    resp.Content,
 		StopReason: resp.StopReason,
 		Usage:      resp.Usage,
-		User:       st.user,
+		User:       st.User,
 	}
 	for i := range ev.Content {
 		b := &ev.Content[i]
@@ -176,16 +229,13 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 		}
 		ev.Calls = append(ev.Calls, event.Call{ID: uuid.Must(uuid.NewV7()), ToolUseID: b.ID, Name: b.Name})
 	}
-	s.log.DebugContext(ctx, "model responded", "session", st.session, "turn", ev.Turn, "calls", len(ev.Calls))
+	s.log.DebugContext(ctx, "model responded", "session", st.Session, "turn", ev.Turn, "calls", len(ev.Calls))
 	// The calls the policy allows are dispatched with the response, which
 	// records so: on the condition that nothing came in between, which a
 	// stop would have. Should something have, the response is recorded
 	// without them, and they are dispatched once the step has looked.
 	for i, c := range ev.Calls {
-		input := ev.Input(c)
-		if service, _, err := checkCall(c.Name, input); err == nil && s.decide(st, c, input).verdict == policy.Allow {
-			ev.Calls[i].Service = service
-		}
+		ev.Calls[i].Service = core.Dispatchable(st.State, env, ev, c)
 	}
 	undispatch := func() {
 		for i := range ev.Calls {
@@ -196,88 +246,31 @@ func (s *Service) ask(ctx context.Context, st *state) (*event.ModelResponded, er
 	// reuses the response instead of asking again. A duplicate means
 	// another response was recorded for this turn first; acting on this one
 	// would run calls the log does not hold, so the step starts over.
-	if err := s.appendNew(ctx, st, ev, fmt.Sprintf("%s:turn:%d", st.session, ev.Turn), undispatch); err != nil {
+	if err := s.appendNew(ctx, st, ev, fmt.Sprintf("%s:turn:%d", st.Session, ev.Turn), undispatch); err != nil {
 		return nil, err
 	}
 	s.spent(st, ev)
 	return ev, nil
 }
 
-// dispatch puts each call not yet dispatched on the work queue, or records
-// an error result for a call that cannot run as written, or asks a
-// reviewer for one the policy holds. A call is recorded as dispatched
-// (with its response, or by a tool.dispatched event) before it goes on the
-// queue, so that its result follows every event this step records: the
-// call names the last of them (After), and its result is recorded right
-// after it when nothing else came in between, which the next step folds
-// in without reading the log.
-//
-// Calls recorded as dispatched already are put on the queue too when they
-// were recorded so after the event at seq requeueAfter: they were
-// dispatched by this step, or by an earlier run of this step's trigger
-// that may have died before it queued them. The duplicate window drops
-// the copy of a call that made it.
-func (s *Service) dispatch(ctx context.Context, st *state, calls []event.Call, requeueAfter uint64) error {
-	var queue []toQueue
-	for _, c := range calls {
-		input := st.pending.Input(c)
-		if st.dispatched[c.ID] != "" {
-			// Queued again only as it would be queued now: the policy
-			// and any reviewer's decision are applied afresh, and only
-			// to a call of the harness's own recorded response.
-			if st.dispatchedAt[c.ID] > requeueAfter {
-				service, memPath, err := checkCall(c.Name, input)
-				if err == nil && s.decide(st, c, input).verdict == policy.Allow && service == st.dispatched[c.ID] {
-					queue = append(queue, toQueue{s.toolCall(st, c, input, memPath), service})
-					s.metrics.dispatch.WithLabelValues(metrics.Tool(c.Name), service).Inc()
-				}
-			}
-			continue
-		}
-		service, memPath, err := checkCall(c.Name, input)
-		if err == nil {
-			// Refused before the policy may hold it: no reviewer is asked
-			// about a call that would be refused anyway.
-			err = readFirst(st, c.Name, service, memPath)
-		}
-		var held bool
-		if err == nil {
-			held, err = s.gate(ctx, st, c, input, service, memPath)
-		}
-		if held {
-			s.metrics.dispatch.WithLabelValues(metrics.Tool(c.Name), "held").Inc()
-			continue // until a reviewer decides
-		}
-		if err != nil {
-			s.metrics.dispatch.WithLabelValues(metrics.Tool(c.Name), "refused").Inc()
-			res := event.ToolCompleted{
-				Header:  event.NewHeader(event.TypeToolCompleted, st.tenant, st.session),
-				Call:    c.ID,
-				Name:    c.Name,
-				Output:  "Error: " + err.Error(),
-				IsError: true,
-			}
-			if err := s.append(ctx, st, &res, c.ID.String()+":result"); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := s.recordDispatched(ctx, st, c, input, service); err != nil {
-			return err
-		}
-		queue = append(queue, toQueue{s.toolCall(st, c, input, memPath), service})
-		s.metrics.dispatch.WithLabelValues(metrics.Tool(c.Name), service).Inc()
-	}
+// queue puts calls on the work queues of the services that run them, each
+// signed, in the order decided. A call is recorded as dispatched (with its
+// response, or by a tool.dispatched event) before it goes on the queue, so
+// that its result follows every event this step records: the call names
+// the last of them (After), and its result is recorded right after it when
+// nothing else came in between, which the next step folds in without
+// reading the log.
+func (s *Service) queue(ctx context.Context, st *state, queue []toQueue) error {
 	var after uint64
 	if !st.stale {
-		after = st.seq
+		after = st.Seq
 	}
 	for _, q := range queue {
 		q.call.After = after
 		if s.cfg.CallKey != nil {
 			q.call.Sign(s.cfg.CallKey, q.service)
 		}
-		if err := bus.Publish(ctx, s.js, bus.ToolSubject(q.service, st.tenant, st.session), q.call.Call.String(), &q.call); err != nil {
+		if err := bus.Publish(ctx, s.js, bus.ToolSubject(q.service, st.Tenant, st.Session), q.call.Call.String(), &q.call); err != nil {
 			return err
 		}
 	}
@@ -290,208 +283,99 @@ type toQueue struct {
 	service string
 }
 
-func (s *Service) toolCall(st *state, c event.Call, input json.RawMessage, memPath string) event.ToolCall {
+func (s *Service) toolCall(st *state, c event.Call, memPath string) event.ToolCall {
 	call := event.ToolCall{
-		Header: event.NewHeader(event.TypeToolCall, st.tenant, st.session),
+		Header: event.NewHeader(event.TypeToolCall, st.Tenant, st.Session),
 		Call:   c.ID,
-		Turn:   st.pending.Turn,
-		User:   st.user,
+		Turn:   st.Pending.Turn,
+		User:   st.User,
 		Name:   c.Name,
-		Input:  input,
+		Input:  st.Pending.Input(c),
 	}
 	if c.Name == tool.Write || c.Name == tool.Edit {
-		call.ExpectVersion = st.versions[memPath]
+		call.ExpectVersion = st.Versions[memPath]
 	}
 	return call
 }
 
 // requeueAfter returns the sequence after which a call recorded as
 // dispatched may not have been queued, for the step ctx was made for: the
-// sequence of its trigger. A call recorded after the trigger was stored
-// was dispatched by a run of this trigger, or of one that came before it
-// and is redelivered in turn, and either may have died before queueing
-// it; one recorded before was dispatched by an earlier trigger's step,
-// which the trigger's own redelivery takes up if it did not finish.
+// sequence of its trigger (see [core.Env.RequeueAfter]).
 //
 // The trigger's delivery count does not say this: a server that restarts
 // from its store may deliver again, as new, a message it had delivered.
 func requeueAfter(ctx context.Context) uint64 {
 	m, ok := bus.Delivery(ctx)
 	if !ok {
-		return math.MaxUint64
+		return core.NoRequeue
 	}
 	return m.StreamSeq
 }
 
-func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call, input json.RawMessage, service string) error {
+func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call, service string) error {
 	d := event.ToolDispatched{
-		Header:  event.NewHeader(event.TypeToolDispatched, st.tenant, st.session),
+		Header:  event.NewHeader(event.TypeToolDispatched, st.Tenant, st.Session),
 		Call:    c.ID,
-		Turn:    st.pending.Turn,
+		Turn:    st.Pending.Turn,
 		Name:    c.Name,
-		Summary: event.Summary(input),
+		Summary: event.Summary(st.Pending.Input(c)),
 		Service: service,
 	}
 	return s.append(ctx, st, &d, c.ID.String()+":dispatched")
 }
 
-// backfillDispatched records the dispatch of calls that were put on the
-// queue, and have run, but whose harness died before recording that it
-// dispatched them, so that every call that ran shows in the log as
-// dispatched. Calls refused by [checkCall] or the policy were never
-// dispatched.
-func (s *Service) backfillDispatched(ctx context.Context, st *state) error {
-	for _, c := range st.pending.Calls {
-		input := st.pending.Input(c)
-		if st.dispatched[c.ID] != "" {
-			continue
-		}
-		service, _, err := checkCall(c.Name, input)
-		if err != nil || s.decide(st, c, input).verdict != policy.Allow {
-			continue
-		}
-		if err := s.recordDispatched(ctx, st, c, input, service); err != nil {
-			return err
-		}
-		st.dispatched[c.ID] = service
+// askApproval asks a reviewer about a call the policy holds.
+func (s *Service) askApproval(ctx context.Context, st *state, h core.Hold) error {
+	input := st.Pending.Input(h.Call)
+	ev := event.ApprovalRequested{
+		Header:   event.NewHeader(event.TypeApprovalRequested, st.Tenant, st.Session),
+		Call:     h.Call.ID,
+		Turn:     st.Pending.Turn,
+		User:     st.User,
+		Tool:     h.Call.Name,
+		Input:    input,
+		ArgsHash: event.ArgsHash(h.Call.Name, input),
+		Rule:     h.Rule,
+		Reason:   h.Reason,
+		Preview:  s.preview(ctx, st, h.Call, h.Service, h.MemPath),
 	}
-	return nil
+	return s.append(ctx, st, &ev, h.Call.ID.String()+":approval")
 }
 
-// gate applies the tenant's policy to a call, which service would run
-// (on memPath, for the memory service): it returns an error for a call
-// that must not run, with the reason for the model, and held for a call
-// that waits for a reviewer, after asking for the approval.
-func (s *Service) gate(ctx context.Context, st *state, c event.Call, input json.RawMessage, service, memPath string) (held bool, err error) {
-	v := s.decide(st, c, input)
-	switch v.verdict {
-	case policy.Deny:
-		return false, errors.New(v.reason)
-	case policy.Approve:
-		if st.asked[c.ID] {
-			return true, nil
-		}
-		ev := event.ApprovalRequested{
-			Header:   event.NewHeader(event.TypeApprovalRequested, st.tenant, st.session),
-			Call:     c.ID,
-			Turn:     st.pending.Turn,
-			User:     st.user,
-			Tool:     c.Name,
-			Input:    input,
-			ArgsHash: event.ArgsHash(c.Name, input),
-			Rule:     v.rule,
-			Reason:   v.reason,
-			Preview:  s.preview(ctx, st, c, input, service, memPath),
-		}
-		if err := s.append(ctx, st, &ev, c.ID.String()+":approval"); err != nil {
-			return false, err
-		}
-		st.asked[c.ID] = true
-		return true, nil
+// refuse records the result of a call that does not run: an error saying
+// why.
+func (s *Service) refuse(ctx context.Context, st *state, r core.Refuse) error {
+	res := event.ToolCompleted{
+		Header:  event.NewHeader(event.TypeToolCompleted, st.Tenant, st.Session),
+		Call:    r.Call.ID,
+		Name:    r.Call.Name,
+		Output:  "Error: " + r.Reason,
+		IsError: true,
 	}
-	return false, nil
+	return s.append(ctx, st, &res, r.Call.ID.String()+":result")
 }
 
-// verdict is what may be done with a call: allow (run it), deny (refuse it
-// for reason) or approve (ask a reviewer under rule).
-type verdict struct {
-	verdict, rule, reason string
-}
-
-// decide applies the policy and any reviewer's decision to a call. A
-// decision counts only if it verifies: signed by the approval service, for
-// this very call and these arguments; others are ignored and logged.
-func (s *Service) decide(st *state, c event.Call, input json.RawMessage) verdict {
-	d := s.cfg.Policy.Decide(policy.Call{Tenant: st.tenant, User: st.user, Tool: c.Name, Input: input})
-	switch d.Decision {
-	case policy.Deny:
-		return verdict{policy.Deny, d.Rule, fmt.Sprintf("refused by policy (rule %s): %s", d.Rule, d.Reason)}
-	case policy.Approve:
-		if s.cfg.ApprovalKey == nil {
-			return verdict{policy.Deny, d.Rule, fmt.Sprintf("this call needs a reviewer's approval under policy rule %s (%s), and this deployment takes no approvals, so it was not run", d.Rule, d.Reason)}
-		}
-		dec := s.decision(st, c.ID, event.ArgsHash(c.Name, input))
-		switch {
-		case dec == nil:
-			return verdict{policy.Approve, d.Rule, d.Reason}
-		case dec.Approved:
-			return verdict{policy.Allow, d.Rule, ""}
-		}
-		why := dec.Reason
-		if why == "" {
-			why = "no reason given"
-		}
-		return verdict{policy.Deny, d.Rule, fmt.Sprintf("a reviewer (%s) denied this call, held under policy rule %s: %s", dec.Reviewer, d.Rule, why)}
-	}
-	return verdict{policy.Allow, d.Rule, ""}
-}
-
-// decision returns the first decision recorded on approval id that
-// verifies: signed by the approval service, for this session and id and
-// arguments hashing to hash. Others are ignored, and logged.
-func (s *Service) decision(st *state, id uuid.UUID, hash string) *event.ApprovalDecided {
-	for _, dec := range st.decisions[id] {
-		if err := dec.Verify(s.cfg.ApprovalKey, st.tenant, st.session, id, hash); err != nil {
-			s.log.Warn("ignoring a decision that does not verify", "session", st.session, "approval", id, "reviewer", dec.Reviewer, "err", err)
-			continue
-		}
-		return dec
-	}
-	return nil
-}
-
-// readFirst refuses an Edit of a memory or skill file this session has
-// neither read nor written, as the memory service would: such a file
-// either does not exist (an Edit cannot create it) or has a version the
-// session has not seen.
-func readFirst(st *state, name, service, memPath string) error {
-	if name != tool.Edit || service != bus.ServiceMemory || st.versions[memPath] != 0 {
-		return nil
-	}
-	return fmt.Errorf("%s: this session has not read it: Read it first (an Edit changes a file that exists, as last read), then make your change", memPath)
-}
-
-// checkCall refuses calls that cannot run as written, in words the model
-// can act on, and returns the service that runs the others, with the
-// path of the memory or skill file they name, if any.
-func checkCall(name string, input json.RawMessage) (service, memPath string, err error) {
-	args, err := tool.Parse(name, input)
-	if err != nil {
-		return "", "", err
-	}
-	var p string
-	switch a := args.(type) {
-	case *tool.ReadArgs:
-		p = a.FilePath
-	case *tool.WriteArgs:
-		p = a.FilePath
-	case *tool.EditArgs:
-		p = a.FilePath
-	case *tool.GlobArgs:
-		p = a.Path
-	case *tool.GrepArgs:
-		p = a.Path
-	}
-	if tool.ForMemory(args) {
-		p, err := tool.MemoryPath(p)
-		return bus.ServiceMemory, p, err
-	}
-	_, err = tool.WorkspacePath(p)
-	return bus.ServiceSandbox, "", err
-}
-
-func (s *Service) complete(ctx context.Context, st *state) error {
+func (s *Service) complete(ctx context.Context, st *state, answer string) error {
 	ev := event.SessionCompleted{
-		Header: event.NewHeader(event.TypeSessionCompleted, st.tenant, st.session),
-		Answer: model.Response{Content: st.answered.Content}.Text(),
-		Turns:  st.turn,
-		Usage:  st.usage,
+		Header: event.NewHeader(event.TypeSessionCompleted, st.Tenant, st.Session),
+		Answer: answer,
+		Turns:  st.Turn,
+		Usage:  st.Usage,
 	}
-	if err := s.append(ctx, st, &ev, fmt.Sprintf("%s:completed:%d", st.session, st.turn)); err != nil {
+	if err := s.append(ctx, st, &ev, fmt.Sprintf("%s:completed:%d", st.Session, st.Turn)); err != nil {
 		return err
 	}
 	s.metrics.ended.WithLabelValues("completed").Inc()
 	return nil
+}
+
+// end records the failure [core.Next] decided: over a budget, or at the
+// turn limit.
+func (s *Service) end(ctx context.Context, st *state, f core.Fail) error {
+	if f.Budget == "" {
+		return s.fail(ctx, st, f.Code, f.Reason)
+	}
+	return s.stopForBudget(ctx, st, f)
 }
 
 func systemPrompt(st *state, skills []event.Skill) string {
@@ -503,7 +387,7 @@ Besides /workspace, the file tools (Read, Write, Edit, Glob, Grep) reach two sha
 - /skills: one folder per skill, each with a SKILL.md. Read a skill's files when its description fits the task.
 Before you Write or Edit an existing file under /memories or /skills, Read it: a write to a file you have not read, or that changed since you read it, is refused.
 Use the tools to do the work. File paths are absolute. When you are done, reply with your answer and make no tool call.`,
-		st.user, st.tenant)
+		st.User, st.Tenant)
 	if len(skills) > 0 {
 		b.WriteString("\n\nAvailable skills:\n")
 		for _, sk := range skills {

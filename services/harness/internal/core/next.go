@@ -1,0 +1,281 @@
+package core
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/google/uuid"
+
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
+	"corral.dev/pkg/policy"
+	"corral.dev/pkg/tool"
+)
+
+const serviceSandbox = tool.ServiceSandbox
+
+// Env is what a step knows of the world besides the session's log.
+type Env struct {
+	// Policy decides which calls run, which wait for a reviewer, which
+	// are refused, and the session's budgets and prices.
+	Policy *policy.Policy
+	// ApprovalKey verifies reviewers' decisions; with none, a call the
+	// policy holds for a reviewer is refused.
+	ApprovalKey ed25519.PublicKey
+	// MaxTurns bounds the model responses of a session.
+	MaxTurns int
+	// Now is the time of the step, for the wall-time budget.
+	Now time.Time
+	// UserDay and TenantDay are what the session's user and tenant spent
+	// today, for the daily budgets; they are read only when those are set
+	// (see [DailyBudgets]).
+	UserDay, TenantDay policy.Usage
+	// RequeueAfter is the sequence after which a call recorded as
+	// dispatched may not have been queued: the sequence of the step's
+	// trigger (a run of it, or of a trigger before it that is redelivered
+	// in turn, may have died between recording and queueing). Calls
+	// recorded after it are queued again; the duplicate window drops the
+	// copy of one that made it. [NoRequeue] queues none again.
+	RequeueAfter uint64
+	// Asked is set once the step has asked the model: the response's costs
+	// are checked against the budgets at the next step, once its calls ran.
+	Asked bool
+	// Ignored, when set, hears of each decision that does not verify.
+	Ignored func(dec *event.ApprovalDecided, err error)
+}
+
+// NoRequeue is [Env.RequeueAfter] for a step with no trigger.
+const NoRequeue = math.MaxUint64
+
+// An Action is one thing a step does. Next returns them in the order
+// they are to be done.
+type Action interface{ action() }
+
+// AskModel asks the model for the session's next turn, with Messages.
+type AskModel struct{ Messages []model.Message }
+
+// Dispatch puts a call on the queue of Service (on MemPath, for the
+// memory service), recording first that it was dispatched unless
+// Recorded: a call recorded as dispatched is queued again, as it would be
+// queued now.
+type Dispatch struct {
+	Call             event.Call
+	Service, MemPath string
+	Recorded         bool
+}
+
+// RecordDispatched records that a call was dispatched to Service, which a
+// harness that died put on the queue without recording it: every call that
+// ran shows in the log as dispatched.
+type RecordDispatched struct {
+	Call    event.Call
+	Service string
+}
+
+// Hold asks a reviewer about a call the policy holds under Rule, for
+// Reason, unless Asked already; the call waits for the decision.
+type Hold struct {
+	Call                           event.Call
+	Service, MemPath, Rule, Reason string
+	Asked                          bool
+}
+
+// Refuse records a call's result as an error saying why it did not run.
+type Refuse struct {
+	Call   event.Call
+	Reason string
+}
+
+// Complete records the session's answer: the model's last response,
+// which made no call.
+type Complete struct{ Answer string }
+
+// Fail ends the session with a failure: Code, and Budget for a budget it
+// used up.
+type Fail struct{ Code, Reason, Budget string }
+
+func (AskModel) action()         {}
+func (Dispatch) action()         {}
+func (RecordDispatched) action() {}
+func (Hold) action()             {}
+func (Refuse) action()           {}
+func (Complete) action()         {}
+func (Fail) action()             {}
+
+// CodeTurnLimit is the failure of a session that reached its turn limit.
+const CodeTurnLimit = "turn_limit"
+
+// Next returns what a step of the session does now: nothing for a session
+// that is not running or waits for calls or reviewers, else its pending
+// calls dispatched, held or refused, or the model asked, or the session
+// completed or failed.
+func Next(st *State, env Env) []Action {
+	if st.Status != StatusRunning {
+		return nil
+	}
+	if st.Answered == nil && !env.Asked {
+		// Running calls spends; completing does not. Steps count model
+		// turns: they are checked before asking, below.
+		if f := overBudget(st, env, false); f != nil {
+			return []Action{*f}
+		}
+	}
+	var acts []Action
+	switch {
+	case st.Pending != nil:
+		if missing := st.Missing(); len(missing) > 0 {
+			return dispatch(st, env, missing)
+		}
+		acts = backfill(st, env)
+	case st.Answered != nil:
+		return []Action{Complete{Answer: model.Response{Content: st.Answered.Content}.Text()}}
+	}
+	if st.Turn >= env.MaxTurns {
+		return append(acts, Fail{Code: CodeTurnLimit, Reason: fmt.Sprintf("the session reached its limit of %d model turns", env.MaxTurns)})
+	}
+	if f := overBudget(st, env, true); f != nil {
+		return append(acts, *f)
+	}
+	return append(acts, AskModel{Messages: st.Conversation()})
+}
+
+// dispatch decides each call not yet dispatched: to be dispatched, held
+// for a reviewer, or refused; and queues again those recorded as
+// dispatched after env.RequeueAfter.
+func dispatch(st *State, env Env, calls []event.Call) []Action {
+	var acts []Action
+	for _, c := range calls {
+		input := st.input(c)
+		if d, ok := st.Dispatched[c.ID]; ok {
+			// Queued again only as it would be queued now: the policy
+			// and any reviewer's decision are applied afresh, and only
+			// to a call of the harness's own recorded response.
+			if d.Seq > env.RequeueAfter {
+				service, memPath, err := tool.Route(c.Name, input)
+				if err == nil && Decide(st, env, c, input).Verdict == policy.Allow && service == d.Service {
+					acts = append(acts, Dispatch{Call: c, Service: service, MemPath: memPath, Recorded: true})
+				}
+			}
+			continue
+		}
+		service, memPath, err := tool.Route(c.Name, input)
+		if err == nil {
+			// Refused before the policy may hold it: no reviewer is asked
+			// about a call that would be refused anyway.
+			err = readFirst(st, c.Name, service, memPath)
+		}
+		if err == nil {
+			switch v := Decide(st, env, c, input); v.Verdict {
+			case policy.Deny:
+				err = errors.New(v.Reason)
+			case policy.Approve:
+				acts = append(acts, Hold{Call: c, Service: service, MemPath: memPath, Rule: v.Rule, Reason: v.Reason, Asked: st.Asked[c.ID]})
+				continue // until a reviewer decides
+			}
+		}
+		if err != nil {
+			acts = append(acts, Refuse{Call: c, Reason: err.Error()})
+			continue
+		}
+		acts = append(acts, Dispatch{Call: c, Service: service, MemPath: memPath})
+	}
+	return acts
+}
+
+// backfill records the dispatch of the pending calls that the policy
+// allows and that have results but were never recorded as dispatched:
+// a harness put them on the queue and died before recording it. Calls
+// refused by [tool.Route] or the policy were never dispatched.
+func backfill(st *State, env Env) []Action {
+	var acts []Action
+	for _, c := range st.Pending.Calls {
+		if _, ok := st.Dispatched[c.ID]; ok {
+			continue
+		}
+		input := st.input(c)
+		service, _, err := tool.Route(c.Name, input)
+		if err != nil || Decide(st, env, c, input).Verdict != policy.Allow {
+			continue
+		}
+		acts = append(acts, RecordDispatched{Call: c, Service: service})
+	}
+	return acts
+}
+
+// Dispatchable returns the service that may run call c of the response
+// resp now, which the harness records with the response, or "" if it may
+// not run yet or at all.
+func Dispatchable(st *State, env Env, resp *event.ModelResponded, c event.Call) string {
+	input := resp.Input(c)
+	service, _, err := tool.Route(c.Name, input)
+	if err != nil || Decide(st, env, c, input).Verdict != policy.Allow {
+		return ""
+	}
+	return service
+}
+
+// readFirst refuses an Edit of a memory or skill file this session has
+// neither read nor written, as the memory service would: such a file
+// either does not exist (an Edit cannot create it) or has a version the
+// session has not seen.
+func readFirst(st *State, name, service, memPath string) error {
+	if name != tool.Edit || service != tool.ServiceMemory || st.Versions[memPath] != 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: this session has not read it: Read it first (an Edit changes a file that exists, as last read), then make your change", memPath)
+}
+
+// Verdict is what may be done with a call: allow (run it), deny (refuse it
+// for Reason) or approve (ask a reviewer under Rule).
+type Verdict struct {
+	Verdict, Rule, Reason string
+}
+
+// Decide applies the policy and any reviewer's decision to a call. A
+// decision counts only if it verifies: signed by the approval service, for
+// this very call and these arguments; others are ignored, and told to
+// env.Ignored.
+func Decide(st *State, env Env, c event.Call, input json.RawMessage) Verdict {
+	d := env.Policy.Decide(policy.Call{Tenant: st.Tenant, User: st.User, Tool: c.Name, Input: input})
+	switch d.Decision {
+	case policy.Deny:
+		return Verdict{policy.Deny, d.Rule, fmt.Sprintf("refused by policy (rule %s): %s", d.Rule, d.Reason)}
+	case policy.Approve:
+		if env.ApprovalKey == nil {
+			return Verdict{policy.Deny, d.Rule, fmt.Sprintf("this call needs a reviewer's approval under policy rule %s (%s), and this deployment takes no approvals, so it was not run", d.Rule, d.Reason)}
+		}
+		dec := decision(st, env, c.ID, event.ArgsHash(c.Name, input))
+		switch {
+		case dec == nil:
+			return Verdict{policy.Approve, d.Rule, d.Reason}
+		case dec.Approved:
+			return Verdict{policy.Allow, d.Rule, ""}
+		}
+		why := dec.Reason
+		if why == "" {
+			why = "no reason given"
+		}
+		return Verdict{policy.Deny, d.Rule, fmt.Sprintf("a reviewer (%s) denied this call, held under policy rule %s: %s", dec.Reviewer, d.Rule, why)}
+	}
+	return Verdict{policy.Allow, d.Rule, ""}
+}
+
+// decision returns the first decision recorded on approval id that
+// verifies: signed by the approval service, for this session and id and
+// arguments hashing to hash.
+func decision(st *State, env Env, id uuid.UUID, hash string) *event.ApprovalDecided {
+	for _, dec := range st.Decisions[id] {
+		if err := dec.Verify(env.ApprovalKey, st.Tenant, st.Session, id, hash); err != nil {
+			if env.Ignored != nil {
+				env.Ignored(dec, err)
+			}
+			continue
+		}
+		return dec
+	}
+	return nil
+}

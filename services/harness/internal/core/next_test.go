@@ -1,0 +1,257 @@
+package core
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
+	"corral.dev/pkg/policy"
+)
+
+const testPolicy = `
+rules:
+  - name: no-rm
+    when: tool == "Bash" && args.command.matches("rm -rf")
+    decision: deny
+    reason: it deletes
+  - name: push
+    when: tool == "Bash" && args.command.matches("git push")
+    decision: approve
+    reason: it pushes
+budgets:
+  session:
+    steps: 5
+    cost_usd: 1
+    wall_time: 1h
+  user_daily:
+    cost_usd: 10
+prices:
+  "openai:m": {input: 1000, output: 1000}
+`
+
+var (
+	approvalPub, approvalKey, _ = ed25519.GenerateKey(nil)
+	session                     = uuid.MustParse("01a20000-0000-7000-8000-000000000001")
+	t0                          = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+)
+
+// log builds a session's events, each at the next sequence.
+type log struct {
+	events []any
+	calls  map[string]event.Call // by tool_use ID
+	turn   int
+}
+
+func (l *log) add(ev any) *log { l.events = append(l.events, ev); return l }
+
+func header(typ string) event.Header {
+	h := event.NewHeader(typ, "acme", session)
+	h.Time = t0
+	return h
+}
+
+func (l *log) request(prompt string) *log {
+	return l.add(&event.SessionRequested{Header: header(event.TypeSessionRequested), Request: uuid.New(), User: "ada", Model: "openai:m", Prompt: prompt})
+}
+
+// respond records a response with calls given as "tool_use ID:tool:input";
+// dispatched names the service each call was dispatched with ("" none).
+func (l *log) respond(dispatched string, calls ...string) *log {
+	l.turn++
+	ev := &event.ModelResponded{Header: header(event.TypeModelResponded), Turn: l.turn, Model: "openai:m", User: "ada",
+		Usage: model.Usage{InputTokens: 10, OutputTokens: 10}}
+	if len(calls) == 0 {
+		ev.Content = []model.Block{{Type: model.TextBlock, Text: "the answer"}}
+	}
+	for _, c := range calls {
+		id, rest, _ := strings.Cut(c, ":")
+		name, input, _ := strings.Cut(rest, ":")
+		ev.Content = append(ev.Content, model.Block{Type: model.ToolUseBlock, ID: id, Name: name, Input: json.RawMessage(input)})
+		call := event.Call{ID: uuid.New(), ToolUseID: id, Name: name, Service: dispatched}
+		ev.Calls = append(ev.Calls, call)
+		if l.calls == nil {
+			l.calls = map[string]event.Call{}
+		}
+		l.calls[id] = call
+	}
+	return l.add(ev)
+}
+
+func (l *log) dispatched(id, service string) *log {
+	return l.add(&event.ToolDispatched{Header: header(event.TypeToolDispatched), Call: l.calls[id].ID, Name: l.calls[id].Name, Service: service})
+}
+
+func (l *log) result(id, output string) *log {
+	return l.add(&event.ToolCompleted{Header: header(event.TypeToolCompleted), Call: l.calls[id].ID, Name: l.calls[id].Name, Output: output, Service: "sandbox"})
+}
+
+func (l *log) asked(id string) *log {
+	return l.add(&event.ApprovalRequested{Header: header(event.TypeApprovalRequested), Call: l.calls[id].ID})
+}
+
+func (l *log) decided(id string, input string, approved bool, key ed25519.PrivateKey) *log {
+	c := l.calls[id]
+	d := &event.ApprovalDecided{Header: header(event.TypeApprovalDecided), Call: c.ID, ArgsHash: event.ArgsHash(c.Name, json.RawMessage(input)), Approved: approved, Reviewer: "rev"}
+	d.Sign(key)
+	return l.add(d)
+}
+
+func (l *log) fold() *State {
+	st := New("acme", session)
+	for i, ev := range l.events {
+		st.Apply(uint64(i+1), ev)
+	}
+	return st
+}
+
+// show writes actions as the test cases expect them, with calls by their
+// tool_use IDs.
+func show(acts []Action) string {
+	var out []string
+	for _, a := range acts {
+		switch a := a.(type) {
+		case AskModel:
+			var last []string
+			m := a.Messages[len(a.Messages)-1]
+			for _, b := range m.Content {
+				last = append(last, cmpOr(b.Text, b.Content))
+			}
+			out = append(out, fmt.Sprintf("ask(%d messages, last %s: %s)", len(a.Messages), m.Role, strings.Join(last, "|")))
+		case Dispatch:
+			s := "dispatch " + a.Call.ToolUseID + " to " + a.Service
+			if a.Recorded {
+				s = "queue again " + a.Call.ToolUseID + " to " + a.Service
+			}
+			out = append(out, s)
+		case RecordDispatched:
+			out = append(out, "record dispatched "+a.Call.ToolUseID)
+		case Hold:
+			out = append(out, fmt.Sprintf("hold %s (rule %s, asked %v)", a.Call.ToolUseID, a.Rule, a.Asked))
+		case Refuse:
+			out = append(out, "refuse "+a.Call.ToolUseID+": "+a.Reason)
+		case Complete:
+			out = append(out, "complete: "+a.Answer)
+		case Fail:
+			out = append(out, "fail "+a.Code+" "+a.Budget)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+const (
+	bashTrue = `{"command":"true"}`
+	bashRm   = `{"command":"rm -rf /workspace"}`
+	bashPush = `{"command":"git push"}`
+)
+
+func TestNext(t *testing.T) {
+	pol, err := policy.Parse([]byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherKey, _ := ed25519.GenerateKey(nil)
+	env := Env{Policy: pol, ApprovalKey: approvalPub, MaxTurns: 3, Now: t0.Add(time.Minute), RequeueAfter: NoRequeue}
+	for _, tc := range []struct {
+		name string
+		log  *log
+		env  func(*Env)
+		want string
+	}{
+		{"a new session asks the model", new(log).request("hi"), nil,
+			"ask(1 messages, last user: hi)"},
+		{"nothing to do before any request", new(log), nil, ""},
+		{"calls of a response are dispatched", new(log).request("hi").respond("", "a:Bash:"+bashTrue, "b:Read:"+`{"file_path":"/memories/x.md"}`), nil,
+			"dispatch a to sandbox; dispatch b to memory"},
+		{"calls dispatched with the response wait for their results", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue), nil,
+			""},
+		{"calls dispatched after the trigger are queued again", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue), func(e *Env) { e.RequeueAfter = 1 },
+			"queue again a to sandbox"},
+		{"calls dispatched before the trigger are not", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue).respond("", "x:Bash:"+bashTrue), func(e *Env) { e.RequeueAfter = 2 },
+			"dispatch x to sandbox"},
+		{"a call with a result is not queued again", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue, "b:Bash:"+bashTrue).result("a", "ok"), func(e *Env) { e.RequeueAfter = 1 },
+			"queue again b to sandbox"},
+		{"all results in: the model is asked with them", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue, "b:Bash:"+bashTrue).result("b", "B").result("a", "A"), nil,
+			"ask(3 messages, last user: A|B)"},
+		{"a follow-up during the turn comes after the results", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue).request("also").result("a", "A"), nil,
+			"ask(3 messages, last user: A|also)"},
+		{"results of calls never recorded as dispatched are backfilled", new(log).request("hi").respond("", "a:Bash:"+bashTrue, "r:Bash:"+bashRm).result("a", "A").result("r", "refused"), nil,
+			"record dispatched a; ask(3 messages, last user: A|refused)"},
+		{"a call the policy denies is refused", new(log).request("hi").respond("", "r:Bash:"+bashRm), nil,
+			"refuse r: refused by policy (rule no-rm): it deletes"},
+		{"a call that cannot run is refused", new(log).request("hi").respond("", "e:Read:"+`{"file_path":"/etc/../../x"}`, "n:Nope:{}"), nil,
+			`refuse e: path is outside /workspace: /etc/../../x; refuse n: unknown tool "Nope": the tools are Bash, Read, Write, Edit, Glob and Grep`},
+		{"an unread memory file's Edit is refused before any reviewer", new(log).request("hi").respond("", "e:Edit:"+`{"file_path":"/memories/x.md","old_string":"a","new_string":"b"}`), nil,
+			"refuse e: /memories/x.md: this session has not read it: Read it first (an Edit changes a file that exists, as last read), then make your change"},
+		{"a held call asks a reviewer", new(log).request("hi").respond("", "p:Bash:"+bashPush), nil,
+			"hold p (rule push, asked false)"},
+		{"a held call asked about waits", new(log).request("hi").respond("", "p:Bash:"+bashPush).asked("p"), nil,
+			"hold p (rule push, asked true)"},
+		{"without an approval key a held call is refused", new(log).request("hi").respond("", "p:Bash:"+bashPush), func(e *Env) { e.ApprovalKey = nil },
+			"refuse p: this call needs a reviewer's approval under policy rule push (it pushes), and this deployment takes no approvals, so it was not run"},
+		{"an approved call is dispatched", new(log).request("hi").respond("", "p:Bash:"+bashPush).asked("p").decided("p", bashPush, true, approvalKey), nil,
+			"dispatch p to sandbox"},
+		{"a denied call is refused", new(log).request("hi").respond("", "p:Bash:"+bashPush).asked("p").decided("p", bashPush, false, approvalKey), nil,
+			"refuse p: a reviewer (rev) denied this call, held under policy rule push: no reason given"},
+		{"a decision that does not verify counts for nothing", new(log).request("hi").respond("", "p:Bash:"+bashPush).asked("p").decided("p", bashPush, true, otherKey), nil,
+			"hold p (rule push, asked true)"},
+		{"a decision on other arguments counts for nothing", new(log).request("hi").respond("", "p:Bash:"+bashPush).asked("p").decided("p", `{"command":"git push --force"}`, true, approvalKey), nil,
+			"hold p (rule push, asked true)"},
+		{"a failed session continued closes its open turn", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue).add(&event.SessionFailed{Header: header(event.TypeSessionFailed)}).request("again"), nil,
+			"ask(4 messages, last user: again)"},
+		{"a response without calls completes the session", new(log).request("hi").respond(""), nil,
+			"complete: the answer"},
+		{"a completed session does nothing", new(log).request("hi").respond("").add(&event.SessionCompleted{Header: header(event.TypeSessionCompleted)}), nil,
+			""},
+		{"a stopped session does nothing", new(log).request("hi").respond("", "a:Bash:"+bashTrue).add(&event.SessionStopped{Header: header(event.TypeSessionStopped)}), nil,
+			""},
+		{"the turn limit fails the session", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue).result("a", "A").respond("sandbox", "b:Bash:"+bashTrue).result("b", "B").respond("sandbox", "c:Bash:"+bashTrue).result("c", "C"), nil,
+			"fail turn_limit "},
+		{"steps count against the session's budget before asking", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue).result("a", "A"), func(e *Env) { e.MaxTurns = 100; e.Policy = mustParse(t, strings.Replace(testPolicy, "steps: 5", "steps: 1", 1)) },
+			"fail budget_exceeded session.steps"},
+		{"cost stops a session before its calls run", new(log).request("hi").respond("", "a:Bash:"+bashTrue), func(e *Env) { e.Policy = mustParse(t, strings.Replace(testPolicy, "cost_usd: 1\n", "cost_usd: 0.01\n", 1)) },
+			"fail budget_exceeded session.cost_usd"},
+		{"cost does not stop a response this step asked for", new(log).request("hi").respond("", "a:Bash:"+bashTrue), func(e *Env) {
+			e.Asked = true
+			e.Policy = mustParse(t, strings.Replace(testPolicy, "cost_usd: 1\n", "cost_usd: 0.01\n", 1))
+		},
+			"dispatch a to sandbox"},
+		{"a user's daily budget", new(log).request("hi"), func(e *Env) { e.UserDay = policy.Usage{CostUSD: 11} },
+			"fail budget_exceeded user_daily.cost_usd"},
+		{"the wall time", new(log).request("hi"), func(e *Env) { e.Now = t0.Add(2 * time.Hour) },
+			"fail budget_exceeded session.wall_time"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := env
+			if tc.env != nil {
+				tc.env(&e)
+			}
+			st := tc.log.fold()
+			if got := show(Next(st, e)); got != tc.want {
+				t.Errorf("Next =\n  %s\nwant\n  %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func mustParse(t *testing.T, yaml string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -1,0 +1,245 @@
+// Package core is a harness session as plain Go: its [State], folded from
+// the session's events by [State.Apply], and what a step of it does next,
+// [Next]. Nothing here reads or writes the bus, asks a model or reads a
+// clock: the harness folds the session's log into a State, calls Next
+// with what it knows of the world ([Env]), and carries out the [Action]s,
+// recording what they do as events that it folds in again.
+package core
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
+)
+
+// Status is where a session is.
+type Status int
+
+const (
+	StatusNew Status = iota
+	StatusRunning
+	StatusCompleted
+	StatusFailed
+	StatusStopped
+)
+
+// State is a session as folded from its log.
+type State struct {
+	Tenant  string
+	Session uuid.UUID
+	User    string
+	Model   string
+	Status  Status
+	// Requests are the IDs of the requests recorded; LastRequest the
+	// latest.
+	Requests    map[uuid.UUID]bool
+	LastRequest uuid.UUID
+	// Queued are prompts of follow-ups that came while calls were out;
+	// they join the conversation after the calls' results.
+	Queued []model.Block
+	// Messages is the conversation up to the last recorded response.
+	Messages []model.Message
+	// Turn counts the model responses recorded.
+	Turn int
+	// Pending is the last response if it came after the last request and
+	// made tool calls; nil when the model must be asked next or the
+	// session has nothing to do.
+	Pending *event.ModelResponded
+	// Answered is set when the last response made no tool calls: the
+	// session's answer, to be recorded as completed.
+	Answered *event.ModelResponded
+	// Dispatched holds, for each call dispatched, the service it was
+	// dispatched to and where the log recorded so.
+	Dispatched map[uuid.UUID]Where
+	Results    map[uuid.UUID]*event.ToolCompleted
+	// Versions holds, for each memory or skill file this session has read
+	// or written, the version it saw last: what its next Write or Edit of
+	// the file expects to find there.
+	Versions map[string]int64
+	// Asked are the calls a reviewer was asked about, with the decisions
+	// recorded on each, checked when acted on.
+	Asked     map[uuid.UUID]bool
+	Decisions map[uuid.UUID][]*event.ApprovalDecided
+	// Usage sums the session's tokens, ByModel its usage of each model
+	// (for its cost), SandboxMS how long its calls ran in sandboxes, and
+	// Since is when the request it works on came.
+	Usage     model.Usage
+	ByModel   map[string]model.Usage
+	SandboxMS int64
+	Since     time.Time
+	// Raises are the requests to raise the session's caps.
+	Raises []*event.BudgetRaise
+	// Seq is the stream sequence of the last event applied.
+	Seq uint64
+}
+
+// Where is where a call was dispatched: its service, and the sequence of
+// the event that recorded it.
+type Where struct {
+	Service string
+	Seq     uint64
+}
+
+// New returns the state of a session with no events.
+func New(tenant string, session uuid.UUID) *State {
+	return &State{
+		Tenant:     tenant,
+		Session:    session,
+		Requests:   make(map[uuid.UUID]bool),
+		Dispatched: make(map[uuid.UUID]Where),
+		Results:    make(map[uuid.UUID]*event.ToolCompleted),
+		Versions:   make(map[string]int64),
+		Asked:      make(map[uuid.UUID]bool),
+		Decisions:  make(map[uuid.UUID][]*event.ApprovalDecided),
+		ByModel:    make(map[string]model.Usage),
+	}
+}
+
+// Clone returns a copy of st that shares only immutable parts (events,
+// message contents) with it.
+func (st *State) Clone() *State {
+	c := *st
+	c.Requests = maps.Clone(st.Requests)
+	c.Dispatched = maps.Clone(st.Dispatched)
+	c.Results = maps.Clone(st.Results)
+	c.Versions = maps.Clone(st.Versions)
+	c.Asked = maps.Clone(st.Asked)
+	c.Decisions = maps.Clone(st.Decisions)
+	c.ByModel = maps.Clone(st.ByModel)
+	c.Messages = slices.Clone(st.Messages)
+	c.Queued = slices.Clone(st.Queued)
+	return &c
+}
+
+// Apply folds in ev, an event of the session stored at seq (the last
+// sequence known, st.Seq, for an event recorded where its sequence is not
+// known).
+func (st *State) Apply(seq uint64, ev any) {
+	st.Seq = seq
+	switch e := ev.(type) {
+	case *event.SessionRequested:
+		st.Requests[e.Request] = true
+		st.LastRequest = e.Request
+		if st.User == "" { // a session's user is its first request's
+			st.User = e.User
+		}
+		st.Model = e.Model
+		st.Answered = nil
+		prompt := model.Block{Type: model.TextBlock, Text: e.Prompt}
+		if st.Pending != nil && st.Status == StatusRunning {
+			st.Queued = append(st.Queued, prompt)
+			break
+		}
+		st.Status = StatusRunning
+		st.Since = e.Time
+		st.flushResults()
+		st.Messages = append(st.Messages, model.Message{Role: model.User, Content: []model.Block{prompt}})
+	case *event.ModelResponded:
+		st.flushResults()
+		st.Turn = e.Turn
+		st.Usage.InputTokens += e.Usage.InputTokens
+		st.Usage.OutputTokens += e.Usage.OutputTokens
+		u := st.ByModel[e.Model]
+		u.InputTokens += e.Usage.InputTokens
+		u.OutputTokens += e.Usage.OutputTokens
+		st.ByModel[e.Model] = u
+		st.Messages = append(st.Messages, model.Message{Role: model.Assistant, Content: e.Content})
+		for _, c := range e.Calls {
+			if c.Service != "" {
+				st.Dispatched[c.ID] = Where{c.Service, seq}
+			}
+		}
+		if len(e.Calls) > 0 {
+			st.Pending = e
+		} else {
+			st.Answered = e
+		}
+	case *event.ToolDispatched:
+		st.Dispatched[e.Call] = Where{e.Service, seq}
+	case *event.ToolCompleted:
+		st.Results[e.Call] = e
+		if e.Service == serviceSandbox {
+			st.SandboxMS += e.DurationMS
+		}
+		if e.Path != "" && !e.IsError {
+			st.Versions[e.Path] = e.Version
+		}
+	case *event.ApprovalRequested:
+		st.Asked[e.Call] = true
+	case *event.ApprovalDecided:
+		st.Decisions[e.Call] = append(slices.Clip(st.Decisions[e.Call]), e)
+	case *event.BudgetRaise:
+		st.Raises = append(slices.Clip(st.Raises), e)
+	case *event.SessionStopped:
+		st.Status = StatusStopped
+		st.Answered = nil
+	case *event.SessionCompleted:
+		st.Status = StatusCompleted
+		st.Answered = nil
+	case *event.SessionFailed:
+		// The open turn stays: a follow-up closes it with the results it
+		// has, since every tool_use needs its tool_result.
+		st.Status = StatusFailed
+		st.Answered = nil
+	}
+}
+
+// Missing returns the pending calls that have no result yet.
+func (st *State) Missing() []event.Call {
+	if st.Pending == nil {
+		return nil
+	}
+	var out []event.Call
+	for _, c := range st.Pending.Calls {
+		if st.Results[c.ID] == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Conversation returns the messages the model is asked with next: the
+// conversation, and the results of the pending calls, if any, with the
+// follow-ups that came meanwhile.
+func (st *State) Conversation() []model.Message {
+	if st.Pending == nil {
+		return st.Messages
+	}
+	c := st.Clone()
+	c.flushResults()
+	return c.Messages
+}
+
+// flushResults adds the results of the pending calls to the conversation as
+// one user message, in the order the model made the calls. A call without a
+// result (a session that failed mid-turn and was then continued) gets one
+// saying so, since every tool_use needs its tool_result.
+func (st *State) flushResults() {
+	if st.Pending == nil {
+		return
+	}
+	blocks := make([]model.Block, 0, len(st.Pending.Calls))
+	for _, c := range st.Pending.Calls {
+		b := model.Block{Type: model.ToolResultBlock, ToolUseID: c.ToolUseID}
+		if r := st.Results[c.ID]; r != nil {
+			b.Content, b.IsError = r.Output, r.IsError
+		} else {
+			b.Content, b.IsError = "The call was abandoned and did not run.", true
+		}
+		blocks = append(blocks, b)
+	}
+	blocks = append(blocks, st.Queued...)
+	st.Messages = append(st.Messages, model.Message{Role: model.User, Content: blocks})
+	st.Pending, st.Queued = nil, nil
+}
+
+// input returns the input the pending response gave call c.
+func (st *State) input(c event.Call) json.RawMessage {
+	return st.Pending.Input(c)
+}
