@@ -115,7 +115,7 @@ const deployedConfig = repoRoot + "/deploy/nats.conf"
 // it returns too, for the auth service.
 func deployedServerEnv(t testing.TB) (env map[string]string, seed string) {
 	t.Helper()
-	seed, public, err := auth.NewIssuer()
+	seed, public, err := credential.NewIssuer()
 	if err != nil {
 		t.Fatal(err)
 	}
