@@ -27,7 +27,8 @@ const (
 // log are stored, one message each, named by their SHA-256 (hex).
 func PayloadSubject(tenant, sha string) string { return "payloads." + tenant + "." + sha }
 
-// The operations of the memory and approval APIs.
+// The operations of the approval API, here because the permissions name
+// them (the memory API's are package memoryapi's).
 const (
 	OpList   = "list"
 	OpDecide = "decide"

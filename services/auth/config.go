@@ -104,8 +104,9 @@ type Issuer struct {
 	pub string
 }
 
-// ParseIssuer returns the issuer whose seed is seed ("SA..."): an error
-// for anything but an account's seed.
+// ParseIssuer returns the issuer whose seed is seed ("SA...", as
+// [credential.NewIssuer] makes): an error for anything but an account's
+// seed.
 func ParseIssuer(seed string) (*Issuer, error) {
 	kp, err := nkeys.FromSeed([]byte(seed))
 	if err != nil {
@@ -120,26 +121,6 @@ func ParseIssuer(seed string) (*Issuer, error) {
 		return nil, fmt.Errorf("not an account seed (SA...): its public key is %s, want A...", pub)
 	}
 	return &Issuer{kp: kp, pub: pub}, nil
-}
-
-// NewIssuer makes a fresh issuer key pair, for corral dev and corral
-// credentials issuer: seed is for the auth service alone
-// (CORRAL_AUTH_ISSUER_SEED), public for the NATS server's auth_callout
-// issuer.
-func NewIssuer() (seed, public string, err error) {
-	kp, err := nkeys.CreateAccount()
-	if err != nil {
-		return "", "", fmt.Errorf("make issuer key: %w", err)
-	}
-	s, err := kp.Seed()
-	if err != nil {
-		return "", "", err
-	}
-	public, err = kp.PublicKey()
-	if err != nil {
-		return "", "", err
-	}
-	return string(s), public, nil
 }
 
 // Public returns the issuer's public key, which the NATS server's

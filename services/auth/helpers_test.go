@@ -52,7 +52,7 @@ func start(t *testing.T, ttl time.Duration) *platform {
 // startWith is start with the auth service's settings in env.
 func startWith(t *testing.T, env map[string]string) *platform {
 	t.Helper()
-	seed, pub, err := NewIssuer()
+	seed, pub, err := credential.NewIssuer()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,10 +24,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
-	"corral.dev/services/auth"
 	"corral.dev/services/harness"
 	sandboxmanager "corral.dev/services/sandbox-manager"
 	slackbridge "corral.dev/services/slack-bridge"
@@ -48,7 +48,7 @@ func TestClusterLosesAServer(t *testing.T) {
 	for user, env := range natsUsers {
 		t.Setenv(env, password(user))
 	}
-	_, issuer, err := auth.NewIssuer()
+	_, issuer, err := credential.NewIssuer()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
-	"corral.dev/services/auth"
 )
 
 func (e *env) credentialsCmd() *cobra.Command {
@@ -169,7 +168,7 @@ CORRAL_NATS_USER=admin CORRAL_NATS_PASSWORD=... corral credentials ...`,
 		Short: "Make the auth service's signing key: its seed for the auth service, its public key for the NATS server",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			seed, public, err := auth.NewIssuer()
+			seed, public, err := credential.NewIssuer()
 			if err != nil {
 				return err
 			}

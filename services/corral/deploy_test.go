@@ -60,7 +60,7 @@ func deployEnv(t *testing.T) map[string]string {
 	}
 	pub, key, _ := ed25519.GenerateKey(nil)
 	callPub, callKey, _ := ed25519.GenerateKey(nil)
-	seed, issuer, err := auth.NewIssuer()
+	seed, issuer, err := credential.NewIssuer()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
-	"corral.dev/services/auth"
 	sandboxmanager "corral.dev/services/sandbox-manager"
 )
 
@@ -82,7 +81,7 @@ func loadDevAuth(data, user string) (*devAuth, error) {
 		}
 	}
 	if a.IssuerSeed == "" {
-		if a.IssuerSeed, a.Issuer, err = auth.NewIssuer(); err != nil {
+		if a.IssuerSeed, a.Issuer, err = credential.NewIssuer(); err != nil {
 			return nil, err
 		}
 		changed = true

@@ -16,10 +16,10 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/memoryapi"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/tool"
-	"corral.dev/services/memory"
 )
 
 // echo has the server publish body on target for js's user, as a
@@ -60,8 +60,8 @@ func TestServiceEcho(t *testing.T) {
 	// A skill, which a client may publish and the model may write only
 	// with a reviewer's approval.
 	skill := "/skills/echoed/SKILL.md"
-	put, _ := json.Marshal(memory.APIRequest{Path: skill, Content: "---\nname: echoed\ndescription: FORGED\n---\nFORGED", Op: uuid.Must(uuid.NewV7())})
-	echo(t, sjs, "acme", memory.Subject("acme", "ada", memory.OpPut), put)
+	put, _ := json.Marshal(memoryapi.APIRequest{Path: skill, Content: "---\nname: echoed\ndescription: FORGED\n---\nFORGED", Op: uuid.Must(uuid.NewV7())})
+	echo(t, sjs, "acme", memoryapi.Subject("acme", "ada", memoryapi.OpPut), put)
 
 	// A decision on a call waiting for a reviewer.
 	run := d.runBackground(t, "acme", "push")
@@ -92,7 +92,7 @@ func TestServiceEcho(t *testing.T) {
 
 	// The echoes have been answered, or dropped, once a request sent
 	// after them on the same subjects is.
-	for _, s := range []string{memory.Subject("acme", "ada", memory.OpList), approvalapi.Subject("acme", "ada", bus.OpList)} {
+	for _, s := range []string{memoryapi.Subject("acme", "ada", memoryapi.OpList), approvalapi.Subject("acme", "ada", bus.OpList)} {
 		if _, err := d.admin.Conn().RequestWithContext(ctx, s, []byte(`{}`)); err != nil {
 			t.Logf("%s as the admin: %v", s, err)
 		}

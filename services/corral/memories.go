@@ -21,8 +21,8 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/memoryapi"
 	"corral.dev/pkg/tool"
-	"corral.dev/services/memory"
 )
 
 // memOpts are the flags every memories and skills command takes.
@@ -38,12 +38,12 @@ func (e *env) memFlags(cmd *cobra.Command, o *memOpts) {
 }
 
 // memCall sends one request to the memory service's API.
-func (e *env) memCall(ctx context.Context, o *memOpts, op string, req memory.APIRequest) (*memory.APIResponse, error) {
+func (e *env) memCall(ctx context.Context, o *memOpts, op string, req memoryapi.APIRequest) (*memoryapi.APIResponse, error) {
 	if err := event.CheckTenant(o.tenant); err != nil {
 		return nil, &exitError{2, err}
 	}
-	var resp memory.APIResponse
-	if err := e.request(ctx, o.nats, "memory service", memory.Subject(o.tenant, o.user, op), &req, &resp); err != nil {
+	var resp memoryapi.APIResponse
+	if err := e.request(ctx, o.nats, "memory service", memoryapi.Subject(o.tenant, o.user, op), &req, &resp); err != nil {
 		return nil, err
 	}
 	return &resp, nil
@@ -89,7 +89,7 @@ func (e *env) request(ctx context.Context, url, service, subject string, req, re
 	return nil
 }
 
-func (e *env) printFiles(files []memory.APIFile) {
+func (e *env) printFiles(files []memoryapi.APIFile) {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	for _, f := range files {
 		fmt.Fprintf(w, "%s\t%d bytes\tv%d\t%s\t%s\n", f.Path, f.Size, f.Version, f.UpdatedBy, f.UpdatedAt.Local().Format(time.DateTime))
@@ -115,7 +115,7 @@ write with its file tools; /memories/private/... is the --user's own.`,
 			if len(args) == 1 {
 				p = args[0]
 			}
-			resp, err := e.memCall(cmd.Context(), &o, memory.OpList, memory.APIRequest{Path: p})
+			resp, err := e.memCall(cmd.Context(), &o, memoryapi.OpList, memoryapi.APIRequest{Path: p})
 			if err != nil {
 				return err
 			}
@@ -127,7 +127,7 @@ write with its file tools; /memories/private/... is the --user's own.`,
 		Short: "Print a file",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := e.memCall(cmd.Context(), &o, memory.OpGet, memory.APIRequest{Path: args[0]})
+			resp, err := e.memCall(cmd.Context(), &o, memoryapi.OpGet, memoryapi.APIRequest{Path: args[0]})
 			if err != nil {
 				return err
 			}
@@ -149,7 +149,7 @@ write with its file tools; /memories/private/... is the --user's own.`,
 			if err != nil {
 				return err
 			}
-			resp, err := e.memCall(cmd.Context(), &o, memory.OpPut, memory.APIRequest{Path: args[0], Content: string(content), Op: uuid.Must(uuid.NewV7())})
+			resp, err := e.memCall(cmd.Context(), &o, memoryapi.OpPut, memoryapi.APIRequest{Path: args[0], Content: string(content), Op: uuid.Must(uuid.NewV7())})
 			if err != nil {
 				return err
 			}
@@ -164,7 +164,7 @@ write with its file tools; /memories/private/... is the --user's own.`,
 (CORRAL_MEMORY_MAX_TENANT_BYTES): the oldest versions go first.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := e.memCall(cmd.Context(), &o, memory.OpLog, memory.APIRequest{Path: args[0]})
+			resp, err := e.memCall(cmd.Context(), &o, memoryapi.OpLog, memoryapi.APIRequest{Path: args[0]})
 			if err != nil {
 				return err
 			}
@@ -190,7 +190,7 @@ the versions in between are kept. A file removed since is created again.`,
 			if err != nil || v <= 0 {
 				return &exitError{2, fmt.Errorf("version %q: want a version number that corral memories log lists, such as 3", args[1])}
 			}
-			resp, err := e.memCall(cmd.Context(), &o, memory.OpRestore, memory.APIRequest{Path: args[0], Version: v, Op: uuid.Must(uuid.NewV7())})
+			resp, err := e.memCall(cmd.Context(), &o, memoryapi.OpRestore, memoryapi.APIRequest{Path: args[0], Version: v, Op: uuid.Must(uuid.NewV7())})
 			if err != nil {
 				return err
 			}
@@ -202,7 +202,7 @@ the versions in between are kept. A file removed since is created again.`,
 		Short: "Remove a file (its history is kept)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := e.memCall(cmd.Context(), &o, memory.OpRemove, memory.APIRequest{Path: args[0], Op: uuid.Must(uuid.NewV7())}); err != nil {
+			if _, err := e.memCall(cmd.Context(), &o, memoryapi.OpRemove, memoryapi.APIRequest{Path: args[0], Op: uuid.Must(uuid.NewV7())}); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "removed %s\n", args[0])
@@ -228,7 +228,7 @@ read-only at /skills in its sandbox.`,
 		Short: "List the skills and their files",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			resp, err := e.memCall(cmd.Context(), &o, memory.OpList, memory.APIRequest{Path: tool.Skills})
+			resp, err := e.memCall(cmd.Context(), &o, memoryapi.OpList, memoryapi.APIRequest{Path: tool.Skills})
 			if err != nil {
 				return err
 			}
@@ -247,7 +247,7 @@ read-only at /skills in its sandbox.`,
 		Short: "Remove a skill and its files (their history is kept)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := e.memCall(cmd.Context(), &o, memory.OpRemove, memory.APIRequest{Path: tool.Skills + "/" + args[0], Recursive: true, Op: uuid.Must(uuid.NewV7())})
+			resp, err := e.memCall(cmd.Context(), &o, memoryapi.OpRemove, memoryapi.APIRequest{Path: tool.Skills + "/" + args[0], Recursive: true, Op: uuid.Must(uuid.NewV7())})
 			if err != nil {
 				return err
 			}
@@ -298,18 +298,18 @@ func (e *env) pushSkill(ctx context.Context, o *memOpts, dir string) error {
 			return err
 		}
 		p := path.Join(root, filepath.ToSlash(rel))
-		if _, err := e.memCall(ctx, o, memory.OpPut, memory.APIRequest{Path: p, Content: string(content), Op: uuid.Must(uuid.NewV7())}); err != nil {
+		if _, err := e.memCall(ctx, o, memoryapi.OpPut, memoryapi.APIRequest{Path: p, Content: string(content), Op: uuid.Must(uuid.NewV7())}); err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
 		pushed[p] = true
 	}
-	resp, err := e.memCall(ctx, o, memory.OpList, memory.APIRequest{Path: root})
+	resp, err := e.memCall(ctx, o, memoryapi.OpList, memoryapi.APIRequest{Path: root})
 	if err != nil {
 		return err
 	}
 	for _, f := range resp.Files {
 		if !pushed[f.Path] {
-			if _, err := e.memCall(ctx, o, memory.OpRemove, memory.APIRequest{Path: f.Path, Op: uuid.Must(uuid.NewV7())}); err != nil {
+			if _, err := e.memCall(ctx, o, memoryapi.OpRemove, memoryapi.APIRequest{Path: f.Path, Op: uuid.Must(uuid.NewV7())}); err != nil {
 				return err
 			}
 		}

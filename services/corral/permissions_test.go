@@ -18,9 +18,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"corral.dev/pkg/approvalapi"
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/memoryapi"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
@@ -113,7 +115,7 @@ const deployedConfig = repoRoot + "/deploy/nats.conf"
 // it returns too, for the auth service.
 func deployedServerEnv(t testing.TB) (env map[string]string, seed string) {
 	t.Helper()
-	seed, public, err := auth.NewIssuer()
+	seed, public, err := credential.NewIssuer()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +437,7 @@ func TestDeployedPermissions(t *testing.T) {
 	}
 	// The sandbox-manager cannot call the memory or approval APIs.
 	snc := sjs.Conn()
-	for _, subject := range []string{memory.Subject("acme", "ada", memory.OpList), approval.Subject("acme", "ada", bus.OpList)} {
+	for _, subject := range []string{memoryapi.Subject("acme", "ada", memoryapi.OpList), approvalapi.Subject("acme", "ada", bus.OpList)} {
 		_, err := snc.Request(subject, []byte(`{"tenant":"acme","path":"/memories"}`), 500*time.Millisecond)
 		if err == nil {
 			t.Errorf("sandbox-manager called %s", subject)

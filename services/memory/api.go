@@ -13,80 +13,36 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/memoryapi"
 	"corral.dev/pkg/tool"
 )
 
-// Operations of the memory API: the last token of its subjects.
+// Subject, the operations, APIRequest, APIResponse, APIFile, APIVersion
+// and the error codes are the API's contract, kept in package memoryapi.
+var Subject = memoryapi.Subject
+
+// Operations of the API.
 const (
-	OpList   = "ls"
-	OpGet    = "cat"
-	OpPut    = "put"
-	OpRemove = "rm"
-	// OpLog lists a file's kept versions.
-	OpLog = "log"
-	// OpRestore writes a kept version of a file back as its newest.
-	OpRestore = "restore"
+	OpList    = memoryapi.OpList
+	OpGet     = memoryapi.OpGet
+	OpPut     = memoryapi.OpPut
+	OpRemove  = memoryapi.OpRemove
+	OpLog     = memoryapi.OpLog
+	OpRestore = memoryapi.OpRestore
 )
 
-// Subject is where a client acting as user of tenant asks for op (one of
-// [OpList], [OpGet], [OpPut], [OpRemove], [OpLog], [OpRestore]):
-//
-//	corral.memory.<tenant>.<user token>.<op>
-//
-// with the user as a [bus.UserToken]. The service takes tenant and user
-// from the subject, never from the body: the NATS permissions let a client
-// publish only for its own tenant, and a user's credential only as its own
-// user, so the subject says whose memories a request reads and writes
-// (/memories/private is the subject's user's) and who wrote them.
-func Subject(tenant, user, op string) string {
-	return bus.MemoryAPI(tenant, bus.UserToken(user), op)
-}
+type (
+	APIRequest  = memoryapi.APIRequest
+	APIFile     = memoryapi.APIFile
+	APIVersion  = memoryapi.APIVersion
+	APIResponse = memoryapi.APIResponse
+)
 
-// APIRequest is a request to the API, sent on its op's [Subject]. Tenant
-// and User may be left empty: they are the subject's. A request naming
-// another tenant or user than its subject's is refused.
-type APIRequest struct {
-	Tenant string `json:"tenant,omitempty"`
-	User   string `json:"user,omitempty"`
-	Path   string `json:"path"`
-	// Content is what put writes.
-	Content string `json:"content,omitempty"`
-	// Op identifies the operation, so that a retried put or rm is applied
-	// once.
-	Op uuid.UUID `json:"op"`
-	// Recursive makes rm remove every file under Path.
-	Recursive bool `json:"recursive,omitempty"`
-	// Version is the version restore writes back.
-	Version int64 `json:"version,omitempty"`
-}
-
-// APIFile is a file as the API returns it.
-type APIFile struct {
-	Path      string    `json:"path"`
-	Owner     string    `json:"owner,omitempty"`
-	Size      int       `json:"size"`
-	Version   int64     `json:"version"`
-	UpdatedBy string    `json:"updated_by"`
-	UpdatedAt time.Time `json:"updated_at"`
-	Content   string    `json:"content,omitempty"`
-}
-
-// APIVersion is one kept version of a file, as log returns it.
-type APIVersion struct {
-	Version int64 `json:"version"`
-	// Removed marks the removal of the file.
-	Removed   bool      `json:"removed,omitempty"`
-	Size      int       `json:"size"`
-	ChangedBy string    `json:"changed_by"`
-	ChangedAt time.Time `json:"changed_at"`
-}
-
-// APIResponse is the answer to an API request.
-type APIResponse struct {
-	Files    []APIFile    `json:"files,omitempty"`
-	Removed  int          `json:"removed,omitempty"`
-	Versions []APIVersion `json:"versions,omitempty"`
-}
+// Error codes of the API.
+const (
+	CodeBadRequest = memoryapi.CodeBadRequest
+	CodeInternal   = memoryapi.CodeInternal
+)
 
 func (s *Service) serveAPI(ctx context.Context) error {
 	svc, err := micro.AddService(s.nc, micro.Config{
@@ -116,22 +72,22 @@ func (s *Service) serveAPI(ctx context.Context) error {
 			}
 			var req APIRequest
 			if err := json.Unmarshal(r.Data(), &req); err != nil {
-				_ = r.Error("400", "malformed request: "+err.Error(), nil)
+				_ = r.Error(CodeBadRequest, "malformed request: "+err.Error(), nil)
 				return
 			}
 			c, err := callerOf(r.Subject(), &req)
 			if err != nil {
-				_ = r.Error("400", err.Error(), nil)
+				_ = r.Error(CodeBadRequest, err.Error(), nil)
 				return
 			}
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
 			resp, err := fn(rctx, c, &req)
 			if err != nil {
-				code := "500"
+				code := CodeInternal
 				var bad *badRequest
 				if errors.As(err, &bad) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrTooMany) || errors.Is(err, ErrFull) {
-					code = "400"
+					code = CodeBadRequest
 				} else {
 					s.log.WarnContext(rctx, "memory api", "subject", r.Subject(), "err", err)
 				}
