@@ -62,6 +62,8 @@ type Config struct {
 	// Metrics is where the service's metrics are registered (none are
 	// served when nil).
 	Metrics prometheus.Registerer
+	// Speedups are the speed-ups a step uses (CORRAL_HARNESS_SPEEDUPS).
+	Speedups Speedups
 }
 
 // LoadConfig reads the configuration from getenv, applies defaults and
@@ -100,6 +102,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}
 	if cfg.TenantConcurrency > cfg.Concurrency {
 		return Config{}, fmt.Errorf("CORRAL_HARNESS_TENANT_CONCURRENCY=%d: want at most CORRAL_HARNESS_CONCURRENCY (%d)", cfg.TenantConcurrency, cfg.Concurrency)
+	}
+	if cfg.Speedups, err = parseSpeedups(getenv("CORRAL_HARNESS_SPEEDUPS")); err != nil {
+		return Config{}, err
 	}
 	cfg.Policy = policy.Default()
 	if f := getenv("CORRAL_POLICY_FILE"); f != "" {

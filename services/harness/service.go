@@ -179,6 +179,9 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.skills.watch(ctx, s.log) })
 	g.Go(func() error { return s.serveLeases(ctx) })
 	s.log.InfoContext(ctx, "harness started", "instance", s.cfg.Instance, "default_model", s.cfg.DefaultModel)
+	if s.cfg.Speedups != (Speedups{true, true, true, true, true}) {
+		s.log.InfoContext(ctx, "some speed-ups are off", "speedups", fmt.Sprintf("%+v", s.cfg.Speedups))
+	}
 	if s.providers.OpenAI == nil && s.providers.Anthropic == nil {
 		s.log.WarnContext(ctx, "no model provider configured: sessions will fail until ANTHROPIC_API_KEY or OPENAI_API_KEY (or OPENAI_BASE_URL) is set")
 	}

@@ -42,10 +42,17 @@ type state struct {
 // are then not folded: the step's first write, conditional on the log
 // ending at the trigger, finds them.
 func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID, owned bool) (*state, error) {
-	st, seq, last := s.folded.get(tenant, session)
+	var (
+		st   *state
+		seq  uint64
+		last bool
+	)
+	if s.cfg.Speedups.FoldCache {
+		st, seq, last = s.folded.get(tenant, session)
+	}
 	if st == nil {
-		st = newState(tenant, session)
-	} else if owned && last {
+		st, seq = newState(tenant, session), 0
+	} else if owned && last && s.cfg.Speedups.Follower {
 		if e, ok := s.follower(ctx, st, seq); ok {
 			st.Apply(e.Seq, e.Event)
 			return st, nil
@@ -113,6 +120,11 @@ func (s *Service) append(ctx context.Context, st *state, ev event.Event, msgID s
 // without the condition: ev then says less, having not followed what st
 // was folded from.
 func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgID string, unless func()) error {
+	if !s.cfg.Speedups.ConditionalAppend {
+		// The state no longer surely stands for the log: the next step
+		// reads it again.
+		st.stale = true
+	}
 	if !st.stale {
 		seq, err := s.logs.Append(ctx, ev, msgID, st.Seq)
 		if err == nil {

@@ -54,7 +54,7 @@ func (s *Service) withSession(ctx context.Context, lock func(context.Context, st
 	}
 	s.keep(st)
 	// A running session's next step most often comes here soon.
-	release(st.Status == core.StatusRunning && !s.stopping.Load())
+	release(st.Status == core.StatusRunning && s.cfg.Speedups.Linger && !s.stopping.Load())
 	return nil
 }
 
@@ -234,8 +234,10 @@ func (s *Service) ask(ctx context.Context, st *state, env core.Env, messages []m
 	// records so: on the condition that nothing came in between, which a
 	// stop would have. Should something have, the response is recorded
 	// without them, and they are dispatched once the step has looked.
-	for i, c := range ev.Calls {
-		ev.Calls[i].Service = core.Dispatchable(st.State, env, ev, c)
+	if s.cfg.Speedups.DispatchWithResponse {
+		for i, c := range ev.Calls {
+			ev.Calls[i].Service = core.Dispatchable(st.State, env, ev, c)
+		}
 	}
 	undispatch := func() {
 		for i := range ev.Calls {

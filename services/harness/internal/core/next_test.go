@@ -220,9 +220,14 @@ func TestNext(t *testing.T) {
 			""},
 		{"the turn limit fails the session", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue).result("a", "A").respond("sandbox", "b:Bash:"+bashTrue).result("b", "B").respond("sandbox", "c:Bash:"+bashTrue).result("c", "C"), nil,
 			"fail turn_limit "},
-		{"steps count against the session's budget before asking", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue).result("a", "A"), func(e *Env) { e.MaxTurns = 100; e.Policy = mustParse(t, strings.Replace(testPolicy, "steps: 5", "steps: 1", 1)) },
+		{"steps count against the session's budget before asking", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue).result("a", "A"), func(e *Env) {
+			e.MaxTurns = 100
+			e.Policy = mustParse(t, strings.Replace(testPolicy, "steps: 5", "steps: 1", 1))
+		},
 			"fail budget_exceeded session.steps"},
-		{"cost stops a session before its calls run", new(log).request("hi").respond("", "a:Bash:"+bashTrue), func(e *Env) { e.Policy = mustParse(t, strings.Replace(testPolicy, "cost_usd: 1\n", "cost_usd: 0.01\n", 1)) },
+		{"cost stops a session before its calls run", new(log).request("hi").respond("", "a:Bash:"+bashTrue), func(e *Env) {
+			e.Policy = mustParse(t, strings.Replace(testPolicy, "cost_usd: 1\n", "cost_usd: 0.01\n", 1))
+		},
 			"fail budget_exceeded session.cost_usd"},
 		{"cost does not stop a response this step asked for", new(log).request("hi").respond("", "a:Bash:"+bashTrue), func(e *Env) {
 			e.Asked = true
