@@ -44,6 +44,7 @@ var (
 	chaosTimeout  = flag.Duration("chaos.timeout", 4*time.Minute, "TestChaos: how long every session may take to finish")
 	chaosSeed     = flag.Uint64("chaos.seed", 0, "TestChaos: seed of the sessions' plans and the order of kills (0 picks one)")
 	chaosDir      = flag.String("chaos.dir", "", "TestChaos: keep binaries, logs and state in this directory")
+	chaosGolden   = flag.String("chaos.golden", "", "TestChaos: write each session's log to this directory, one event a line, as the session core's golden logs (services/harness/internal/core/testdata/golden)")
 )
 
 // The interrupted result of a Bash call the sandbox-manager will not run
@@ -639,6 +640,9 @@ func checkChaos(t *testing.T, js jetstream.JetStream, model *chaosModel, session
 			msgs, err = bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents(chaosTenant, s))
 			return err
 		})
+		if *chaosGolden != "" {
+			writeGolden(t, filepath.Join(*chaosGolden, fmt.Sprintf("chaos-%02d.jsonl", i)), msgs)
+		}
 		ws := filepath.Join(data, "workspaces", chaosTenant, s.String())
 		c := checkSession(i, s, msgs, ws, model.plans[i], byNonce, recorded)
 		for _, e := range c.errs {
@@ -935,4 +939,29 @@ func dumpEvents(msgs []bus.Msg) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// writeGolden writes a session's log to file, one event a line: its
+// stream sequence, its subject and the event.
+func writeGolden(t *testing.T, file string, msgs []bus.Msg) {
+	t.Helper()
+	var b strings.Builder
+	for _, m := range msgs {
+		line, err := json.Marshal(struct {
+			Seq     uint64          `json:"seq"`
+			Subject string          `json:"subject"`
+			Event   json.RawMessage `json:"event"`
+		}{m.StreamSeq, m.Subject, m.Data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
