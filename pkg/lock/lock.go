@@ -24,6 +24,24 @@ type entry struct {
 // Lock waits until it holds key's lock or ctx is done, and returns the
 // function that releases it. It returns ctx's error if it gave up waiting.
 func (k *Keyed) Lock(ctx context.Context, key string) (unlock func(), err error) {
+	unlock, ok := k.lock(ctx.Done(), key)
+	if !ok {
+		return nil, ctx.Err()
+	}
+	return unlock, nil
+}
+
+// Wait waits however long it takes to hold key's lock, and returns the
+// function that releases it: for work that must be done, behind a holder
+// whose own bounds limit the wait.
+func (k *Keyed) Wait(key string) (unlock func()) {
+	unlock, _ = k.lock(nil, key) // a nil channel never fires
+	return unlock
+}
+
+// lock waits until it holds key's lock, or gives up with ok false when
+// done is closed.
+func (k *Keyed) lock(done <-chan struct{}, key string) (unlock func(), ok bool) {
 	k.mu.Lock()
 	if k.locks == nil {
 		k.locks = make(map[string]*entry)
@@ -37,10 +55,10 @@ func (k *Keyed) Lock(ctx context.Context, key string) (unlock func(), err error)
 	k.mu.Unlock()
 	select {
 	case e.ch <- struct{}{}:
-		return func() { <-e.ch; k.release(key, e) }, nil
-	case <-ctx.Done():
+		return func() { <-e.ch; k.release(key, e) }, true
+	case <-done:
 		k.release(key, e)
-		return nil, ctx.Err()
+		return nil, false
 	}
 }
 

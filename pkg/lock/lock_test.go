@@ -89,3 +89,26 @@ func TestKeyedTryLock(t *testing.T) {
 		t.Errorf("locks left behind: %v", k.locks)
 	}
 }
+
+// Wait takes the key once its holder lets go, and holds it against Lock
+// and TryLock meanwhile.
+func TestKeyedWait(t *testing.T) {
+	var k Keyed
+	unlock, _ := k.Lock(context.Background(), "a")
+	got := make(chan func())
+	go func() { got <- k.Wait("a") }()
+	select {
+	case <-got:
+		t.Fatal("Wait took a held key")
+	case <-time.After(20 * time.Millisecond):
+	}
+	unlock()
+	unlockW := <-got
+	if _, ok := k.TryLock("a"); ok {
+		t.Error("TryLock took a key Wait holds")
+	}
+	unlockW()
+	if k.Held("a") {
+		t.Errorf("locks left behind: %v", k.locks)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/lease"
 )
 
 // A step works on a session only while this harness holds the session's
@@ -35,12 +36,11 @@ import (
 // the session.
 var errLeaseHeld = fmt.Errorf("session lease held by another harness: %w", bus.ErrNotYet)
 
-// lease is a session's lease as this harness holds it: its revision in
-// the bucket, and when the write that made it was sent (it expires
-// bus.LeaseTTL after that at the earliest).
-type lease struct {
-	rev     uint64
-	written time.Time
+// sessionLeases returns the bucket of session leases. A renewal slower
+// than a third of the lease's TTL, the time between two, has failed
+// anyway.
+func sessionLeases(kv jetstream.KeyValue) lease.Bucket {
+	return lease.Bucket{KV: kv, TTL: bus.LeaseTTL, Timeout: bus.LeaseTTL / 3}
 }
 
 // acquireLease takes the session's lease and renews it until release is
@@ -58,48 +58,12 @@ func (s *Service) acquireLease(ctx context.Context, tenant string, session uuid.
 	if err != nil {
 		return nil, nil, false, err
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	var lost bool
-	go func() {
-		defer close(done)
-		t := time.NewTicker(bus.LeaseTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				// A renewal slower than the lease's TTL has failed anyway.
-				sent := time.Now()
-				rctx, rcancel := context.WithTimeout(ctx, bus.LeaseTTL/3)
-				r, err := s.leases.Update(rctx, key, me, l.rev)
-				rcancel()
-				if err == nil {
-					l = lease{r, sent}
-					continue
-				}
-				// The update may have been applied and only its answer lost:
-				// the lease is still ours if it says so.
-				rctx, rcancel = context.WithTimeout(ctx, bus.LeaseTTL/3)
-				e, gerr := s.leases.Get(rctx, key)
-				rcancel()
-				if gerr == nil && string(e.Value()) == s.cfg.Instance {
-					l = lease{e.Revision(), sent}
-					continue
-				}
-				s.log.WarnContext(ctx, "lease lost", "session", key, "err", err)
-				lost = true
-				cancel(fmt.Errorf("lease of session %s lost: %w", key, err))
-				return
-			}
-		}
-	}()
+	ctx, stop := l.Hold(ctx, bus.LeaseTTL/3)
 	return ctx, func(linger bool) {
-		cancel(nil)
-		<-done
+		lost := stop()
 		switch {
-		case lost:
+		case lost != nil:
+			s.log.WarnContext(ctx, "lease lost", "session", key, "err", lost)
 		case linger:
 			s.held.put(key, l)
 			if s.stopping.Load() {
@@ -108,7 +72,7 @@ func (s *Service) acquireLease(ctx context.Context, tenant string, session uuid.
 			}
 		default:
 			// The step's own ctx may be done; freeing the lease still matters.
-			s.freeLease(context.WithoutCancel(ctx), key, l.rev)
+			s.freeLease(context.WithoutCancel(ctx), l)
 		}
 	}, owned, nil
 }
@@ -117,63 +81,60 @@ func (s *Service) acquireLease(ctx context.Context, tenant string, session uuid.
 // surely valid still, or one written now. owned reports that no other
 // harness held it since this one last did: the lease lingered here, or
 // was written on the revision this harness last wrote.
-func (s *Service) holdLease(ctx context.Context, key string, me []byte) (_ lease, owned bool, _ error) {
-	sent := time.Now()
+func (s *Service) holdLease(ctx context.Context, key string, me []byte) (_ *lease.Lease, owned bool, _ error) {
 	if l, ok := s.held.take(key); ok {
-		if time.Since(l.written) < bus.LeaseTTL/2 {
+		if l.Sure() {
 			return l, true, nil
 		}
-		if r, err := s.leases.Update(ctx, key, me, l.rev); err == nil {
-			return lease{r, sent}, true, nil
+		if renewed, err := s.leases.Update(ctx, key, me, l.Rev()); err == nil {
+			return renewed, true, nil
 		}
 	}
-	rev, owned, err := s.takeLease(ctx, key, me)
-	return lease{rev, sent}, owned, err
+	return s.takeLease(ctx, key, me)
 }
 
-// freeLease frees a lease this harness holds at revision rev by writing an
-// empty value rather than deleting the key: the next step of the session,
-// most often ours, takes it back in one compare-and-set on the revision
-// remembered here.
-func (s *Service) freeLease(ctx context.Context, key string, rev uint64) {
+// freeLease frees a lease this harness holds by writing an empty value
+// rather than deleting the key: the next step of the session, most often
+// ours, takes it back in one compare-and-set on the revision remembered
+// here.
+func (s *Service) freeLease(ctx context.Context, l *lease.Lease) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	r, err := s.leases.Update(ctx, key, nil, rev)
+	r, err := l.Free(ctx)
 	if err != nil {
-		s.log.WarnContext(ctx, "release lease", "session", key, "err", err)
+		s.log.WarnContext(ctx, "release lease", "session", l.Key(), "err", err)
 		return
 	}
-	s.freed.put(key, r)
+	s.freed.put(l.Key(), r)
 }
 
 // takeLease writes me into the lease key if the lease is free: the key is
 // missing (never taken, or expired), empty (released), or holds me (left by
 // a release that failed). A lease another harness holds is asked of it,
-// and taken if it was only lingering there. It returns the revision
-// written, and whether it was written on the revision this harness freed
-// it at (no one held it since).
-func (s *Service) takeLease(ctx context.Context, key string, me []byte) (_ uint64, owned bool, _ error) {
+// and taken if it was only lingering there. owned reports that it was
+// written on the revision this harness freed it at (no one held it since).
+func (s *Service) takeLease(ctx context.Context, key string, me []byte) (_ *lease.Lease, owned bool, _ error) {
 	if rev, ok := s.freed.take(key); ok {
-		if r, err := s.leases.Update(ctx, key, me, rev); err == nil {
-			return r, true, nil
+		if l, err := s.leases.Update(ctx, key, me, rev); err == nil {
+			return l, true, nil
 		}
 	}
-	rev, err := s.leases.Create(ctx, key, me)
+	l, err := s.leases.Create(ctx, key, me)
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		if err != nil {
-			return 0, false, fmt.Errorf("lease %s: %w", key, err)
+			return nil, false, fmt.Errorf("lease %s: %w", key, err)
 		}
-		return rev, false, nil
+		return l, false, nil
 	}
-	e, err := s.leases.Get(ctx, key)
+	e, err := s.leases.KV.Get(ctx, key)
 	if err != nil {
-		return 0, false, errLeaseHeld
+		return nil, false, errLeaseHeld
 	}
 	if holder := string(e.Value()); holder != "" && holder != s.cfg.Instance {
 		switch s.askFree(ctx, holder, key) {
 		case holderFreed:
-			if e, err = s.leases.Get(ctx, key); err != nil {
-				return 0, false, errLeaseHeld
+			if e, err = s.leases.KV.Get(ctx, key); err != nil {
+				return nil, false, errLeaseHeld
 			}
 		case holderGone:
 			// Taken at once rather than when it expires, unless the
@@ -181,26 +142,26 @@ func (s *Service) takeLease(ctx context.Context, key string, me []byte) (_ uint6
 			// from the server finds its lease lost at its next renewal,
 			// and stops its step; what it wrote meanwhile is safe to
 			// write twice, as every step's writes are.
-			r, err := s.leases.Update(ctx, key, me, e.Revision())
+			l, err := s.leases.Update(ctx, key, me, e.Revision())
 			if err != nil {
-				return 0, false, errLeaseHeld
+				return nil, false, errLeaseHeld
 			}
 			s.log.InfoContext(ctx, "lease taken from a harness that is gone", "session", key, "holder", holder)
-			return r, false, nil
+			return l, false, nil
 		}
 	}
 	switch string(e.Value()) {
 	case "", s.cfg.Instance:
-		r, err := s.leases.Update(ctx, key, me, e.Revision())
+		l, err := s.leases.Update(ctx, key, me, e.Revision())
 		if err != nil {
-			return 0, false, errLeaseHeld
+			return nil, false, errLeaseHeld
 		}
-		return r, false, nil
+		return l, false, nil
 	}
 	// Come back when the holder's lease runs out, should it have died:
 	// the entry was written at its last renewal.
 	left := bus.LeaseTTL - time.Since(e.Created()) + 50*time.Millisecond
-	return 0, false, bus.NotYet(min(max(left, 50*time.Millisecond), s.cfg.RetryDelay), errLeaseHeld)
+	return nil, false, bus.NotYet(min(max(left, 50*time.Millisecond), s.cfg.RetryDelay), errLeaseHeld)
 }
 
 // Answers to a request for a lingering lease.
@@ -278,7 +239,7 @@ func (s *Service) serveLeases(ctx context.Context) error {
 		case <-t.C:
 		}
 		// Freed a tick early: by the next tick it might not be valid.
-		for _, key := range s.held.due(time.Now().Add(tick - bus.LeaseTTL/2)) {
+		for _, key := range s.held.due(time.Now().Add(tick)) {
 			s.freeLingering(ctx, key)
 		}
 	}
@@ -301,7 +262,7 @@ func (s *Service) freeLingering(ctx context.Context, key string) bool {
 // looks for it meanwhile does not find it, and takes the lease anew.
 func (s *Service) freeHeld(ctx context.Context, key string) {
 	if l, ok := s.held.take(key); ok {
-		s.freeLease(context.WithoutCancel(ctx), key, l.rev)
+		s.freeLease(context.WithoutCancel(ctx), l)
 	}
 }
 
@@ -332,15 +293,15 @@ func (h *leaseMap[V]) take(key string) (V, bool) {
 }
 
 // heldLeases are the leases lingering here, by session.
-type heldLeases struct{ leaseMap[lease] }
+type heldLeases struct{ leaseMap[*lease.Lease] }
 
-// due returns the sessions whose leases were last written before t.
+// due returns the sessions whose leases are not surely valid after t.
 func (h *heldLeases) due(t time.Time) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []string
 	for key, l := range h.m {
-		if l.written.Before(t) {
+		if l.SureUntil().Before(t) {
 			out = append(out, key)
 		}
 	}

@@ -35,7 +35,7 @@ func newLeaseHarnesses(t *testing.T, js jetstream.JetStream, n int) ([]*Service,
 	}
 	return hs, func(session uuid.UUID) (string, uint64) {
 		t.Helper()
-		e, err := hs[0].leases.Get(context.Background(), bus.SessionKey("acme", session))
+		e, err := hs[0].leases.KV.Get(context.Background(), bus.SessionKey("acme", session))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/lease"
 	"corral.dev/pkg/lock"
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/sessionlog"
@@ -31,22 +32,23 @@ type Service struct {
 	cfg       Config
 	js        jetstream.JetStream
 	providers model.Providers
-	leases    jetstream.KeyValue
-	usage     jetstream.KeyValue
-	// usageCache holds the daily usage last read for budget checks;
-	// usageMu orders its updates.
-	usageMu    sync.Mutex
-	usageCache *lru.Cache[string, cachedUsage]
-	// counted holds the usage keys as the usage counter last wrote them;
-	// only the counter, one batch at a time, uses it.
-	counted *lru.Cache[string, countedUsage]
-	freed   freedLeases
-	// held are the leases lingering here after their sessions' steps;
-	// stopping is set once the harness stops, when none may linger.
+	// leases are the sessions' leases: freed remembers the revisions
+	// this harness freed them at; held are those lingering here after
+	// their sessions' steps; stopping is set once the harness stops, when
+	// none may linger.
+	leases   lease.Bucket
+	freed    freedLeases
 	held     heldLeases
 	stopping atomic.Bool
-	skills   *skillIndex
-	log      *slog.Logger
+	// usage is the usage bucket: usageCache holds the daily usage last
+	// read from it for budget checks, and usageMu orders its updates.
+	usage      jetstream.KeyValue
+	usageMu    sync.Mutex
+	usageCache *lru.Cache[string, cachedUsage]
+	// counter counts the daily usage that the budget checks read.
+	counter *usageCounter
+	skills  *skillIndex
+	log     *slog.Logger
 	// logs reads and writes the session logs, as the harness.
 	logs   *sessionlog.Log
 	folded foldCache
@@ -85,32 +87,44 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	log = log.With("service", "harness")
 	if cfg.Metrics != nil {
 		if err := sessionlog.Register(cfg.Metrics); err != nil {
 			return nil, err
 		}
 	}
-	index, err := newSkillIndex(skills)
+	index, err := newSkillIndex(skills, log)
 	if err != nil {
 		return nil, err
 	}
-	return &Service{
+	s := &Service{
 		skills: index,
 		cfg:    cfg,
 		logs: sessionlog.New(js, sessionlog.Options{
-			As: sessionlog.Harness, Reader: "harness", DeadLetters: true, Logger: log.With("service", "harness"),
+			As: sessionlog.Harness, Reader: "harness", DeadLetters: true, Logger: log,
 		}),
 		js:         js,
 		providers:  cfg.Providers(),
-		leases:     leases,
+		leases:     sessionLeases(leases),
 		freed:      freedLeases{max: maxFreed},
 		usage:      usage,
 		usageCache: usageCache,
-		counted:    counted,
-		log:        log.With("service", "harness"),
+		log:        log,
 		admission:  &lock.Gate{Size: cfg.Concurrency, PerGroup: cfg.TenantConcurrency},
 		metrics:    newMetrics(cfg.Metrics),
-	}, nil
+	}
+	s.counter = &usageCounter{
+		js:      js,
+		logs:    s.logs,
+		usage:   usage,
+		leases:  lease.Bucket{KV: leases, TTL: bus.LeaseTTL},
+		me:      []byte(cfg.Instance),
+		log:     log,
+		price:   s.responseUsage,
+		read:    s.dayUsage,
+		counted: counted,
+	}
+	return s, nil
 }
 
 // stepAckWait is how long the server waits for the ack of a request or a
@@ -174,9 +188,9 @@ func (s *Service) Run(ctx context.Context) error {
 			Logger:     s.log,
 		})
 	})
-	g.Go(func() error { return s.countUsage(ctx) })
+	g.Go(func() error { return s.counter.run(ctx) })
 	g.Go(func() error { return s.watchWallTime(ctx) })
-	g.Go(func() error { return s.skills.watch(ctx, s.log) })
+	g.Go(func() error { return s.skills.run(ctx) })
 	g.Go(func() error { return s.serveLeases(ctx) })
 	s.log.InfoContext(ctx, "harness started", "instance", s.cfg.Instance, "default_model", s.cfg.DefaultModel)
 	if s.cfg.Speedups != (Speedups{true, true, true, true, true}) {

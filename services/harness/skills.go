@@ -23,6 +23,7 @@ import (
 // store, and fetches a tenant's list again only when its digest changes.
 type skillIndex struct {
 	store jetstream.ObjectStore
+	log   *slog.Logger
 	// ready is closed once the watch has read every object stored when it
 	// began; until then a turn waits, rather than miss a tenant's skills.
 	ready chan struct{}
@@ -41,23 +42,23 @@ type cachedSkills struct {
 	skills []event.Skill
 }
 
-func newSkillIndex(store jetstream.ObjectStore) (*skillIndex, error) {
+func newSkillIndex(store jetstream.ObjectStore, log *slog.Logger) (*skillIndex, error) {
 	cache, err := lru.New[string, cachedSkills](10000)
 	if err != nil {
 		return nil, err
 	}
-	return &skillIndex{store: store, ready: make(chan struct{}), digests: make(map[string]string), cache: cache}, nil
+	return &skillIndex{store: store, log: log, ready: make(chan struct{}), digests: make(map[string]string), cache: cache}, nil
 }
 
-// watch follows the store until ctx is done. A watch that ends otherwise
+// run follows the store until ctx is done. A watch that ends otherwise
 // (the connection closed under it) is started again.
-func (x *skillIndex) watch(ctx context.Context, log *slog.Logger) error {
+func (x *skillIndex) run(ctx context.Context) error {
 	for {
 		err := x.follow(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		log.WarnContext(ctx, "skills watch ended, starting it again", "err", err)
+		x.log.WarnContext(ctx, "skills watch ended, starting it again", "err", err)
 		select {
 		case <-ctx.Done():
 			return nil

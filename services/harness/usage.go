@@ -5,19 +5,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/lease"
+	"corral.dev/pkg/model"
 	"corral.dev/pkg/policy"
 	"corral.dev/pkg/sessionlog"
 )
 
 // Daily usage is counted from the session logs into the usage bucket by
-// one harness at a time: the holder of the key [usageCounter] in the
+// one harness at a time: the holder of the key [usageCounterKey] in the
 // leases bucket. It reads the model responses and sandbox results in
 // stream order, from where counting last got to (the usage bucket's key
 // [usageCursor]), a batch at a time, and adds each batch to its tenants'
@@ -27,8 +31,8 @@ import (
 // cursor it left, counts nothing twice, nor would two counters that
 // overlapped for a moment.
 const (
-	usageCounter = "usage-counter"
-	usageCursor  = "_counted"
+	usageCounterKey = "usage-counter"
+	usageCursor     = "_counted"
 )
 
 // usageBatch bounds one batch of events counted; usageLinger is how long
@@ -38,23 +42,42 @@ const (
 	usageLinger = 50 * time.Millisecond
 )
 
-// countUsage takes the counter's lease whenever it is free and counts
-// until ctx is done.
-func (s *Service) countUsage(ctx context.Context) error {
-	me := []byte(s.cfg.Instance)
+// usageCounter counts daily usage whenever this harness holds the
+// counter's lease.
+type usageCounter struct {
+	js     jetstream.JetStream
+	logs   *sessionlog.Log
+	usage  jetstream.KeyValue
+	leases lease.Bucket
+	me     []byte
+	log    *slog.Logger
+	// price is what a model response counts; read reads a key of the
+	// usage bucket. Both are the budget checks' own, so that what is
+	// counted is what they count.
+	price func(modelName string, u model.Usage) policy.Usage
+	read  func(ctx context.Context, key string) (dayUsage, uint64, error)
+	// counted holds the usage keys as the counter last wrote them; only
+	// the counter, one batch at a time, uses it. It is bounded, the least
+	// recently used key forgotten: it is read again when next needed.
+	counted *lru.Cache[string, countedUsage]
+}
+
+// run takes the counter's lease whenever it is free and counts until ctx
+// is done.
+func (c *usageCounter) run(ctx context.Context) error {
 	for {
-		rev, err := s.takeCounter(ctx, me)
+		l, err := c.take(ctx)
 		if err == nil {
-			rev, err = s.count(ctx, rev)
+			err = c.count(ctx, l)
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = s.leases.Delete(dctx, usageCounter, jetstream.LastRevision(rev))
+			_ = l.Delete(dctx)
 			cancel()
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-			s.log.WarnContext(ctx, "usage counter", "err", err)
+			c.log.WarnContext(ctx, "usage counter", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -64,24 +87,34 @@ func (s *Service) countUsage(ctx context.Context) error {
 	}
 }
 
-// takeCounter takes the counter's lease if no harness holds it.
-func (s *Service) takeCounter(ctx context.Context, me []byte) (uint64, error) {
+// take takes the counter's lease if no harness holds it.
+func (c *usageCounter) take(ctx context.Context) (*lease.Lease, error) {
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
-	return s.leases.Create(rctx, usageCounter, me)
+	return c.leases.Create(rctx, usageCounterKey, c.me)
 }
 
-// count counts batches while it holds the counter's lease at revision
-// rev, renewing it; it returns when ctx is done or the lease is lost, with
-// the lease's last revision.
-func (s *Service) count(ctx context.Context, rev uint64) (uint64, error) {
+// count counts batches while it holds the counter's lease l, renewing
+// it; it returns when ctx is done or the lease is lost.
+func (c *usageCounter) count(ctx context.Context, l *lease.Lease) error {
+	ctx, stop := l.Hold(ctx, bus.LeaseTTL/3)
+	err := c.countHeld(ctx)
+	if lost := stop(); lost != nil {
+		return fmt.Errorf("renew the usage counter's lease: %w", lost)
+	}
+	return err
+}
+
+// countHeld counts batches until ctx is done: until the lease is lost, if
+// not before.
+func (c *usageCounter) countHeld(ctx context.Context) error {
 	// Cancelled on return, so that the consumer's callback, which may be
 	// waiting to hand over an event, returns too.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	from, cursorRev, err := s.cursor(ctx)
+	from, cursorRev, err := c.cursor(ctx)
 	if err != nil {
-		return rev, err
+		return err
 	}
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{
@@ -93,9 +126,9 @@ func (s *Service) count(ctx context.Context, rev uint64) (uint64, error) {
 	if from > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
 	}
-	cons, err := s.js.OrderedConsumer(ctx, bus.StreamEvents, cfg)
+	cons, err := c.js.OrderedConsumer(ctx, bus.StreamEvents, cfg)
 	if err != nil {
-		return rev, fmt.Errorf("read the session logs: %w", err)
+		return fmt.Errorf("read the session logs: %w", err)
 	}
 	// Events arrive as they are recorded; each batch is what has arrived
 	// by the time the one before is counted.
@@ -107,33 +140,22 @@ func (s *Service) count(ctx context.Context, rev uint64) (uint64, error) {
 		}
 	})
 	if err != nil {
-		return rev, fmt.Errorf("read the session logs: %w", err)
+		return fmt.Errorf("read the session logs: %w", err)
 	}
 	defer cc.Stop()
-	renew := time.NewTicker(bus.LeaseTTL / 3)
-	defer renew.Stop()
 	moved, movedTo := time.Now(), from
 	defer func() {
 		if from > movedTo {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			_, _ = s.moveCursor(dctx, from, cursorRev)
+			_, _ = c.moveCursor(dctx, from, cursorRev)
 		}
 	}()
 	for {
 		var batch []jetstream.Msg
 		select {
 		case <-ctx.Done():
-			return rev, nil
-		case <-renew.C:
-			rctx, cancel := bus.Bound(ctx)
-			r, err := s.leases.Update(rctx, usageCounter, []byte(s.cfg.Instance), rev)
-			cancel()
-			if err != nil {
-				return rev, fmt.Errorf("renew the usage counter's lease: %w", err)
-			}
-			rev = r
-			continue
+			return nil
 		case msg := <-arrived:
 			batch = append(batch, msg)
 		}
@@ -157,24 +179,24 @@ func (s *Service) count(ctx context.Context, rev uint64) (uint64, error) {
 		for _, msg := range batch {
 			meta, err := msg.Metadata()
 			if err != nil {
-				return rev, fmt.Errorf("read the session logs: %w", err)
+				return fmt.Errorf("read the session logs: %w", err)
 			}
-			sp, err := s.spending(ctx, bus.Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: meta.Sequence.Stream})
+			sp, err := c.spending(ctx, bus.Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: meta.Sequence.Stream})
 			if err != nil {
-				return rev, err
+				return err
 			}
 			spent = append(spent, sp...)
 			last = meta.Sequence.Stream
 		}
-		if err := s.addUsage(ctx, spent); err != nil {
-			return rev, err
+		if err := c.addUsage(ctx, spent); err != nil {
+			return err
 		}
 		from = last
 		// The cursor only spares a counter that takes over some reading:
 		// the keys know what they counted. It is moved once a second.
 		if time.Since(moved) >= time.Second {
-			if cursorRev, err = s.moveCursor(ctx, from, cursorRev); err != nil {
-				return rev, err
+			if cursorRev, err = c.moveCursor(ctx, from, cursorRev); err != nil {
+				return err
 			}
 			moved, movedTo = time.Now(), from
 		}
@@ -192,8 +214,8 @@ type spending struct {
 // its tenant's and user's days. An event the session log rejects (one
 // the harness or the sandbox-manager did not write, or whose stored
 // payload is missing) counts nothing, and counting goes on.
-func (s *Service) spending(ctx context.Context, m bus.Msg) ([]spending, error) {
-	e, err := s.logs.Judge(ctx, m)
+func (c *usageCounter) spending(ctx context.Context, m bus.Msg) ([]spending, error) {
+	e, err := c.logs.Judge(ctx, m)
 	if errors.Is(err, sessionlog.ErrRejected) {
 		return nil, nil
 	}
@@ -206,7 +228,7 @@ func (s *Service) spending(ctx context.Context, m bus.Msg) ([]spending, error) {
 	)
 	switch ev := e.Event.(type) {
 	case *event.ModelResponded:
-		u, user = s.responseUsage(ev.Model, ev.Usage), ev.User
+		u, user = c.price(ev.Model, ev.Usage), ev.User
 	case *event.ToolCompleted:
 		if e.Writer != sessionlog.Sandbox || ev.DurationMS <= 0 {
 			return nil, nil
@@ -225,7 +247,7 @@ func (s *Service) spending(ctx context.Context, m bus.Msg) ([]spending, error) {
 
 // addUsage adds a batch's spending, in stream order, to the keys it names:
 // to each, what came after the last event it counted.
-func (s *Service) addUsage(ctx context.Context, spent []spending) error {
+func (c *usageCounter) addUsage(ctx context.Context, spent []spending) error {
 	var keys []string
 	byKey := make(map[string][]spending)
 	for _, sp := range spent {
@@ -235,48 +257,48 @@ func (s *Service) addUsage(ctx context.Context, spent []spending) error {
 		byKey[sp.key] = append(byKey[sp.key], sp)
 	}
 	for _, key := range keys {
-		if err := s.addToKey(ctx, key, byKey[key]); err != nil {
+		if err := c.addToKey(ctx, key, byKey[key]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *Service) addToKey(ctx context.Context, key string, spent []spending) error {
+func (c *usageCounter) addToKey(ctx context.Context, key string, spent []spending) error {
 	for {
-		c, ok := s.counted.Get(key)
+		k, ok := c.counted.Get(key)
 		if !ok {
-			u, rev, err := s.dayUsage(ctx, key)
+			u, rev, err := c.read(ctx, key)
 			if err != nil {
 				return err
 			}
-			c = countedUsage{u: u, rev: rev}
+			k = countedUsage{u: u, rev: rev}
 		}
 		added := false
 		for _, sp := range spent {
-			if sp.seq > c.u.LastSeq {
-				c.u.Add(sp.u)
-				c.u.LastSeq, added = sp.seq, true
+			if sp.seq > k.u.LastSeq {
+				k.u.Add(sp.u)
+				k.u.LastSeq, added = sp.seq, true
 			}
 		}
 		if !added {
 			return nil // counted before
 		}
-		data, err := json.Marshal(c.u)
+		data, err := json.Marshal(k.u)
 		if err != nil {
 			return err
 		}
 		rctx, cancel := bus.Bound(ctx)
-		c.rev, err = bus.Swap(rctx, s.usage, key, data, c.rev)
+		k.rev, err = bus.Swap(rctx, c.usage, key, data, k.rev)
 		cancel()
 		if err != nil {
-			s.counted.Remove(key)
+			c.counted.Remove(key)
 			if bus.Conflict(err) {
 				continue // another counter wrote it: read it again
 			}
 			return fmt.Errorf("count usage %s: %w", key, err)
 		}
-		s.counted.Add(key, c)
+		c.counted.Add(key, k)
 		return nil
 	}
 }
@@ -289,10 +311,10 @@ type countedUsage struct {
 
 // cursor returns the stream sequence of the last event counted, and the
 // revision of the key that holds it (0 if none does).
-func (s *Service) cursor(ctx context.Context) (seq, rev uint64, err error) {
+func (c *usageCounter) cursor(ctx context.Context) (seq, rev uint64, err error) {
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
-	e, err := s.usage.Get(rctx, usageCursor)
+	e, err := c.usage.Get(rctx, usageCursor)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0, 0, nil
 	}
@@ -308,10 +330,10 @@ func (s *Service) cursor(ctx context.Context) (seq, rev uint64, err error) {
 
 // moveCursor records that every event up to seq is counted, unless
 // another counter recorded more; it returns the key's revision.
-func (s *Service) moveCursor(ctx context.Context, seq, rev uint64) (uint64, error) {
+func (c *usageCounter) moveCursor(ctx context.Context, seq, rev uint64) (uint64, error) {
 	for {
 		rctx, cancel := bus.Bound(ctx)
-		r, err := bus.Swap(rctx, s.usage, usageCursor, []byte(strconv.FormatUint(seq, 10)), rev)
+		r, err := bus.Swap(rctx, c.usage, usageCursor, []byte(strconv.FormatUint(seq, 10)), rev)
 		cancel()
 		if err == nil {
 			return r, nil
@@ -319,7 +341,7 @@ func (s *Service) moveCursor(ctx context.Context, seq, rev uint64) (uint64, erro
 		if !bus.Conflict(err) {
 			return 0, fmt.Errorf("move the usage cursor: %w", err)
 		}
-		at, r, err := s.cursor(ctx)
+		at, r, err := c.cursor(ctx)
 		if err != nil {
 			return 0, err
 		}

@@ -79,7 +79,7 @@ func TestUsageCountedOnce(t *testing.T) {
 	run := func(s *Service) (stop func()) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- s.countUsage(ctx) }()
+		go func() { done <- s.counter.run(ctx) }()
 		return func() {
 			cancel()
 			if err := <-done; err != nil {
@@ -111,7 +111,7 @@ func TestUsageCountedOnce(t *testing.T) {
 	overlap := func(s *Service) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := s.count(ctx, 0); err == nil || ctx.Err() != nil {
+		if err := s.counter.count(ctx, s.counter.leases.At(usageCounterKey, s.counter.me, 0, time.Now())); err == nil || ctx.Err() != nil {
 			t.Errorf("a counter without the lease counted on: %v", err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/lease"
 )
 
 // Placement: a session's sandbox lives on one node. Any node may receive a
@@ -32,7 +33,7 @@ import (
 type placement struct {
 	node     string
 	instance string
-	nodes    jetstream.KeyValue
+	nodes    lease.Bucket
 	places   jetstream.KeyValue
 	log      *slog.Logger
 
@@ -46,10 +47,10 @@ type placement struct {
 	// without asking the bucket while the lease is surely held, with the
 	// revision of their placement; cleared when it may have lapsed.
 	owned map[string]uint64
-	// held is when the last renewal that succeeded was sent: the lease
-	// runs at least NodeLeaseTTL from then.
-	held time.Time
-	rev  uint64 // the lease's revision, 0 when it is to be made anew
+	// lease is the node's lease in [bus.BucketNodes]; remake is set when
+	// it is to be made anew (it ran out).
+	lease  *lease.Lease
+	remake bool
 }
 
 func newPlacement(ctx context.Context, js jetstream.JetStream, node, instance string, forget func(key string), log *slog.Logger) (*placement, error) {
@@ -61,7 +62,10 @@ func newPlacement(ctx context.Context, js jetstream.JetStream, node, instance st
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", bus.BucketPlacements, err)
 	}
-	p := &placement{node: node, instance: instance, nodes: nodes, places: places, forget: forget, log: log, owned: make(map[string]uint64)}
+	p := &placement{
+		node: node, instance: instance, nodes: lease.Bucket{KV: nodes, TTL: bus.NodeLeaseTTL}, places: places,
+		forget: forget, log: log, owned: make(map[string]uint64), remake: true,
+	}
 	if err := p.renew(ctx); err != nil {
 		return nil, err
 	}
@@ -70,30 +74,34 @@ func newPlacement(ctx context.Context, js jetstream.JetStream, node, instance st
 
 // renew renews the node's lease. The renewal names the lease's revision,
 // so a lease that ran out (and that another node may have acted on) is
-// noticed: everything owned is then looked up again, and made anew.
+// noticed: everything owned is then looked up again, and the lease made
+// anew at the next renewal.
 func (p *placement) renew(ctx context.Context) error {
-	sent := time.Now()
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
 	p.mu.Lock()
-	rev := p.rev
+	l, remake := p.lease, p.remake
 	p.mu.Unlock()
-	var err error
-	if rev == 0 {
-		rev, err = p.nodes.Put(rctx, p.node, []byte(p.instance))
-	} else {
-		rev, err = p.nodes.Update(rctx, p.node, []byte(p.instance), rev)
+	if remake {
+		l, err := p.nodes.Put(rctx, p.node, []byte(p.instance))
+		if err != nil {
+			return fmt.Errorf("renew the lease of node %s: %w", p.node, err)
+		}
+		p.mu.Lock()
+		p.lease, p.remake = l, false
+		p.mu.Unlock()
+		return nil
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case bus.Conflict(err) || errors.Is(err, jetstream.ErrKeyNotFound):
+	err := l.Renew(rctx)
+	if errors.Is(err, lease.ErrLost) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		p.lapsed()
 		return fmt.Errorf("the lease of node %s ran out", p.node)
-	case err != nil:
+	}
+	if err != nil {
 		return fmt.Errorf("renew the lease of node %s: %w", p.node, err)
 	}
-	p.rev, p.held = rev, sent
 	return nil
 }
 
@@ -104,7 +112,7 @@ func (p *placement) lapsed() {
 		p.forget(key)
 	}
 	clear(p.owned)
-	p.rev = 0
+	p.remake = true
 }
 
 // keepAlive renews the node's lease until ctx is done, then gives it up,
@@ -115,8 +123,11 @@ func (p *placement) keepAlive(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			p.mu.Lock()
+			l := p.lease
+			p.mu.Unlock()
 			dctx, cancel := bus.Bound(context.WithoutCancel(ctx))
-			_ = p.nodes.Delete(dctx, p.node)
+			_ = l.Delete(dctx)
 			cancel()
 			return
 		case <-tick.C:
@@ -130,7 +141,7 @@ func (p *placement) keepAlive(ctx context.Context) {
 // sure reports whether the lease is surely held for a while yet. The
 // caller holds p.mu.
 func (p *placement) sure() bool {
-	return time.Since(p.held) < bus.NodeLeaseTTL/2
+	return p.lease.Sure()
 }
 
 // owns reports whether the session whose [bus.SessionKey] is key is
@@ -181,7 +192,7 @@ func (p *placement) route(ctx context.Context, tenant string, session uuid.UUID)
 			rev = e.Revision()
 		default:
 			owner := string(e.Value())
-			_, lerr := p.nodes.Get(rctx, owner)
+			_, lerr := p.nodes.KV.Get(rctx, owner)
 			switch {
 			case lerr == nil:
 				return placed{owner: owner}, nil
@@ -231,7 +242,7 @@ func (p *placement) release(ctx context.Context, tenant string, session uuid.UUI
 func (p *placement) live(ctx context.Context, node string) bool {
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
-	_, err := p.nodes.Get(rctx, node)
+	_, err := p.nodes.KV.Get(rctx, node)
 	return err == nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"corral.dev/pkg/lock"
 	"corral.dev/pkg/tool"
 	"github.com/google/uuid"
 )
@@ -42,6 +43,8 @@ type Driver struct {
 	seccomp       []byte   // the seccomp filter bwrap applies
 	owner         *owner   // the sandbox user, when the manager is root; nil: sandboxes run as the manager
 
+	// locks serialises each session's calls, by workspace path.
+	locks    lock.Keyed
 	mu       sync.Mutex
 	sessions map[string]*session // by workspace path
 	pool     map[string][]pooled // by tenant: see pool.go
@@ -239,7 +242,7 @@ func (d *Driver) Run(ctx context.Context, tenant string, sessionID uuid.UUID, ar
 	if err != nil {
 		return Result{}, err
 	}
-	s, unlock, ok := d.lock(ctx.Done(), dir)
+	s, unlock, ok := d.lock(ctx, dir)
 	if !ok {
 		return Result{}, fmt.Errorf("wait for session %s: %w", sessionID, ctx.Err())
 	}
@@ -294,7 +297,7 @@ func (d *Driver) Stop(tenant string, session uuid.UUID) bool {
 	if !d.Active(tenant, session) {
 		return false
 	}
-	s, unlock, _ := d.lock(nil, d.Workspace(tenant, session))
+	s, unlock := d.lockWait(d.Workspace(tenant, session))
 	defer unlock()
 	d.mu.Lock()
 	b := s.box
@@ -315,7 +318,7 @@ func (d *Driver) Destroy(tenant string, session uuid.UUID) error {
 	if err != nil {
 		return err
 	}
-	s, unlock, _ := d.lock(nil, dir) // a nil channel never fires: wait for the lock
+	s, unlock := d.lockWait(dir)
 	defer unlock()
 	d.mu.Lock()
 	b := s.box

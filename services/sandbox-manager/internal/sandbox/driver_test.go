@@ -207,7 +207,7 @@ func TestRunWaitRespectsContext(t *testing.T) {
 	t.Parallel()
 	d := newDriver(t, Config{})
 	session := uuid.New()
-	_, unlock, _ := d.lock(nil, d.Workspace(tenant, session))
+	_, unlock := d.lockWait(d.Workspace(tenant, session))
 	defer unlock()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()

@@ -87,7 +87,7 @@ func gone(pids ...int) func() error {
 // stopSandbox stops a session's sandbox the way an idle stop does.
 func stopSandbox(t testing.TB, d *Driver, session uuid.UUID) {
 	t.Helper()
-	s, unlock, _ := d.lock(nil, d.Workspace(tenant, session))
+	s, unlock := d.lockWait(d.Workspace(tenant, session))
 	defer unlock()
 	d.mu.Lock()
 	b := s.box

@@ -10,23 +10,23 @@ import (
 	"github.com/google/uuid"
 )
 
-// session is the Driver's state for one workspace: the lock that
-// serialises its calls and its live sandbox, if it has one.
+// session is the Driver's state for one workspace: its live sandbox, if
+// it has one. Its calls (and Destroy, and an idle stop) hold its lock in
+// [Driver.locks], by workspace path, one at a time.
 type session struct {
 	key string // the workspace path
-	// tenant is set by the holder of token, for the sandbox it starts;
+	// tenant is set by the holder of the lock, for the sandbox it starts;
 	// resumable, whether its workspace was there before the call.
 	tenant    string
 	resumable bool
-	// refill asks the holder of token to fill the pool for tenant and
+	// refill asks the holder of the lock to fill the pool for tenant and
 	// skills once its call is done.
 	refill bool
 	skills string
-	token  chan struct{} // holds a value while a call (or Destroy, or an idle stop) runs
 
 	// The rest is guarded by Driver.mu. box is set and cleared only by the
-	// holder of token; Close kills it without clearing it.
-	refs  int         // holders and waiters of token
+	// holder of the lock; Close kills it without clearing it.
+	refs  int         // holders and waiters of the lock
 	box   *box        // the live sandbox, or nil
 	timer *time.Timer // suspends box once the session is idle, then stops it
 	calls uint64      // counts calls, so a late idle timer knows it is stale
@@ -37,23 +37,42 @@ type session struct {
 
 // lock takes the lock of the session whose workspace is key and returns
 // the session and the func that releases it, or gives up with ok false
-// when done is closed. Releasing the lock of a session with a live sandbox
+// when ctx is done. Releasing the lock of a session with a live sandbox
 // starts its idle timer.
-func (d *Driver) lock(done <-chan struct{}, key string) (s *session, unlock func(), ok bool) {
-	d.mu.Lock()
-	s = d.sessions[key]
-	if s == nil {
-		s = &session{key: key, token: make(chan struct{}, 1)}
-		d.sessions[key] = s
-	}
-	s.refs++
-	d.mu.Unlock()
-	select {
-	case s.token <- struct{}{}:
-	case <-done:
+func (d *Driver) lock(ctx context.Context, key string) (s *session, unlock func(), ok bool) {
+	s = d.ref(key)
+	release, err := d.locks.Lock(ctx, key)
+	if err != nil {
 		d.unref(s)
 		return nil, nil, false
 	}
+	return s, d.locked(s, release), true
+}
+
+// lockWait is lock waiting however long it takes: behind a call, which its
+// timeout bounds.
+func (d *Driver) lockWait(key string) (s *session, unlock func()) {
+	s = d.ref(key)
+	return s, d.locked(s, d.locks.Wait(key))
+}
+
+// ref returns the session whose workspace is key, counting a reference to
+// it.
+func (d *Driver) ref(key string) *session {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.sessions[key]
+	if s == nil {
+		s = &session{key: key}
+		d.sessions[key] = s
+	}
+	s.refs++
+	return s
+}
+
+// locked notes a call of s, whose lock is now held, and returns the func
+// that releases the lock with release.
+func (d *Driver) locked(s *session, release func()) (unlock func()) {
 	d.mu.Lock()
 	s.calls++
 	if s.timer != nil {
@@ -61,16 +80,16 @@ func (d *Driver) lock(done <-chan struct{}, key string) (s *session, unlock func
 		s.timer = nil
 	}
 	d.mu.Unlock()
-	return s, func() {
+	return func() {
 		d.mu.Lock()
 		if s.box != nil && !d.closed {
 			gen := s.calls
 			s.timer = time.AfterFunc(d.cfg.IdleTimeout, func() { d.stopIdle(s, gen) })
 		}
 		d.mu.Unlock()
-		<-s.token
+		release()
 		d.unref(s)
-	}, true
+	}
 }
 
 // unref drops a reference to s, and s itself once nothing refers to it and
@@ -98,7 +117,7 @@ func (d *Driver) stopIdle(s *session, gen uint64) {
 	d.mu.Unlock()
 	defer d.idle.Done()
 
-	s.token <- struct{}{} // a call that slipped in first is bounded by its timeout
+	release := d.locks.Wait(s.key) // a call that slipped in first is bounded by its timeout
 	d.mu.Lock()
 	var b *box
 	if s.calls == gen && !d.closed {
@@ -120,7 +139,7 @@ func (d *Driver) stopIdle(s *session, gen uint64) {
 		d.mu.Unlock()
 		b.stop()
 	}
-	<-s.token
+	release()
 	d.unref(s)
 }
 
