@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,11 +39,8 @@ type Service struct {
 	freed    freedLeases
 	held     heldLeases
 	stopping atomic.Bool
-	// usage is the usage bucket: usageCache holds the daily usage last
-	// read from it for budget checks, and usageMu orders its updates.
-	usage      jetstream.KeyValue
-	usageMu    sync.Mutex
-	usageCache *lru.Cache[string, cachedUsage]
+	// days reads the daily usage for budget checks.
+	days *dayUsages
 	// counter counts the daily usage that the budget checks read.
 	counter *usageCounter
 	skills  *skillIndex
@@ -77,12 +73,12 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	// The caches are bounded, the least recently used key forgotten: it
-	// is read again when next needed.
-	usageCache, err := lru.New[string, cachedUsage](10000)
+	days, err := newDayUsages(usage, cfg.Policy)
 	if err != nil {
 		return nil, err
 	}
+	// Bounded, the least recently used key forgotten: it is read again
+	// when next needed.
 	counted, err := lru.New[string, countedUsage](10000)
 	if err != nil {
 		return nil, err
@@ -103,15 +99,14 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		logs: sessionlog.New(js, sessionlog.Options{
 			As: sessionlog.Harness, Reader: "harness", DeadLetters: true, Logger: log,
 		}),
-		js:         js,
-		providers:  cfg.Providers(),
-		leases:     sessionLeases(leases),
-		freed:      freedLeases{max: maxFreed},
-		usage:      usage,
-		usageCache: usageCache,
-		log:        log,
-		admission:  &lock.Gate{Size: cfg.Concurrency, PerGroup: cfg.TenantConcurrency},
-		metrics:    newMetrics(cfg.Metrics),
+		js:        js,
+		providers: cfg.Providers(),
+		leases:    sessionLeases(leases),
+		freed:     freedLeases{max: maxFreed},
+		days:      days,
+		log:       log,
+		admission: &lock.Gate{Size: cfg.Concurrency, PerGroup: cfg.TenantConcurrency},
+		metrics:   newMetrics(cfg.Metrics),
 	}
 	s.counter = &usageCounter{
 		js:      js,
@@ -120,8 +115,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		leases:  lease.Bucket{KV: leases, TTL: bus.LeaseTTL},
 		me:      []byte(cfg.Instance),
 		log:     log,
-		price:   s.responseUsage,
-		read:    s.dayUsage,
+		price:   days.price,
+		read:    days.read,
 		counted: counted,
 	}
 	return s, nil

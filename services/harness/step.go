@@ -151,12 +151,12 @@ func (s *Service) env(ctx context.Context, st *state) (core.Env, error) {
 	day := env.Now.UTC().Format(time.DateOnly)
 	var err error
 	if user {
-		if env.UserDay, err = s.recentDayUsage(ctx, bus.UsageKey(st.Tenant, day, st.User)); err != nil {
+		if env.UserDay, err = s.days.recent(ctx, bus.UsageKey(st.Tenant, day, st.User)); err != nil {
 			return env, err
 		}
 	}
 	if tenant {
-		if env.TenantDay, err = s.recentDayUsage(ctx, bus.UsageKey(st.Tenant, day, "")); err != nil {
+		if env.TenantDay, err = s.days.recent(ctx, bus.UsageKey(st.Tenant, day, "")); err != nil {
 			return env, err
 		}
 	}
@@ -251,7 +251,7 @@ func (s *Service) ask(ctx context.Context, st *state, env core.Env, messages []m
 	if err := s.appendNew(ctx, st, ev, fmt.Sprintf("%s:turn:%d", st.Session, ev.Turn), undispatch); err != nil {
 		return nil, err
 	}
-	s.spent(st, ev)
+	s.days.spent(st.Tenant, st.User, ev)
 	return ev, nil
 }
 

@@ -60,7 +60,7 @@ func TestUsageCountedOnce(t *testing.T) {
 		t.Helper()
 		natstest.WaitFor(t, 20*time.Second, func() error {
 			for k, w := range want(n) {
-				e, err := hs[0].usage.Get(context.Background(), k)
+				e, err := hs[0].days.kv.Get(context.Background(), k)
 				if err != nil {
 					return fmt.Errorf("%s: %v", k, err)
 				}
@@ -105,7 +105,7 @@ func TestUsageCountedOnce(t *testing.T) {
 	// lease: each key still counts each event once. With the cursor gone,
 	// the one without the lease reads every event from the log's start.
 	hs[0].log = slog.New(slog.DiscardHandler)
-	if err := hs[0].usage.Delete(context.Background(), usageCursor); err != nil {
+	if err := hs[0].days.kv.Delete(context.Background(), usageCursor); err != nil {
 		t.Fatal(err)
 	}
 	overlap := func(s *Service) {
