@@ -65,12 +65,19 @@ awk '/^Benchmark/ {
 	split(p99, v, " "); ms99[name]=v[1]
 }
 END {
-	if (("ToolCallRoundTrip" in ms) && ("WarmCall" in ms))
-		printf "| OwnCost (ToolCallRoundTrip - WarmCall) | %.2f ms | | |\n", ms["ToolCallRoundTrip"] - ms["WarmCall"]
+	js = ("JetStreamRoundTrip" in ms) ? ms["JetStreamRoundTrip"] : 0
+	if (("ToolCallRoundTrip" in ms) && ("WarmCall" in ms)) {
+		own = ms["ToolCallRoundTrip"] - ms["WarmCall"]
+		printf "| OwnCost (ToolCallRoundTrip - WarmCall) | %.2f ms | | |\n", own
+		if (js > 0) printf "| OwnCost / JetStreamRoundTrip | %.2f× | | target ≤ 2× |\n", own / js
+	}
 	for (c = 1; c <= 2; c++) {
 		step = c == 1 ? "StepRoundTrip/open" : "StepRoundTrip/deployed"
-		if ((step in ms) && ("WarmCall" in ms) && ("ModelRoundTrip" in ms))
-			printf "| StepOwnCost%s (%s - WarmCall - ModelRoundTrip) | %.2f ms | | |\n", c == 1 ? "" : "/deployed", step, ms[step] - ms["WarmCall"] - ms["ModelRoundTrip"]
+		if ((step in ms) && ("WarmCall" in ms) && ("ModelRoundTrip" in ms)) {
+			own = ms[step] - ms["WarmCall"] - ms["ModelRoundTrip"]
+			printf "| StepOwnCost%s (%s - WarmCall - ModelRoundTrip) | %.2f ms | | |\n", c == 1 ? "" : "/deployed", step, own
+			if (js > 0) printf "| StepOwnCost%s / JetStreamRoundTrip | %.2f× | | target ≤ 3× |\n", c == 1 ? "" : "/deployed", own / js
+		}
 	}
 	if (("StepRoundTrip/open" in ms) && ("StepRoundTrip/deployed" in ms))
 		printf "| StepRoundTrip deployed/open | %.2f× | %.2f× | |\n", ms["StepRoundTrip/deployed"] / ms["StepRoundTrip/open"], ms99["StepRoundTrip/deployed"] / ms99["StepRoundTrip/open"]
