@@ -69,9 +69,9 @@ reviewers).`,
 	cmd.Flags().StringVar(&data, "data", "", "directory for Corral's state (default $XDG_STATE_HOME/corral or ~/.local/state/corral)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "HOST:PORT for the embedded NATS server")
 	cmd.Flags().StringVar(&dbURL, "database-url", e.getenv("DATABASE_URL"), "PostgreSQL URL for memories and skills (DATABASE_URL; default: kept in the embedded NATS server)")
-	cmd.Flags().StringVar(&approvals, "approvals", or(e.getenv("CORRAL_APPROVAL_LISTEN"), "127.0.0.1:7480"), "HOST:PORT for the reviewers' web page (CORRAL_APPROVAL_LISTEN); empty serves none")
-	cmd.Flags().StringVar(&metricsAddr, "metrics", or(e.getenv("CORRAL_METRICS_LISTEN"), "127.0.0.1:7481"), "HOST:PORT for every service's Prometheus metrics (/metrics) and health (/healthz) (CORRAL_METRICS_LISTEN); empty serves none")
-	cmd.Flags().StringVar(&level, "log-level", or(e.getenv("CORRAL_LOG_LEVEL"), "info"), "debug, info, warn or error")
+	cmd.Flags().StringVar(&approvals, "approvals", cmp.Or(e.getenv("CORRAL_APPROVAL_LISTEN"), "127.0.0.1:7480"), "HOST:PORT for the reviewers' web page (CORRAL_APPROVAL_LISTEN); empty serves none")
+	cmd.Flags().StringVar(&metricsAddr, "metrics", cmp.Or(e.getenv("CORRAL_METRICS_LISTEN"), "127.0.0.1:7481"), "HOST:PORT for every service's Prometheus metrics (/metrics) and health (/healthz) (CORRAL_METRICS_LISTEN); empty serves none")
+	cmd.Flags().StringVar(&level, "log-level", cmp.Or(e.getenv("CORRAL_LOG_LEVEL"), "info"), "debug, info, warn or error")
 	return cmd
 }
 
@@ -426,7 +426,7 @@ func devKeys(data string, getenv func(string) string) (map[string]string, error)
 		if err != nil {
 			return nil, err
 		}
-		out["CORRAL_REVIEWER_TOKENS"] = or(getenv("USER"), "reviewer") + "=" + token
+		out["CORRAL_REVIEWER_TOKENS"] = cmp.Or(getenv("USER"), "reviewer") + "=" + token
 	}
 	return out, nil
 }

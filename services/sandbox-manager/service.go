@@ -50,8 +50,16 @@ type Service struct {
 
 // New returns a sandbox-manager using js, whose streams [bus.Setup] has
 // created. It fails when bubblewrap is missing or unusable, saying how to
-// install it.
+// install it. Unless cfg names the node, the node is the one named in the
+// data directory, where New keeps a new name the first time.
 func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logger) (*Service, error) {
+	if cfg.Node == "" {
+		node, err := nodeName(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Node = node
+	}
 	calls, err := js.KeyValue(ctx, bus.BucketCalls)
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", bus.BucketCalls, err)
