@@ -15,7 +15,6 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"corral.dev/pkg/bus"
@@ -23,6 +22,7 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/logger"
 	"corral.dev/pkg/metrics"
+	"corral.dev/pkg/process"
 	"corral.dev/services/approval"
 	"corral.dev/services/auth"
 	"corral.dev/services/harness"
@@ -83,13 +83,6 @@ type devOpts struct {
 func (e *env) dev(ctx context.Context, o devOpts) error {
 	data, listen, level, dbURL, approvals := o.data, o.listen, o.level, o.dbURL, o.approvals
 	log := logger.New(e.stderr, level, e.getenv("CORRAL_LOG_FORMAT"))
-	// drain drains a connection once the services have stopped, and waits
-	// for it: the embedded server stops after.
-	drain := func(nc *nats.Conn) {
-		if err := bus.Drain(nc, bus.DrainTimeout); err != nil {
-			log.Warn("drain", "err", err)
-		}
-	}
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return fmt.Errorf("--listen %q: want HOST:PORT", listen)
@@ -174,47 +167,38 @@ Stop that server, or run Corral on another port and point the clients at it:
 	if err != nil {
 		return err
 	}
-	// One registry for every service in this process.
-	reg := metrics.NewRegistry()
-	hcfg.Metrics, scfg.Metrics, mcfg.Metrics = reg, reg, reg
-	connect := func(name string) (*nats.Conn, jetstream.JetStream, error) {
-		nc, err := bus.Connect("", name, log, nats.InProcessServer(srv), bus.SignIn(name, creds.Passwords[name]))
-		if err != nil {
-			return nil, nil, err
+	authcfg, err := auth.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	acfg, err := approval.LoadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	// The services run as they run deployed, each signed in as itself, in
+	// one process with the server: one registry for all, and their
+	// connections drained once every service has stopped, before the
+	// server stops.
+	env := process.NewEnv(getenv, log, metrics.NewRegistry(), func(name string) (*nats.Conn, error) {
+		return bus.Connect("", name, log, nats.InProcessServer(srv), bus.SignIn(name, creds.Passwords[name]))
+	})
+	env.ClientOptions = []nats.Option{nats.InProcessServer(srv)}
+	defer func() {
+		if err := env.Close(); err != nil {
+			log.Warn("drain", "err", err)
 		}
-		js, err := jetstream.New(nc)
-		return nc, js, err
-	}
-	hnc, hjs, err := connect("harness")
+	}()
+	// The administrator sets up the streams and buckets, which the
+	// services' users may not create.
+	_, admin, err := env.Connect(credential.UserAdmin)
 	if err != nil {
 		return err
 	}
-	defer drain(hnc)
-	snc, sjs, err := connect("sandbox-manager")
-	if err != nil {
-		return err
-	}
-	defer drain(snc)
-	mnc, mjs, err := connect("memory")
-	if err != nil {
-		return err
-	}
-	defer drain(mnc)
-	anc, ajs, err := connect("approval")
-	if err != nil {
-		return err
-	}
-	defer drain(anc)
-	adm, ajsAdmin, err := connect(credential.UserAdmin)
-	if err != nil {
-		return err
-	}
-	defer drain(adm)
 	bounds, err := bus.StoreBytesFromEnv(getenv)
 	if err != nil {
 		return err
 	}
-	if err := bus.Setup(ctx, ajsAdmin, bounds...); err != nil {
+	if err := bus.Setup(ctx, admin, bounds...); err != nil {
 		return err
 	}
 	// The Slack bridge runs when a Slack app is configured, signed in
@@ -227,53 +211,39 @@ Stop that server, or run Corral on another port and point the clients at it:
 		}
 		bcfg = &c
 	}
-	if err := creds.issue(ctx, ajsAdmin); err != nil {
+	if err := creds.issue(ctx, admin); err != nil {
 		return err
 	}
 	if dbURL == "" {
 		// The embedded store's bucket, which the memory service may not
 		// create itself.
-		if _, err := memory.NewKVStore(ctx, ajsAdmin); err != nil {
+		if _, err := memory.NewKVStore(ctx, admin); err != nil {
 			return err
 		}
 	}
-	authnc, authjs, err := connect(credential.UserAuth)
-	if err != nil {
-		return err
-	}
-	defer drain(authnc)
-	authcfg, err := auth.LoadConfig(getenv)
-	if err != nil {
-		return err
-	}
-	authcfg.Metrics = reg
-	authsvc, err := auth.New(ctx, authcfg, authjs, log)
-	if err != nil {
-		return err
+	if bcfg != nil {
+		// Its bucket, which the bridge's credentials may not create.
+		if _, err := slackbridge.Setup(ctx, admin); err != nil {
+			return err
+		}
 	}
 	url := "nats://" + listen
-	store, closeStore, err := memory.OpenStore(ctx, mcfg, mjs)
+	authsvc, err := auth.Start(ctx, authcfg, env)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
-	mem, err := memory.New(ctx, mcfg, mjs, store, log)
+	mem, err := memory.Start(ctx, mcfg, env)
 	if err != nil {
 		return err
 	}
-	h, err := harness.New(ctx, hcfg, hjs, log)
+	h, err := harness.Start(ctx, hcfg, env)
 	if err != nil {
 		return err
 	}
-	sm, err := sandboxmanager.New(ctx, scfg, sjs, log)
+	sm, err := sandboxmanager.Start(ctx, scfg, env)
 	if err != nil {
 		return err
 	}
-	acfg, err := approval.LoadConfig(getenv)
-	if err != nil {
-		return err
-	}
-	acfg.Metrics = reg
 	listeners := []struct{ addr, what, flag string }{{approvals, "the reviewers' page", "--approvals"}, {o.metrics, "the metrics", "--metrics"}}
 	if bcfg != nil {
 		listeners = append(listeners, struct{ addr, what, flag string }{bcfg.Listen, "the Slack bridge", "CORRAL_SLACK_LISTEN="})
@@ -289,17 +259,9 @@ Stop that server, or run Corral on another port and point the clients at it:
 		}
 		ln.Close()
 	}
-	ap, err := approval.New(ctx, acfg, ajs, log)
+	ap, err := approval.Start(ctx, acfg, env)
 	if err != nil {
 		return err
-	}
-
-	conns := []*nats.Conn{hnc, snc, mnc, anc, authnc}
-	if bcfg != nil {
-		// Its bucket, which the bridge's credentials may not create.
-		if _, err := slackbridge.Setup(ctx, ajsAdmin); err != nil {
-			return err
-		}
 	}
 
 	// Started in the order they rely on each other, and stopped in
@@ -323,15 +285,7 @@ Stop that server, or run Corral on another port and point the clients at it:
 	if bcfg != nil {
 		// A client, signed in through the auth service like any other,
 		// in this process.
-		bconns, err := slackbridge.Connect(ctx, *bcfg, log, nats.InProcessServer(srv))
-		if err != nil {
-			return errors.Join(err, services.stop())
-		}
-		for _, c := range bconns {
-			defer drain(c.NC)
-			conns = append(conns, c.NC)
-		}
-		if sb, err = slackbridge.New(ctx, *bcfg, bconns, log); err != nil {
+		if sb, err = slackbridge.Start(ctx, *bcfg, env); err != nil {
 			return errors.Join(err, services.stop())
 		}
 	}
@@ -347,7 +301,7 @@ Stop that server, or run Corral on another port and point the clients at it:
 	}
 	if o.metrics != "" {
 		services.start(ctx, "metrics", func(ctx context.Context) error {
-			return metrics.Serve(ctx, o.metrics, reg, metrics.Connected(conns...), log)
+			return metrics.Serve(ctx, o.metrics, env.Metrics, env.Healthy, log)
 		})
 	}
 	where := "the embedded store"

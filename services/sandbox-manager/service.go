@@ -18,6 +18,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/lock"
+	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/tool"
 	"corral.dev/services/sandbox-manager/internal/sandbox"
@@ -46,6 +47,18 @@ type Service struct {
 	metrics *serviceMetrics
 	snaps   *snapshots // nil when snapshots are off
 	place   *placement
+}
+
+// Start returns the sandbox-manager cfg configures in the process env:
+// connected as the sandbox-manager, its metrics in the process's
+// registry.
+func Start(ctx context.Context, cfg Config, env *process.Env) (*Service, error) {
+	js, err := env.Join(ctx, "sandbox-manager")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Metrics = env.Metrics
+	return New(ctx, cfg, js, env.Log)
 }
 
 // New returns a sandbox-manager using js, whose streams [bus.Setup] has
