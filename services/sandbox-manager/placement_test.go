@@ -251,7 +251,7 @@ func TestFailedSnapshotKeepsTheWorkspace(t *testing.T) {
 func TestNodeNameIsKeptByTheService(t *testing.T) {
 	_, _, js := natstest.Run(t)
 	dir := filepath.Join(t.TempDir(), "data")
-	env := map[string]string{"CORRAL_DATA_DIR": dir}
+	env := map[string]string{"CORRAL_DATA_DIR": dir, "CORRAL_CALL_PUBLIC_KEY": event.EncodeKey(callPub)}
 	if _, err := LoadConfig(func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
