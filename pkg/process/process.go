@@ -187,3 +187,19 @@ func Run[C any, S Runner](ctx context.Context, name string, getenv func(string) 
 	}
 	return metrics.With(ctx, getenv("CORRAL_METRICS_LISTEN"), env.Metrics, env.Healthy, log, svc.Run)
 }
+
+// Component is a service as a process composes it: configured from the
+// environment of the process's Env, and started in it.
+type Component func(ctx context.Context, env *Env) (Runner, error)
+
+// Of returns the Component of a service's load and start functions, the
+// two that [Main] takes.
+func Of[C any, S Runner](load func(getenv func(string) string) (C, error), start func(context.Context, C, *Env) (S, error)) Component {
+	return func(ctx context.Context, env *Env) (Runner, error) {
+		cfg, err := load(env.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		return start(ctx, cfg, env)
+	}
+}

@@ -108,4 +108,3 @@ func TestRun(t *testing.T) {
 		t.Errorf("a service that cannot start: %v, its connection %s; want %v, and the connection drained", err, conn.Status(), refused)
 	}
 }
-

@@ -53,21 +53,13 @@ func start(t *testing.T, mutate func(*Config)) *fixture {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := New(ctx, cfg, js, slog.New(slog.DiscardHandler))
+	svc, err := New(context.Background(), cfg, js, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	natstest.Serve(t, svc.Run)
 	srv := httptest.NewServer(svc.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	t.Cleanup(srv.Close) // before the service stops
 	return &fixture{svc: svc, js: js, srv: srv}
 }
 

@@ -20,14 +20,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/tool"
-	"corral.dev/services/harness"
-	sandboxmanager "corral.dev/services/sandbox-manager"
 )
 
 // inproc runs a harness and a sandbox-manager in this process against an
@@ -142,32 +141,11 @@ func benchPolicy(b testing.TB) string {
 // process until the benchmark ends.
 func runServices(b testing.TB, js jetstream.JetStream, getenv func(string) string, withHarness bool) {
 	b.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	b.Cleanup(func() { cancel(); wg.Wait() })
-	log := slog.New(slog.DiscardHandler)
+	users := []string{credential.UserSandbox}
 	if withHarness {
-		hcfg, err := harness.LoadConfig(getenv)
-		if err != nil {
-			b.Fatal(err)
-		}
-		h, err := harness.New(ctx, hcfg, js, log)
-		if err != nil {
-			b.Fatal(err)
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = h.Run(ctx) }()
+		users = []string{credential.UserHarness, credential.UserSandbox}
 	}
-	scfg, err := sandboxmanager.LoadConfig(getenv)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sm, err := sandboxmanager.New(ctx, scfg, js, log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = sm.Run(ctx) }()
+	runComponents(b, envOn(js, getenv), users...)
 }
 
 // endsOfSessions follows the sessions of a tenant to their ends with one
