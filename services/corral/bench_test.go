@@ -148,6 +148,27 @@ func runServices(b testing.TB, js jetstream.JetStream, getenv func(string) strin
 	runComponents(b, envOn(js, getenv), users...)
 }
 
+// toolResults returns the results of session's tool calls as they are
+// recorded, read by the durable consumer durable until ctx is done.
+func toolResults(ctx context.Context, js jetstream.JetStream, durable, tenant string, session uuid.UUID) <-chan bus.Msg {
+	results := make(chan bus.Msg, 1)
+	go func() {
+		_ = bus.Consume(ctx, js, bus.Consumer{
+			Stream: bus.StreamEvents,
+			Config: jetstream.ConsumerConfig{
+				Durable:       durable,
+				FilterSubject: sessionlog.SessionKind(tenant, session, event.TypeToolCompleted),
+			},
+			Handler: func(_ context.Context, m bus.Msg) error {
+				results <- m
+				return nil
+			},
+			Logger: slog.New(slog.DiscardHandler),
+		})
+	}()
+	return results
+}
+
 // endsOfSessions follows the sessions of a tenant to their ends with one
 // consumer per kind of end, as a client running many sessions would,
 // rather than one consumer per session.
@@ -337,21 +358,7 @@ func BenchmarkToolCallRoundTrip(b *testing.B) {
 	ctx := b.Context()
 	const tenant = "bench"
 	session := uuid.Must(uuid.NewV7())
-	results := make(chan bus.Msg, 1)
-	go func() {
-		_ = bus.Consume(ctx, js, bus.Consumer{
-			Stream: bus.StreamEvents,
-			Config: jetstream.ConsumerConfig{
-				Durable:       "bench-results",
-				FilterSubject: sessionlog.SessionKind(tenant, session, event.TypeToolCompleted),
-			},
-			Handler: func(_ context.Context, m bus.Msg) error {
-				results <- m
-				return nil
-			},
-			Logger: slog.New(slog.DiscardHandler),
-		})
-	}()
+	results := toolResults(ctx, js, "bench-results", tenant, session)
 	var after uint64
 	call := func() time.Duration {
 		c := event.ToolCall{

@@ -25,6 +25,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/services/auth"
@@ -67,7 +68,7 @@ func TestClusterLosesAServer(t *testing.T) {
 		}
 		return func(k string) string { return vars[k] }
 	}
-	var out, errs syncBuffer
+	var out, errs logtest.Buffer
 	if code := run(context.Background(), []string{"setup", "--nats", urls, "--replicas", "3"}, as("admin", nil), &out, &errs); code != 0 {
 		t.Errorf("corral setup exited %d: %s", code, errs.String())
 		if err := c.Whole(); err != nil {
@@ -115,7 +116,7 @@ func TestClusterLosesAServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	var logs syncBuffer
+	var logs logtest.Buffer
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("services' log:\n%s", logs.String())

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corral.dev/pkg/logtest"
 )
 
 // TestDevRefusesALockedDataDir checks that a second corral dev over the
@@ -26,7 +28,7 @@ func TestDevRefusesALockedDataDir(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var stderr syncBuffer
+	var stderr logtest.Buffer
 	code := run(ctx, []string{"dev", "--data", data, "--listen", freeAddr(t)}, getenv, &stderr, &stderr)
 	if ctx.Err() != nil {
 		t.Fatalf("the second corral dev ran over the same data directory until stopped:\n%s", &stderr)

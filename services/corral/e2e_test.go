@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,28 +19,11 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of loggers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -54,7 +36,7 @@ type platform struct {
 	data   string
 	model  *modeltest.Server
 	getenv func(string) string
-	log    *syncBuffer
+	log    *logtest.Buffer
 	admin  nats.Option // how a test's own server signs in its admin
 }
 
@@ -79,7 +61,7 @@ func startDev(t *testing.T, script modeltest.Script, env map[string]string) *pla
 func startDevAt(t *testing.T, addr, data string, script modeltest.Script, env map[string]string) (*platform, func()) {
 	t.Helper()
 	fake := modeltest.New(t, script)
-	p := &platform{data: data, model: fake, log: &syncBuffer{}}
+	p := &platform{data: data, model: fake, log: &logtest.Buffer{}}
 	vars := map[string]string{
 		"OPENAI_BASE_URL":    fake.URL() + "/v1",
 		"OPENAI_API_KEY":     "sk-test",
@@ -160,7 +142,7 @@ func (p *platform) corral(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	args = append(args[:1:1], append([]string{"--nats", p.url}, args[1:]...)...)
 	code := run(ctx, args, p.getenv, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
@@ -394,7 +376,7 @@ func TestDevRestartResumesSessions(t *testing.T) {
 	}
 	client := make(chan result, 1)
 	go func() {
-		var stdout, stderr syncBuffer
+		var stdout, stderr logtest.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		code := run(ctx, []string{"run", "--nats", p.url, "--tenant", "acme", "work"}, p.getenv, &stdout, &stderr)

@@ -16,6 +16,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
@@ -35,7 +36,7 @@ func slackKey(key string) string { return "$KV." + slackbridge.Bucket + "." + ke
 func TestSlackBridgeCredential(t *testing.T) {
 	url, seed := startDeployedServer(t)
 	admin := map[string]string{"CORRAL_NATS_USER": "admin", "CORRAL_NATS_PASSWORD": password("admin")}
-	var out, errs syncBuffer
+	var out, errs logtest.Buffer
 	if code := run(context.Background(), []string{"setup", "--nats", url}, func(k string) string { return admin[k] }, &out, &errs); code != 0 {
 		t.Fatalf("corral setup exited %d: %s", code, errs.String())
 	}
@@ -188,15 +189,7 @@ func startAuth(t *testing.T, ctx context.Context, url, seed string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(rctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("auth: %v", err)
-		}
-	})
+	natstest.Serve(t, svc.Run)
 	select {
 	case <-svc.Ready():
 	case <-time.After(10 * time.Second):
