@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
@@ -389,18 +388,7 @@ func (f *fixture) apiCall(t *testing.T, subject string, req any) (resp Response,
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The service may not have added its endpoints yet.
-	var msg *nats.Msg
-	natstest.WaitFor(t, 5*time.Second, func() error {
-		msg, err = f.js.Conn().Request(subject, data, 5*time.Second)
-		if errors.Is(err, nats.ErrNoResponders) {
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("request on %s: %v", subject, err)
-	}
+	msg := natstest.Request(t, f.js.Conn(), subject, data)
 	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
 		return Response{}, code, msg.Header.Get("Nats-Service-Error")
 	}
