@@ -9,27 +9,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"corral.dev/pkg/credential"
 	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/process"
-	"corral.dev/services/approval"
-	"corral.dev/services/auth"
-	"corral.dev/services/harness"
-	"corral.dev/services/memory"
-	sandboxmanager "corral.dev/services/sandbox-manager"
 )
-
-// components are the services tests run in this process, by their NATS
-// users, each configured from its Env's environment and started as its
-// binary starts it.
-var components = map[string]process.Component{
-	credential.UserHarness:  process.Of(harness.LoadConfig, harness.Start),
-	credential.UserSandbox:  process.Of(sandboxmanager.LoadConfig, sandboxmanager.Start),
-	credential.UserMemory:   process.Of(memory.LoadConfig, memory.Start),
-	credential.UserAuth:     process.Of(auth.LoadConfig, auth.Start),
-	credential.UserApproval: process.Of(approval.LoadConfig, approval.Start),
-}
 
 // envOn returns an Env, configured by getenv, in which every service
 // uses js's connection, with a metrics registry of its own.

@@ -75,6 +75,17 @@ reviewers).`,
 	return cmd
 }
 
+// components are the services corral dev runs as they run deployed, by
+// their NATS users: each configured from its Env's environment, and
+// started as its binary starts it.
+var components = map[string]process.Component{
+	credential.UserAuth:     process.Of(auth.LoadConfig, auth.Start),
+	credential.UserMemory:   process.Of(memory.LoadConfig, memory.Start),
+	credential.UserSandbox:  process.Of(sandboxmanager.LoadConfig, sandboxmanager.Start),
+	credential.UserApproval: process.Of(approval.LoadConfig, approval.Start),
+	credential.UserHarness:  process.Of(harness.LoadConfig, harness.Start),
+}
+
 // devOpts are corral dev's flags.
 type devOpts struct {
 	data, listen, level, dbURL, approvals, metrics string
@@ -155,23 +166,7 @@ Stop that server, or run Corral on another port and point the clients at it:
 		}
 		return e.getenv(k)
 	}
-	hcfg, err := harness.LoadConfig(getenv)
-	if err != nil {
-		return err
-	}
-	scfg, err := sandboxmanager.LoadConfig(getenv)
-	if err != nil {
-		return err
-	}
-	mcfg, err := memory.LoadConfig(getenv)
-	if err != nil {
-		return err
-	}
 	authcfg, err := auth.LoadConfig(getenv)
-	if err != nil {
-		return err
-	}
-	acfg, err := approval.LoadConfig(getenv)
 	if err != nil {
 		return err
 	}
@@ -228,40 +223,23 @@ Stop that server, or run Corral on another port and point the clients at it:
 		}
 	}
 	url := "nats://" + listen
+	// Say what to do about a taken port before anything starts.
+	if err := checkListeners(o, bcfg); err != nil {
+		return err
+	}
 	authsvc, err := auth.Start(ctx, authcfg, env)
 	if err != nil {
 		return err
 	}
-	mem, err := memory.Start(ctx, mcfg, env)
-	if err != nil {
-		return err
-	}
-	h, err := harness.Start(ctx, hcfg, env)
-	if err != nil {
-		return err
-	}
-	sm, err := sandboxmanager.Start(ctx, scfg, env)
-	if err != nil {
-		return err
-	}
-	listeners := []struct{ addr, what, flag string }{{approvals, "the reviewers' page", "--approvals"}, {o.metrics, "the metrics", "--metrics"}}
-	if bcfg != nil {
-		listeners = append(listeners, struct{ addr, what, flag string }{bcfg.Listen, "the Slack bridge", "CORRAL_SLACK_LISTEN="})
-	}
-	// Say what to do about a taken port before anything starts.
-	for _, l := range listeners {
-		if l.addr == "" {
-			continue
+	// The harness, which asks the others for work, stops before them, and
+	// the sandbox-manager, whose calls in flight record their results,
+	// before the memory service.
+	order := []string{credential.UserMemory, credential.UserSandbox, credential.UserApproval, credential.UserHarness}
+	runners := make([]process.Runner, len(order))
+	for i, name := range order {
+		if runners[i], err = components[name](ctx, env); err != nil {
+			return err
 		}
-		ln, err := net.Listen("tcp", l.addr)
-		if err != nil {
-			return fmt.Errorf("%s cannot listen on %s (%v); pick another with %s HOST:PORT", l.what, l.addr, err, l.flag)
-		}
-		ln.Close()
-	}
-	ap, err := approval.Start(ctx, acfg, env)
-	if err != nil {
-		return err
 	}
 
 	// Started in the order they rely on each other, and stopped in
@@ -289,13 +267,9 @@ Stop that server, or run Corral on another port and point the clients at it:
 			return errors.Join(err, services.stop())
 		}
 	}
-	// The harness, which asks the others for work, stops before them, and
-	// the sandbox-manager, whose calls in flight record their results,
-	// before the memory service.
-	services.start(ctx, "memory", mem.Run)
-	services.start(ctx, "sandbox-manager", sm.Run)
-	services.start(ctx, "approval", ap.Run)
-	services.start(ctx, "harness", h.Run)
+	for i, name := range order {
+		services.start(ctx, name, runners[i].Run)
+	}
 	if sb != nil {
 		services.start(ctx, "slack-bridge", sb.Run)
 	}
@@ -304,20 +278,30 @@ Stop that server, or run Corral on another port and point the clients at it:
 			return metrics.Serve(ctx, o.metrics, env.Metrics, env.Healthy, log)
 		})
 	}
+	e.devBanner(o, url, creds, keys["CORRAL_REVIEWER_TOKENS"], bcfg)
+	err = services.wait(ctx)
+	log.Info("corral dev stopped")
+	return err
+}
+
+// devBanner tells the person who started corral dev how to use it: where
+// the server and the pages are, and how clients and reviewers sign in
+// (reviewer is the one reviewer corral dev made, "name=token", if any).
+func (e *env) devBanner(o devOpts, url string, creds *devAuth, reviewer string, bcfg *slackbridge.Config) {
 	where := "the embedded store"
-	if dbURL != "" {
+	if o.dbURL != "" {
 		where = "PostgreSQL"
 	}
-	fmt.Fprintf(e.stderr, "Corral is running: NATS on %s, state in %s, memories in %s. Ctrl-C stops it.\n", url, data, where)
+	fmt.Fprintf(e.stderr, "Corral is running: NATS on %s, state in %s, memories in %s. Ctrl-C stops it.\n", url, o.data, where)
 	fmt.Fprintf(e.stderr, "Clients sign in as operator %q, of every tenant (kept in %s; the corral CLI finds it there):\n",
-		creds.Client.User, filepath.Join(data, clientEnvFile))
+		creds.Client.User, filepath.Join(o.data, clientEnvFile))
 	fmt.Fprintf(e.stderr, "    export CORRAL_NATS_URL=%s CORRAL_NATS_USER=%s CORRAL_NATS_PASSWORD=%s\n", url, creds.Client.ID, creds.Secret)
 	fmt.Fprintf(e.stderr, "    nats --server %s --user %s --password %s --inbox-prefix %s ...\n", url, creds.Client.ID, creds.Secret, creds.Client.Inbox())
 	fmt.Fprintln(e.stderr, "More credentials: corral credentials issue --tenant T [--user U | --bot | --reviewer]")
-	if approvals != "" {
-		fmt.Fprintf(e.stderr, "Reviewers approve held calls at http://%s", approvals)
-		if t := keys["CORRAL_REVIEWER_TOKENS"]; t != "" {
-			name, token, _ := strings.Cut(t, "=")
+	if o.approvals != "" {
+		fmt.Fprintf(e.stderr, "Reviewers approve held calls at http://%s", o.approvals)
+		if reviewer != "" {
+			name, token, _ := strings.Cut(reviewer, "=")
 			fmt.Fprintf(e.stderr, " (%s signs in with token %s)", name, token)
 		}
 		fmt.Fprintln(e.stderr)
@@ -330,9 +314,26 @@ Stop that server, or run Corral on another port and point the clients at it:
 		fmt.Fprintf(e.stderr, "Metrics at http://%s/metrics, health at http://%s/healthz\n", o.metrics, o.metrics)
 	}
 	fmt.Fprintln(e.stderr, `Try: corral run "list the files in /workspace"`)
-	err = services.wait(ctx)
-	log.Info("corral dev stopped")
-	return err
+}
+
+// checkListeners returns an error saying what to do when an address
+// corral dev would serve on is taken.
+func checkListeners(o devOpts, bcfg *slackbridge.Config) error {
+	listeners := []struct{ addr, what, flag string }{{o.approvals, "the reviewers' page", "--approvals"}, {o.metrics, "the metrics", "--metrics"}}
+	if bcfg != nil {
+		listeners = append(listeners, struct{ addr, what, flag string }{bcfg.Listen, "the Slack bridge", "CORRAL_SLACK_LISTEN="})
+	}
+	for _, l := range listeners {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("%s cannot listen on %s (%v); pick another with %s HOST:PORT", l.what, l.addr, err, l.flag)
+		}
+		ln.Close()
+	}
+	return nil
 }
 
 // devKeys returns the signing settings `corral dev` makes unless the
