@@ -68,6 +68,27 @@ func NewEnv(getenv func(string) string, log *slog.Logger, reg *prometheus.Regist
 	return &Env{Getenv: getenv, Log: log, Metrics: reg, connect: connect}
 }
 
+// Standalone returns the Env of a process that runs a service on its
+// own, configured by getenv: its connections go to CORRAL_NATS_URL (or
+// [envconf.DefaultNATSURL]) signed in as CORRAL_NATS_USER, and
+// [Env.Join] sets up the streams and buckets with the options the
+// environment asks for ([bus.Join]). It has a metrics registry of its
+// own.
+func Standalone(getenv func(string) string, log *slog.Logger) *Env {
+	url := envconf.NATSURL(getenv)
+	return &Env{
+		Getenv:  getenv,
+		Log:     log,
+		Metrics: metrics.NewRegistry(),
+		connect: func(name string) (*nats.Conn, error) {
+			return bus.Connect(url, name, log, bus.UserFromEnv(getenv))
+		},
+		join: func(ctx context.Context, name string) (*nats.Conn, jetstream.JetStream, error) {
+			return bus.Join(ctx, url, name, getenv, log)
+		},
+	}
+}
+
 // Connect connects to NATS as the service name. The process drains the
 // connection when it closes.
 func (e *Env) Connect(name string) (*nats.Conn, jetstream.JetStream, error) {
@@ -167,18 +188,7 @@ func Run[C any, S Runner](ctx context.Context, name string, getenv func(string) 
 	if err != nil {
 		return err
 	}
-	url := envconf.NATSURL(getenv)
-	env := &Env{
-		Getenv:  getenv,
-		Log:     log,
-		Metrics: metrics.NewRegistry(),
-		connect: func(name string) (*nats.Conn, error) {
-			return bus.Connect(url, name, log, bus.UserFromEnv(getenv))
-		},
-		join: func(ctx context.Context, name string) (*nats.Conn, jetstream.JetStream, error) {
-			return bus.Join(ctx, url, name, getenv, log)
-		},
-	}
+	env := Standalone(getenv, log)
 	// Returns once what the service published is flushed.
 	defer func() { err = errors.Join(err, env.Close()) }()
 	svc, err := start(ctx, cfg, env)
