@@ -43,7 +43,7 @@ func TestSlackBridgeCredential(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ajs, _ := connectAs(t, url, credential.UserAdmin)
-	startAuth(t, ctx, url, seed)
+	startAuth(t, url, seed)
 
 	// initech's thread and log, which acme's bridge must not reach.
 	theirs := uuid.Must(uuid.NewV7())
@@ -178,17 +178,26 @@ func TestSlackBridgeCredential(t *testing.T) {
 
 // startAuth runs the auth service on the deployed server at url with the
 // issuer seed, until the test ends: clients can sign in once it returns.
-func startAuth(t *testing.T, ctx context.Context, url, seed string) {
+func startAuth(t *testing.T, url, seed string) {
 	t.Helper()
-	authjs, _ := connectAs(t, url, credential.UserAuth)
+	js, _ := connectAs(t, url, credential.UserAuth)
+	runAuth(t, js, seed, slog.New(slog.DiscardHandler))
+}
+
+// runAuth runs the auth service, signed in through js, with the issuer
+// seed, until the test ends, and returns once it takes the server's
+// questions.
+func runAuth(t *testing.T, js jetstream.JetStream, seed string, log *slog.Logger) {
+	t.Helper()
 	cfg, err := auth.LoadConfig(func(k string) string { return map[string]string{"CORRAL_AUTH_ISSUER_SEED": seed}[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := auth.New(ctx, cfg, authjs, slog.New(slog.DiscardHandler))
+	svc, err := auth.New(context.Background(), cfg, js, log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Registered after the connection's close, so it runs before it.
 	natstest.Serve(t, svc.Run)
 	select {
 	case <-svc.Ready():
@@ -313,7 +322,7 @@ func TestSlackBridgeRefusesCredentials(t *testing.T) {
 	if err := bus.Setup(ctx, ajs); err != nil {
 		t.Fatal(err)
 	}
-	startAuth(t, ctx, url, seed)
+	startAuth(t, url, seed)
 	login := func(tenant, user string, role credential.Role) string {
 		c, secret := issue(t, ajs, tenant, user, role)
 		return c.ID + ":" + secret
