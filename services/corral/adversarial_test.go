@@ -285,9 +285,7 @@ func TestAdversarial(t *testing.T) {
 		}
 		return nil
 	}
-	for deadline := time.Now().Add(30 * time.Second); judgedAll() != nil && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-	}
+	natstest.WaitFor(t, 30*time.Second, judgedAll)
 
 	// Nothing forged was folded, run or shown in acme's session.
 	for _, c := range d.model.Requests() {
