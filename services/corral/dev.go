@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
@@ -122,21 +123,7 @@ func (e *env) dev(ctx context.Context, o devOpts) error {
 	if err := os.Remove(filepath.Join(data, clientEnvFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	conf, err := creds.serverConfig(data)
-	if err != nil {
-		return err
-	}
-	if err := moveStore(filepath.Join(data, "nats")); err != nil {
-		return err
-	}
-	srv, err := bus.StartServer(bus.ServerConfig{Host: host, Port: port, StoreDir: filepath.Join(data, "nats"), ConfigFile: conf})
-	if errors.Is(err, bus.ErrAddrInUse) {
-		alt := net.JoinHostPort(host, strconv.Itoa(port+1))
-		return fmt.Errorf(`%s is already in use, probably by another NATS server.
-Stop that server, or run Corral on another port and point the clients at it:
-    corral dev --listen %s
-    export CORRAL_NATS_URL=nats://%s`, listen, alt, alt)
-	}
+	srv, err := startDevServer(data, listen, host, port, creds)
 	if err != nil {
 		return err
 	}
@@ -282,6 +269,28 @@ Stop that server, or run Corral on another port and point the clients at it:
 	err = services.wait(ctx)
 	log.Info("corral dev stopped")
 	return err
+}
+
+// startDevServer starts corral dev's NATS server on listen (host:port),
+// storing in data/nats, signing in the services, the administrator and
+// clients as creds says. It says what to do when the address is taken.
+func startDevServer(data, listen, host string, port int, creds *devAuth) (*server.Server, error) {
+	conf, err := creds.serverConfig(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := moveStore(filepath.Join(data, "nats")); err != nil {
+		return nil, err
+	}
+	srv, err := bus.StartServer(bus.ServerConfig{Host: host, Port: port, StoreDir: filepath.Join(data, "nats"), ConfigFile: conf})
+	if errors.Is(err, bus.ErrAddrInUse) {
+		alt := net.JoinHostPort(host, strconv.Itoa(port+1))
+		return nil, fmt.Errorf(`%s is already in use, probably by another NATS server.
+Stop that server, or run Corral on another port and point the clients at it:
+    corral dev --listen %s
+    export CORRAL_NATS_URL=nats://%s`, listen, alt, alt)
+	}
+	return srv, err
 }
 
 // devBanner tells the person who started corral dev how to use it: where
