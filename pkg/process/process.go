@@ -169,20 +169,20 @@ func (e *Env) Close() error {
 func Main[C any, S Runner](name string, load func(getenv func(string) string) (C, error), start func(context.Context, C, *Env) (S, error)) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := Run(ctx, name, os.Getenv, os.Stderr, load, start); err != nil {
+	if err := Run(ctx, os.Getenv, os.Stderr, load, start); err != nil {
 		fmt.Fprintln(os.Stderr, name+":", err)
 		stop()
 		os.Exit(1)
 	}
 }
 
-// Run runs the service name until ctx is done: it builds the logger
+// Run runs a service until ctx is done: it builds the logger
 // (CORRAL_LOG_LEVEL, CORRAL_LOG_FORMAT, to stderr), loads the
 // configuration, starts the service with an [Env] whose connections go to
 // CORRAL_NATS_URL signed in as CORRAL_NATS_USER, serves the metrics and
 // health on CORRAL_METRICS_LISTEN when it is set, and returns once what
 // the service published is flushed.
-func Run[C any, S Runner](ctx context.Context, name string, getenv func(string) string, stderr io.Writer, load func(getenv func(string) string) (C, error), start func(context.Context, C, *Env) (S, error)) (err error) {
+func Run[C any, S Runner](ctx context.Context, getenv func(string) string, stderr io.Writer, load func(getenv func(string) string) (C, error), start func(context.Context, C, *Env) (S, error)) (err error) {
 	log := logger.New(stderr, getenv("CORRAL_LOG_LEVEL"), getenv("CORRAL_LOG_FORMAT"))
 	cfg, err := load(getenv)
 	if err != nil {

@@ -82,7 +82,7 @@ func TestRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- process.Run(ctx, "svc", getenv, io.Discard, load, start) }()
+	go func() { done <- process.Run(ctx, getenv, io.Discard, load, start) }()
 	<-r.ran
 	if conn.Status() != nats.CONNECTED {
 		t.Errorf("while running, the connection is %s", conn.Status())
@@ -96,7 +96,7 @@ func TestRun(t *testing.T) {
 	}
 
 	refused := errors.New("refused")
-	err := process.Run(context.Background(), "svc", getenv, io.Discard, load, func(ctx context.Context, _ string, env *process.Env) (runner, error) {
+	err := process.Run(context.Background(), getenv, io.Discard, load, func(ctx context.Context, _ string, env *process.Env) (runner, error) {
 		js, err := env.Join(ctx, "svc")
 		if err != nil {
 			return runner{}, err
