@@ -195,7 +195,7 @@ func TestDevSaysWhatToDoWhenThePagePortIsTaken(t *testing.T) {
 	}
 	defer ln.Close()
 	var out logtest.Buffer
-	code := run(context.Background(), []string{"dev", "--data", t.TempDir(), "--listen", freeAddr(t), "--approvals", ln.Addr().String()}, func(string) string { return "" }, &out, &out)
+	code := run(context.Background(), []string{"dev", "--data", t.TempDir(), "--listen", natstest.FreeAddr(t), "--approvals", ln.Addr().String()}, func(string) string { return "" }, &out, &out)
 	if code == 0 {
 		t.Fatal("corral dev with the page's port taken exited 0")
 	}
@@ -208,7 +208,7 @@ func TestDevSaysWhatToDoWhenThePagePortIsTaken(t *testing.T) {
 
 func TestClientSaysWhenNoPlatformRuns(t *testing.T) {
 	var out logtest.Buffer
-	code := run(context.Background(), []string{"run", "--nats", "nats://" + freeAddr(t), "hi"}, func(string) string { return "" }, &out, &out)
+	code := run(context.Background(), []string{"run", "--nats", "nats://" + natstest.FreeAddr(t), "hi"}, func(string) string { return "" }, &out, &out)
 	if code == 0 || !strings.Contains(out.String(), "corral dev") {
 		t.Errorf("exit %d, output %q; want a failure that says to start corral dev", code, out.String())
 	}

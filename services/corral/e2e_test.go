@@ -25,11 +25,6 @@ import (
 	"corral.dev/pkg/sessionlog"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	return fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
-}
-
 // platform is a `corral dev` started by a test, with a fake model provider.
 type platform struct {
 	url    string
@@ -52,7 +47,7 @@ const (
 
 func startDev(t *testing.T, script modeltest.Script, env map[string]string) *platform {
 	t.Helper()
-	p, _ := startDevAt(t, freeAddr(t), t.TempDir(), script, env)
+	p, _ := startDevAt(t, natstest.FreeAddr(t), t.TempDir(), script, env)
 	return p
 }
 
@@ -70,8 +65,8 @@ func startDevAt(t *testing.T, addr, data string, script modeltest.Script, env ma
 		"CORRAL_MODEL":       "openai:gpt-test",
 		"CORRAL_LOG_LEVEL":   "debug",
 		// Tests run side by side: each platform's page on its own port.
-		"CORRAL_APPROVAL_LISTEN": freeAddr(t),
-		"CORRAL_METRICS_LISTEN":  freeAddr(t),
+		"CORRAL_APPROVAL_LISTEN": natstest.FreeAddr(t),
+		"CORRAL_METRICS_LISTEN":  natstest.FreeAddr(t),
 		"CORRAL_REVIEWER_TOKENS": "grace=" + graceToken + ",heidi=" + heidiToken,
 		"CORRAL_REVIEWER_TOKEN":  graceToken,
 	}
@@ -353,7 +348,7 @@ func TestRunJSONAndLogsFollow(t *testing.T) {
 // the same data directory finishes the session; the client following it
 // rides through the restart, and the call that ran is not run again.
 func TestDevRestartResumesSessions(t *testing.T) {
-	addr, data := freeAddr(t), t.TempDir()
+	addr, data := natstest.FreeAddr(t), t.TempDir()
 	asked := make(chan struct{}, 1)
 	// The first platform's model runs one call, then hangs on the next turn
 	// until the platform is stopped under it.

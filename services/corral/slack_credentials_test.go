@@ -224,7 +224,7 @@ func TestSlackBridgeServesEachTenantWithItsCredential(t *testing.T) {
 		logins = append(logins, tenant+"="+c.ID+":"+secret)
 	}
 	fake := slacktest.New(t, slackBotToken)
-	listen := freeAddr(t)
+	listen := natstest.FreeAddr(t)
 	env := map[string]string{
 		"CORRAL_NATS_URL":             d.url,
 		"CORRAL_SLACK_SIGNING_SECRET": slackSecret,

@@ -29,11 +29,6 @@ const (
 	bot    = "U0BOT"
 )
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	return fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
-}
-
 // fixture is a bridge on an embedded NATS server, talking to a fake Slack.
 // The server signs in anyone with every permission: what the bridge's
 // credentials may do is proved in services/corral, under deploy/nats.conf.
@@ -66,7 +61,7 @@ func newFixture(t testing.TB, env map[string]string) *fixture {
 		"CORRAL_SLACK_SIGNING_SECRET": secret,
 		"CORRAL_SLACK_BOT_TOKEN":      token,
 		"CORRAL_SLACK_API_URL":        f.slack.URL(),
-		"CORRAL_SLACK_LISTEN":         freeAddr(t),
+		"CORRAL_SLACK_LISTEN":         natstest.FreeAddr(t),
 		"CORRAL_SLACK_TEAMS":          team + "=acme",
 		"CORRAL_SLACK_CREDENTIALS":    "acme=" + credentialOf("acme").ID + ":secret",
 	}
