@@ -31,6 +31,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/credentialtest"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
@@ -163,7 +164,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	authRefused := startChaosAuth(t, natsURL, issuerSeed, authLog)
-	cred, secret := issue(t, js, chaosTenant, chaosUser, credential.RoleUser)
+	cred, secret := credentialtest.Issue(t, js, chaosTenant, chaosUser, credential.RoleUser)
 	client, clientRefused := chaosConnect(t, natsURL, cred.ID, secret)
 	procs[compHarness].start()
 	procs[compSandbox].start()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -20,6 +19,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/credentialtest"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/modeltest"
@@ -150,25 +150,6 @@ func startDeployedServer(t testing.TB) (url, seed string) {
 	return srv.ClientURL(), seed
 }
 
-// issue keeps a new credential in the credentials bucket as the admin
-// (ajs) and returns it with its secret.
-func issue(t testing.TB, ajs jetstream.JetStream, tenant, user string, role credential.Role) (credential.Credential, string) {
-	t.Helper()
-	c, secret, err := credential.New(tenant, user, role, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := ajs.KeyValue(context.Background(), bus.BucketCredentials)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(&c)
-	if _, err := kv.Put(context.Background(), c.ID, b); err != nil {
-		t.Fatal(err)
-	}
-	return c, secret
-}
-
 // connectWith connects signed in as user with password (a service's, or a
 // credential's, whose inbox it takes), as the services and the CLI do
 // ([bus.Connect]: an operation the server refuses fails at once),
@@ -235,7 +216,7 @@ func startDeployment(t testing.TB, script modeltest.Script, env map[string]strin
 	if _, err := slackbridge.Setup(ctx, d.admin); err != nil {
 		t.Fatal(err)
 	}
-	client, secret := issue(t, d.admin, "acme", "ada", credential.RoleReviewer)
+	client, secret := credentialtest.Issue(t, d.admin, "acme", "ada", credential.RoleReviewer)
 	vars["CORRAL_NATS_USER"], vars["CORRAL_NATS_PASSWORD"] = client.ID, secret
 	// Each service signs in as its own user.
 	services := process.NewEnv(getenv, slog.New(slog.DiscardHandler), metrics.NewRegistry(), func(user string) (*nats.Conn, error) {

@@ -15,6 +15,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/credentialtest"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/modeltest"
@@ -59,7 +60,7 @@ func TestSlackBridgeCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bot, secret := issue(t, ajs, "acme", "slack", credential.RoleBot)
+	bot, secret := credentialtest.Issue(t, ajs, "acme", "slack", credential.RoleBot)
 	js, v := connectWith(t, url, bot.ID, secret)
 	if who, err := credential.Whoami(ctx, js.Conn()); err != nil || who.Tenant != "acme" || who.Role != credential.RoleBot {
 		t.Fatalf("Whoami = %+v, %v; want acme's bot", who, err)
@@ -219,7 +220,7 @@ func TestSlackBridgeServesEachTenantWithItsCredential(t *testing.T) {
 	creds := map[string]credential.Credential{}
 	var logins []string
 	for _, tenant := range []string{"acme", "initech"} {
-		c, secret := issue(t, d.admin, tenant, "slack", credential.RoleBot)
+		c, secret := credentialtest.Issue(t, d.admin, tenant, "slack", credential.RoleBot)
 		creds[tenant] = c
 		logins = append(logins, tenant+"="+c.ID+":"+secret)
 	}
@@ -324,7 +325,7 @@ func TestSlackBridgeRefusesCredentials(t *testing.T) {
 	}
 	startAuth(t, url, seed)
 	login := func(tenant, user string, role credential.Role) string {
-		c, secret := issue(t, ajs, tenant, user, role)
+		c, secret := credentialtest.Issue(t, ajs, tenant, user, role)
 		return c.ID + ":" + secret
 	}
 	acmeBot, acmeReviewer := login("acme", "slack", credential.RoleBot), login("acme", "slack", credential.RoleReviewer)
