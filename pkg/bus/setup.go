@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/envconf"
 )
 
 // MaxReplicas is the most replicas JetStream keeps of a stream.
@@ -60,16 +62,13 @@ func SetupFromEnv(getenv func(string) string) ([]SetupOption, error) {
 func StoreBytesFromEnv(getenv func(string) string) ([]SetupOption, error) {
 	var opts []SetupOption
 	for _, cfg := range objectStores {
-		name := storeBytesEnv[cfg.Bucket]
-		s := getenv(name)
-		if s == "" {
-			continue
+		n, err := envconf.Bytes(getenv, storeBytesEnv[cfg.Bucket], 0)
+		if err != nil {
+			return nil, err
 		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%s=%q: want a positive number of bytes", name, s)
+		if n > 0 {
+			opts = append(opts, StoreBytes(cfg.Bucket, n))
 		}
-		opts = append(opts, StoreBytes(cfg.Bucket, n))
 	}
 	return opts, nil
 }

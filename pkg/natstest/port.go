@@ -44,3 +44,9 @@ func FreePort(t testing.TB) int {
 	t.Fatal("natstest: no free port")
 	return 0
 }
+
+// FreeAddr is [FreePort] as an address to listen on: 127.0.0.1:port.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return "127.0.0.1:" + strconv.Itoa(FreePort(t))
+}

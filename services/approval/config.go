@@ -1,7 +1,6 @@
 package approval
 
 import (
-	"cmp"
 	"crypto/ed25519"
 	"fmt"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/envconf"
 	"corral.dev/pkg/event"
 )
 
@@ -55,7 +55,7 @@ type Config struct {
 // offending variable.
 func LoadConfig(getenv func(string) string) (Config, error) {
 	cfg := Config{
-		NATSURL:        cmp.Or(getenv("CORRAL_NATS_URL"), "nats://127.0.0.1:4222"),
+		NATSURL:        envconf.NATSURL(getenv),
 		Listen:         getenv("CORRAL_APPROVAL_LISTEN"),
 		ReviewerHeader: getenv("CORRAL_REVIEWER_HEADER"),
 		Reviewers:      make(map[string]string),
@@ -79,10 +79,8 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			cfg.Reviewers[token] = name
 		}
 	}
-	if s := getenv("CORRAL_APPROVAL_TIMEOUT"); s != "" {
-		if cfg.Timeout, err = time.ParseDuration(s); err != nil || cfg.Timeout <= 0 {
-			return Config{}, fmt.Errorf("CORRAL_APPROVAL_TIMEOUT=%q: want a positive duration such as 1h", s)
-		}
+	if cfg.Timeout, err = envconf.Duration(getenv, "CORRAL_APPROVAL_TIMEOUT", 0); err != nil {
+		return Config{}, err
 	}
 	return cfg, nil
 }

@@ -25,6 +25,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
+	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
 )
 
@@ -49,6 +50,18 @@ type Service struct {
 	synced  chan struct{}
 	// decisions counts decisions by verdict.
 	decisions *prometheus.CounterVec
+}
+
+// Start returns the approval service cfg configures in the process env:
+// connected as the approval service, its metrics in the process's
+// registry.
+func Start(ctx context.Context, cfg Config, env *process.Env) (*Service, error) {
+	js, err := env.Join(ctx, "approval")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Metrics = env.Metrics
+	return New(ctx, cfg, js, env.Log)
 }
 
 // New returns an approval service using js, whose streams and buckets

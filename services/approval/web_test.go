@@ -19,11 +19,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/credentialtest"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
@@ -53,21 +53,13 @@ func start(t *testing.T, mutate func(*Config)) *fixture {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := New(ctx, cfg, js, slog.New(slog.DiscardHandler))
+	svc, err := New(context.Background(), cfg, js, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	natstest.Serve(t, svc.Run)
 	srv := httptest.NewServer(svc.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	t.Cleanup(srv.Close) // before the service stops
 	return &fixture{svc: svc, js: js, srv: srv}
 }
 
@@ -397,18 +389,7 @@ func (f *fixture) apiCall(t *testing.T, subject string, req any) (resp Response,
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The service may not have added its endpoints yet.
-	var msg *nats.Msg
-	natstest.WaitFor(t, 5*time.Second, func() error {
-		msg, err = f.js.Conn().Request(subject, data, 5*time.Second)
-		if errors.Is(err, nats.ErrNoResponders) {
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("request on %s: %v", subject, err)
-	}
+	msg := natstest.Request(t, f.js.Conn(), subject, data)
 	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
 		return Response{}, code, msg.Header.Get("Nats-Service-Error")
 	}
@@ -490,26 +471,6 @@ func TestForgedEntryPublishesNothing(t *testing.T) {
 	}
 }
 
-// issue keeps a new credential in the credentials bucket, as corral
-// credentials issue does, and returns it with its secret.
-func (f *fixture) issue(t *testing.T, tenant, user string, role credential.Role) (credential.Credential, string) {
-	t.Helper()
-	ctx := context.Background()
-	c, secret, err := credential.New(tenant, user, role, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := f.js.KeyValue(ctx, bus.BucketCredentials)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(&c)
-	if _, err := kv.Put(ctx, c.ID, b); err != nil {
-		t.Fatal(err)
-	}
-	return c, secret
-}
-
 // A reviewer signed in with a tenant's credential sees and decides that
 // tenant's approvals only, in its user's name, until it is revoked; an
 // operator's sees every tenant's.
@@ -517,8 +478,8 @@ func TestCredentialReviewerSeesItsTenantOnly(t *testing.T) {
 	f := start(t, nil)
 	own := f.askIn(t, "acme", "Bash", `{"command":"git push origin main"}`)
 	other := f.askIn(t, "initech", "Bash", `{"command":"rm -rf /srv/initech"}`)
-	rita, secret := f.issue(t, "acme", "rita", credential.RoleReviewer)
-	user, userSecret := f.issue(t, "acme", "ada", credential.RoleUser)
+	rita, secret := credentialtest.Issue(t, f.js, "acme", "rita", credential.RoleReviewer)
+	user, userSecret := credentialtest.Issue(t, f.js, "acme", "ada", credential.RoleUser)
 
 	c := f.client(t)
 	for name, form := range map[string]url.Values{
@@ -578,7 +539,7 @@ func TestCredentialReviewerSeesItsTenantOnly(t *testing.T) {
 	}
 
 	// Made a user's credential under the same ID, it signs out too.
-	ron, rsecret := f.issue(t, "acme", "ron", credential.RoleReviewer)
+	ron, rsecret := credentialtest.Issue(t, f.js, "acme", "ron", credential.RoleReviewer)
 	rc := f.client(t)
 	if code, _ := post(t, rc, f.srv.URL+"/signin", url.Values{"credential": {ron.ID}, "secret": {rsecret}}, nil); code != http.StatusSeeOther {
 		t.Fatalf("ron's sign-in: %d", code)
@@ -593,7 +554,7 @@ func TestCredentialReviewerSeesItsTenantOnly(t *testing.T) {
 	}
 
 	// An operator sees every tenant's.
-	olga, osecret := f.issue(t, credential.AllTenants, "olga", credential.RoleOperator)
+	olga, osecret := credentialtest.Issue(t, f.js, credential.AllTenants, "olga", credential.RoleOperator)
 	op := f.client(t)
 	if code, _ := post(t, op, f.srv.URL+"/signin", url.Values{"credential": {olga.ID}, "secret": {osecret}}, nil); code != http.StatusSeeOther {
 		t.Fatalf("operator's sign-in: %d", code)

@@ -4,13 +4,13 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/envconf"
 )
 
 // Config is the auth service's configuration, read from the environment
@@ -63,13 +63,9 @@ const (
 // offending variable.
 func LoadConfig(getenv func(string) string) (Config, error) {
 	cfg := Config{
-		NATSURL: cmp.Or(getenv("CORRAL_NATS_URL"), "nats://127.0.0.1:4222"),
-		TTL:     DefaultTTL,
+		NATSURL: envconf.NATSURL(getenv),
 		Account: cmp.Or(getenv("CORRAL_AUTH_ACCOUNT"), DefaultAccount),
 		Workers: 16,
-		// The gate's bounds.
-		MaxConsumers: DefaultMaxConsumers,
-		ConsumerIdle: DefaultConsumerIdle,
 	}
 	seed := getenv("CORRAL_AUTH_ISSUER_SEED")
 	if seed == "" {
@@ -79,20 +75,14 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	if cfg.Issuer, err = ParseIssuer(seed); err != nil {
 		return Config{}, fmt.Errorf("CORRAL_AUTH_ISSUER_SEED: %w", err)
 	}
-	if s := getenv("CORRAL_AUTH_MAX_CONSUMERS"); s != "" {
-		if cfg.MaxConsumers, err = strconv.Atoi(s); err != nil || cfg.MaxConsumers < 1 {
-			return Config{}, fmt.Errorf("CORRAL_AUTH_MAX_CONSUMERS=%q: want a positive whole number", s)
-		}
+	if cfg.MaxConsumers, err = envconf.Int(getenv, "CORRAL_AUTH_MAX_CONSUMERS", DefaultMaxConsumers); err != nil {
+		return Config{}, err
 	}
-	if s := getenv("CORRAL_AUTH_CONSUMER_IDLE"); s != "" {
-		if cfg.ConsumerIdle, err = time.ParseDuration(s); err != nil || cfg.ConsumerIdle < time.Second {
-			return Config{}, fmt.Errorf("CORRAL_AUTH_CONSUMER_IDLE=%q: want a duration of at least 1s, such as 10m", s)
-		}
+	if cfg.ConsumerIdle, err = envconf.DurationAtLeast(getenv, "CORRAL_AUTH_CONSUMER_IDLE", DefaultConsumerIdle, time.Second); err != nil {
+		return Config{}, err
 	}
-	if s := getenv("CORRAL_AUTH_TTL"); s != "" {
-		if cfg.TTL, err = time.ParseDuration(s); err != nil || cfg.TTL < MinTTL {
-			return Config{}, fmt.Errorf("CORRAL_AUTH_TTL=%q: want a duration of at least %s, such as 10m", s, MinTTL)
-		}
+	if cfg.TTL, err = envconf.DurationAtLeast(getenv, "CORRAL_AUTH_TTL", DefaultTTL, MinTTL); err != nil {
+		return Config{}, err
 	}
 	return cfg, nil
 }

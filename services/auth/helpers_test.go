@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/natstest"
 )
 
@@ -35,7 +35,7 @@ type platform struct {
 	js    jetstream.JetStream
 	kv    jetstream.KeyValue
 	reg   *prometheus.Registry
-	logs  *syncBuffer
+	logs  *logtest.Buffer
 	// secrets are every secret issued, which no log may hold.
 	mu      sync.Mutex
 	secrets []string
@@ -82,7 +82,7 @@ func startWith(t *testing.T, env map[string]string) *platform {
 	if !srv.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats server not ready")
 	}
-	p := &platform{srv: srv, url: srv.ClientURL(), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	p := &platform{srv: srv, url: srv.ClientURL(), reg: prometheus.NewRegistry(), logs: &logtest.Buffer{}}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -124,14 +124,8 @@ func startWith(t *testing.T, env map[string]string) *platform {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(rctx) }()
+	// After the service stops.
 	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
 		anc.Close()
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -141,6 +135,7 @@ func startWith(t *testing.T, env map[string]string) *platform {
 			}
 		}
 	})
+	natstest.Serve(t, svc.Run)
 	// Clients are let in once the service listens.
 	g, err := srv.LookupAccount(credential.AccountServices)
 	if err != nil {
@@ -285,24 +280,6 @@ func (p *platform) mayPublish(t *testing.T, c *client, subject string) error {
 	}
 	t.Fatalf("publish to %s: neither received nor refused", subject)
 	return nil
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // decisions returns corral_auth_decisions_total by outcome, as reg has it.

@@ -27,6 +27,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/process"
 )
 
 // Subject is where the NATS server asks about a connection.
@@ -62,6 +63,20 @@ type Service struct {
 // Ready returns a channel closed once [Service.Run] takes the server's
 // questions: clients may sign in from then on.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Start returns the auth service cfg configures in the process env:
+// connected as the auth service, its metrics in the process's registry.
+func Start(ctx context.Context, cfg Config, env *process.Env) (*Service, error) {
+	// Connected, not joined: setting up reads every stream, and the auth
+	// service's NATS user may read the credentials bucket alone. corral
+	// setup (as an administrator) creates the bucket.
+	_, js, err := env.Connect("auth")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Metrics = env.Metrics
+	return New(ctx, cfg, js, env.Log)
+}
 
 // New returns an auth service reading the credentials bucket through js,
 // and answering on js's connection, which the caller drains when Run has

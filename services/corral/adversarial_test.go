@@ -20,6 +20,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/credentialtest"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/modeltest"
@@ -147,9 +148,9 @@ func TestAdversarial(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bot, botSecret := issue(t, d.admin, "initech", "initech-bot", credential.RoleBot)
-	mallory, mallorySecret := issue(t, d.admin, "acme", "mallory", credential.RoleUser)
-	slack, slackSecret := issue(t, d.admin, "acme", "slack", credential.RoleBot)
+	bot, botSecret := credentialtest.Issue(t, d.admin, "initech", "initech-bot", credential.RoleBot)
+	mallory, mallorySecret := credentialtest.Issue(t, d.admin, "acme", "mallory", credential.RoleUser)
+	slack, slackSecret := credentialtest.Issue(t, d.admin, "acme", "slack", credential.RoleBot)
 	attackers := []*attacker{
 		{name: "initech's bot", tenant: "initech"},
 		{name: "acme's mallory", tenant: "acme", user: "mallory"},
@@ -285,9 +286,7 @@ func TestAdversarial(t *testing.T) {
 		}
 		return nil
 	}
-	for deadline := time.Now().Add(30 * time.Second); judgedAll() != nil && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-	}
+	natstest.WaitFor(t, 30*time.Second, judgedAll)
 
 	// Nothing forged was folded, run or shown in acme's session.
 	for _, c := range d.model.Requests() {

@@ -105,6 +105,22 @@ func (p *platform) publish(t *testing.T, ev event.Event, msgID string) {
 	}
 }
 
+// startedSession waits for a session to start on p, and returns the ID of
+// the first that did.
+func (p *platform) startedSession(t *testing.T) uuid.UUID {
+	t.Helper()
+	var session uuid.UUID
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		evs := p.eventsWhere(t, func(ev any) bool { _, ok := ev.(*event.SessionRequested); return ok })
+		if len(evs) == 0 {
+			return fmt.Errorf("no session yet")
+		}
+		session = evs[0].Head().Session
+		return nil
+	})
+	return session
+}
+
 // eventsWhere returns every event of every session that keep accepts.
 func (p *platform) eventsWhere(t *testing.T, keep func(ev any) bool) []event.Event {
 	t.Helper()
@@ -289,17 +305,10 @@ func TestStopKillsTheRunningCall(t *testing.T) {
 		"slow": {bash("echo started > started.txt; sleep 60; echo finished > finished.txt")},
 	}), nil)
 	run := p.runBackground(t, "acme", "slow")
-	var session uuid.UUID
+	session := p.startedSession(t)
 	natstest.WaitFor(t, 30*time.Second, func() error {
-		evs := p.eventsWhere(t, func(ev any) bool { _, ok := ev.(*event.SessionRequested); return ok })
-		if len(evs) == 0 {
-			return fmt.Errorf("no session yet")
-		}
-		session = evs[0].Head().Session
-		if _, err := os.Stat(filepath.Join(p.data, "workspaces", "acme", session.String(), "started.txt")); err != nil {
-			return err
-		}
-		return nil
+		_, err := os.Stat(filepath.Join(p.data, "workspaces", "acme", session.String(), "started.txt"))
+		return err
 	})
 	asked := len(p.model.Requests())
 	stopped := time.Now()

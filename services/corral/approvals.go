@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -59,8 +60,8 @@ or on the reviewers' web page. A call too long for its column ends in
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "your tenant, whose approvals these are (CORRAL_TENANT)")
-	cmd.Flags().StringVar(&user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "you (CORRAL_USER)")
+	cmd.Flags().StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "your tenant, whose approvals these are (CORRAL_TENANT)")
+	cmd.Flags().StringVar(&user, "user", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "you (CORRAL_USER)")
 	cmd.Flags().BoolVar(&all, "all", false, "list decided approvals too")
 	cmd.AddCommand(e.keygenCmd("approvals"), e.approvalShowCmd())
 	return cmd
@@ -116,8 +117,8 @@ there is none: informational, since a decision approves the arguments.`,
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "your tenant, whose approval this is (CORRAL_TENANT)")
-	cmd.Flags().StringVar(&user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "you (CORRAL_USER)")
+	cmd.Flags().StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "your tenant, whose approval this is (CORRAL_TENANT)")
+	cmd.Flags().StringVar(&user, "user", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "you (CORRAL_USER)")
 	return cmd
 }
 
@@ -159,8 +160,8 @@ credential decides as the user it names, an operator's as any.`,
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "your tenant (CORRAL_TENANT)")
-	cmd.Flags().StringVar(&user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "you, the reviewer (CORRAL_USER)")
+	cmd.Flags().StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "your tenant (CORRAL_TENANT)")
+	cmd.Flags().StringVar(&user, "user", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "you, the reviewer (CORRAL_USER)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why; the model reads it when the call is denied")
 	cmd.Flags().StringVar(&session, "session", "", "the approval's session, when its ID is in more than one")
 	return cmd
@@ -195,8 +196,8 @@ the session's log; the command returns once it has.`,
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "the session's tenant (CORRAL_TENANT)")
-	cmd.Flags().StringVar(&by, "by", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "who stops it, for the log (CORRAL_USER)")
+	cmd.Flags().StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "the session's tenant (CORRAL_TENANT)")
+	cmd.Flags().StringVar(&by, "by", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "who stops it, for the log (CORRAL_USER)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the log")
 	return cmd
 }
@@ -360,7 +361,7 @@ the session's log; the command returns once it has.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	f.StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "the session's tenant (CORRAL_TENANT)")
+	f.StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "the session's tenant (CORRAL_TENANT)")
 	f.StringVar(&by, "by", "", "ignored: a raise is asked for as the session's user")
 	_ = f.MarkDeprecated("by", "a raise is asked for as the session's user")
 	f.StringVar(&reason, "reason", "", "why, for the reviewer")

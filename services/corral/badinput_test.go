@@ -13,6 +13,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 )
@@ -175,7 +176,7 @@ func TestDevSaysWhatToDoWhenThePortIsTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	var out syncBuffer
+	var out logtest.Buffer
 	code := run(context.Background(), []string{"dev", "--data", t.TempDir(), "--listen", ln.Addr().String()}, func(string) string { return "" }, &out, &out)
 	if code == 0 {
 		t.Fatal("corral dev on a taken port exited 0")
@@ -193,8 +194,8 @@ func TestDevSaysWhatToDoWhenThePagePortIsTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	var out syncBuffer
-	code := run(context.Background(), []string{"dev", "--data", t.TempDir(), "--listen", freeAddr(t), "--approvals", ln.Addr().String()}, func(string) string { return "" }, &out, &out)
+	var out logtest.Buffer
+	code := run(context.Background(), []string{"dev", "--data", t.TempDir(), "--listen", natstest.FreeAddr(t), "--approvals", ln.Addr().String()}, func(string) string { return "" }, &out, &out)
 	if code == 0 {
 		t.Fatal("corral dev with the page's port taken exited 0")
 	}
@@ -206,8 +207,8 @@ func TestDevSaysWhatToDoWhenThePagePortIsTaken(t *testing.T) {
 }
 
 func TestClientSaysWhenNoPlatformRuns(t *testing.T) {
-	var out syncBuffer
-	code := run(context.Background(), []string{"run", "--nats", "nats://" + freeAddr(t), "hi"}, func(string) string { return "" }, &out, &out)
+	var out logtest.Buffer
+	code := run(context.Background(), []string{"run", "--nats", "nats://" + natstest.FreeAddr(t), "hi"}, func(string) string { return "" }, &out, &out)
 	if code == 0 || !strings.Contains(out.String(), "corral dev") {
 		t.Errorf("exit %d, output %q; want a failure that says to start corral dev", code, out.String())
 	}

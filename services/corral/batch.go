@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,8 +44,8 @@ the jobs in the file.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&o.nats, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	pf.StringVar(&o.tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "tenant of jobs that name none (CORRAL_TENANT)")
-	pf.StringVar(&o.user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "user of jobs that name none (CORRAL_USER)")
+	pf.StringVar(&o.tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "tenant of jobs that name none (CORRAL_TENANT)")
+	pf.StringVar(&o.user, "user", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "user of jobs that name none (CORRAL_USER)")
 
 	var noWait bool
 	var modelName string

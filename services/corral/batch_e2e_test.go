@@ -18,6 +18,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/policy"
@@ -200,13 +201,13 @@ func TestBatchProgressBarOnATerminal(t *testing.T) {
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 24, Cols: 100}); err != nil {
 		t.Fatal(err)
 	}
-	var screen syncBuffer
+	var screen logtest.Buffer
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
 		_, _ = io.Copy(&screen, ptmx) // ends with EIO once tty is closed
 	}()
-	var stdout syncBuffer
+	var stdout logtest.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	code := run(ctx, []string{"batch", "submit", "--nats", p.url, file}, p.getenv, &stdout, tty)
@@ -306,7 +307,7 @@ func TestBatchInterruptedSubmitResumes(t *testing.T) {
 	file := writeJobs(t, lines...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out logtest.Buffer
 	exited := make(chan int, 1)
 	go func() { exited <- run(ctx, []string{"batch", "submit", "--nats", p.url, file}, p.getenv, &out, &out) }()
 	natstest.WaitFor(t, 30*time.Second, func() error {

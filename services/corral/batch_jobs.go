@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -151,7 +152,7 @@ func parseJob(n int, raw []byte, d jobDefaults) (*job, error) {
 	case strings.TrimSpace(l.Prompt) == "":
 		return nil, fmt.Errorf("job %q: prompt: missing", l.ID)
 	}
-	j := &job{line: n, id: l.ID, tenant: or(l.Tenant, d.tenant)}
+	j := &job{line: n, id: l.ID, tenant: cmp.Or(l.Tenant, d.tenant)}
 	if err := event.CheckTenant(j.tenant); err != nil {
 		return nil, fmt.Errorf("job %q: tenant: %v", l.ID, err)
 	}
@@ -159,8 +160,8 @@ func parseJob(n int, raw []byte, d jobDefaults) (*job, error) {
 	j.session, reqID = jobSession(j.tenant, j.id)
 	j.req = event.Request{
 		Header: event.NewHeader(event.TypeRequest, j.tenant, j.session),
-		User:   or(l.User, d.user),
-		Model:  or(l.Model, d.model),
+		User:   cmp.Or(l.User, d.user),
+		Model:  cmp.Or(l.Model, d.model),
 		Prompt: l.Prompt,
 	}
 	j.req.ID = reqID

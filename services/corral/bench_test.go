@@ -20,14 +20,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/tool"
-	"corral.dev/services/harness"
-	sandboxmanager "corral.dev/services/sandbox-manager"
 )
 
 // inproc runs a harness and a sandbox-manager in this process against an
@@ -142,32 +141,32 @@ func benchPolicy(b testing.TB) string {
 // process until the benchmark ends.
 func runServices(b testing.TB, js jetstream.JetStream, getenv func(string) string, withHarness bool) {
 	b.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	b.Cleanup(func() { cancel(); wg.Wait() })
-	log := slog.New(slog.DiscardHandler)
+	users := []string{credential.UserSandbox}
 	if withHarness {
-		hcfg, err := harness.LoadConfig(getenv)
-		if err != nil {
-			b.Fatal(err)
-		}
-		h, err := harness.New(ctx, hcfg, js, log)
-		if err != nil {
-			b.Fatal(err)
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = h.Run(ctx) }()
+		users = []string{credential.UserHarness, credential.UserSandbox}
 	}
-	scfg, err := sandboxmanager.LoadConfig(getenv)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sm, err := sandboxmanager.New(ctx, scfg, js, log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = sm.Run(ctx) }()
+	runComponents(b, envOn(js, getenv), users...)
+}
+
+// toolResults returns the results of session's tool calls as they are
+// recorded, read by the durable consumer durable until ctx is done.
+func toolResults(ctx context.Context, js jetstream.JetStream, durable, tenant string, session uuid.UUID) <-chan bus.Msg {
+	results := make(chan bus.Msg, 1)
+	go func() {
+		_ = bus.Consume(ctx, js, bus.Consumer{
+			Stream: bus.StreamEvents,
+			Config: jetstream.ConsumerConfig{
+				Durable:       durable,
+				FilterSubject: sessionlog.SessionKind(tenant, session, event.TypeToolCompleted),
+			},
+			Handler: func(_ context.Context, m bus.Msg) error {
+				results <- m
+				return nil
+			},
+			Logger: slog.New(slog.DiscardHandler),
+		})
+	}()
+	return results
 }
 
 // endsOfSessions follows the sessions of a tenant to their ends with one
@@ -359,21 +358,7 @@ func BenchmarkToolCallRoundTrip(b *testing.B) {
 	ctx := b.Context()
 	const tenant = "bench"
 	session := uuid.Must(uuid.NewV7())
-	results := make(chan bus.Msg, 1)
-	go func() {
-		_ = bus.Consume(ctx, js, bus.Consumer{
-			Stream: bus.StreamEvents,
-			Config: jetstream.ConsumerConfig{
-				Durable:       "bench-results",
-				FilterSubject: sessionlog.SessionKind(tenant, session, event.TypeToolCompleted),
-			},
-			Handler: func(_ context.Context, m bus.Msg) error {
-				results <- m
-				return nil
-			},
-			Logger: slog.New(slog.DiscardHandler),
-		})
-	}()
+	results := toolResults(ctx, js, "bench-results", tenant, session)
 	var after uint64
 	call := func() time.Duration {
 		c := event.ToolCall{

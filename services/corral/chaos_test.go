@@ -31,11 +31,11 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/credentialtest"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
-	"corral.dev/services/auth"
 )
 
 var (
@@ -165,7 +165,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	authRefused := startChaosAuth(t, natsURL, issuerSeed, authLog)
-	cred, secret := issue(t, js, chaosTenant, chaosUser, credential.RoleUser)
+	cred, secret := credentialtest.Issue(t, js, chaosTenant, chaosUser, credential.RoleUser)
 	client, clientRefused := chaosConnect(t, natsURL, cred.ID, secret)
 	procs[compHarness].start()
 	procs[compSandbox].start()
@@ -446,36 +446,7 @@ func startChaosAuth(t *testing.T, url, seed, logPath string) *violations {
 	}
 	t.Cleanup(func() { f.Close() })
 	js, v := chaosConnect(t, url, credential.UserAuth, password(credential.UserAuth))
-	vars := map[string]string{"CORRAL_NATS_URL": url, "CORRAL_AUTH_ISSUER_SEED": seed}
-	cfg, err := auth.LoadConfig(func(k string) string { return vars[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := auth.New(ctx, cfg, js, slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	stopped := make(chan struct{})
-	var runErr error
-	go func() {
-		defer close(stopped)
-		runErr = svc.Run(ctx)
-	}()
-	// Registered after the connection's close, so it runs before it.
-	t.Cleanup(func() {
-		cancel()
-		<-stopped
-		if runErr != nil {
-			t.Errorf("auth: %v", runErr)
-		}
-	})
-	select {
-	case <-svc.Ready():
-	case <-stopped:
-		t.Fatalf("auth: %v", runErr)
-	}
+	runAuth(t, js, seed, slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	return v
 }
 

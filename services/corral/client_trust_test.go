@@ -14,6 +14,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
 	"corral.dev/schemas"
@@ -56,7 +57,7 @@ func (b *clientBus) corral(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	args = append(args[:1:1], append([]string{"--nats", b.url}, args[1:]...)...)
 	code := run(ctx, args, func(string) string { return "" }, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()

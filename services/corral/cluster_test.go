@@ -26,10 +26,10 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
-	"corral.dev/services/harness"
-	sandboxmanager "corral.dev/services/sandbox-manager"
+	"corral.dev/pkg/process"
 	slackbridge "corral.dev/services/slack-bridge"
 )
 
@@ -67,7 +67,7 @@ func TestClusterLosesAServer(t *testing.T) {
 		}
 		return func(k string) string { return vars[k] }
 	}
-	var out, errs syncBuffer
+	var out, errs logtest.Buffer
 	if code := run(context.Background(), []string{"setup", "--nats", urls, "--replicas", "3"}, as("admin", nil), &out, &errs); code != 0 {
 		t.Errorf("corral setup exited %d: %s", code, errs.String())
 		if err := c.Whole(); err != nil {
@@ -112,51 +112,20 @@ func TestClusterLosesAServer(t *testing.T) {
 		"CORRAL_DATA_DIR": data, "CORRAL_SHUTDOWN_GRACE": "1s", "CORRAL_SANDBOX_SNAPSHOTS": "off",
 	}
 	maps.Copy(env, callKeys)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	var logs syncBuffer
+	ctx := context.Background()
+	var logs logtest.Buffer
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("services' log:\n%s", logs.String())
 		}
 	})
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	type runner interface{ Run(context.Context) error }
-	start := func(name string, getenv func(string) string, mk func(jetstream.JetStream) (runner, error)) {
-		// Each service takes the list of all three servers, as
-		// CORRAL_NATS_URL gives it.
-		nc, js, err := bus.Join(ctx, urls, name, getenv, log)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		t.Cleanup(nc.Close) // after the services stop
-		r, err := mk(js)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		wg.Go(func() {
-			if err := r.Run(ctx); err != nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		})
+	// Each service takes the list of all three servers, as
+	// CORRAL_NATS_URL gives it, and runs as it runs deployed.
+	env["CORRAL_NATS_URL"] = urls
+	for _, name := range []string{credential.UserHarness, credential.UserSandbox} {
+		runComponents(t, process.Standalone(as(name, env), log), name)
 	}
-	henv := as("harness", env)
-	start("harness", henv, func(js jetstream.JetStream) (runner, error) {
-		cfg, err := harness.LoadConfig(henv)
-		if err != nil {
-			return nil, err
-		}
-		return harness.New(ctx, cfg, js, log)
-	})
-	senv := as("sandbox-manager", env)
-	start("sandbox-manager", senv, func(js jetstream.JetStream) (runner, error) {
-		cfg, err := sandboxmanager.LoadConfig(senv)
-		if err != nil {
-			return nil, err
-		}
-		return sandboxmanager.New(ctx, cfg, js, log)
-	})
 
 	// The test reads every session's log, as the administrator.
 	nc, err := nats.Connect(urls, nats.UserInfo("admin", password("admin")), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))

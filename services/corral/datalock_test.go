@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"corral.dev/pkg/logtest"
+	"corral.dev/pkg/natstest"
 )
 
 // TestDevRefusesALockedDataDir checks that a second corral dev over the
@@ -14,10 +17,10 @@ import (
 // directory is free again once the first stops.
 func TestDevRefusesALockedDataDir(t *testing.T) {
 	data := t.TempDir()
-	p, stop := startDevAt(t, freeAddr(t), data, nil, nil)
+	p, stop := startDevAt(t, natstest.FreeAddr(t), data, nil, nil)
 
 	// Its own ports, so that only the data directory is shared.
-	vars := map[string]string{"CORRAL_APPROVAL_LISTEN": freeAddr(t), "CORRAL_METRICS_LISTEN": freeAddr(t)}
+	vars := map[string]string{"CORRAL_APPROVAL_LISTEN": natstest.FreeAddr(t), "CORRAL_METRICS_LISTEN": natstest.FreeAddr(t)}
 	getenv := func(k string) string {
 		if v, ok := vars[k]; ok {
 			return v
@@ -26,8 +29,8 @@ func TestDevRefusesALockedDataDir(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var stderr syncBuffer
-	code := run(ctx, []string{"dev", "--data", data, "--listen", freeAddr(t)}, getenv, &stderr, &stderr)
+	var stderr logtest.Buffer
+	code := run(ctx, []string{"dev", "--data", data, "--listen", natstest.FreeAddr(t)}, getenv, &stderr, &stderr)
 	if ctx.Err() != nil {
 		t.Fatalf("the second corral dev ran over the same data directory until stopped:\n%s", &stderr)
 	}
@@ -47,6 +50,6 @@ func TestDevRefusesALockedDataDir(t *testing.T) {
 	nc.Close()
 
 	stop()
-	_, stop = startDevAt(t, freeAddr(t), data, nil, nil)
+	_, stop = startDevAt(t, natstest.FreeAddr(t), data, nil, nil)
 	stop()
 }

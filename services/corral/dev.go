@@ -14,8 +14,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"corral.dev/pkg/bus"
@@ -23,6 +23,7 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/logger"
 	"corral.dev/pkg/metrics"
+	"corral.dev/pkg/process"
 	"corral.dev/services/approval"
 	"corral.dev/services/auth"
 	"corral.dev/services/harness"
@@ -69,10 +70,21 @@ reviewers).`,
 	cmd.Flags().StringVar(&data, "data", "", "directory for Corral's state (default $XDG_STATE_HOME/corral or ~/.local/state/corral)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "HOST:PORT for the embedded NATS server")
 	cmd.Flags().StringVar(&dbURL, "database-url", e.getenv("DATABASE_URL"), "PostgreSQL URL for memories and skills (DATABASE_URL; default: kept in the embedded NATS server)")
-	cmd.Flags().StringVar(&approvals, "approvals", or(e.getenv("CORRAL_APPROVAL_LISTEN"), "127.0.0.1:7480"), "HOST:PORT for the reviewers' web page (CORRAL_APPROVAL_LISTEN); empty serves none")
-	cmd.Flags().StringVar(&metricsAddr, "metrics", or(e.getenv("CORRAL_METRICS_LISTEN"), "127.0.0.1:7481"), "HOST:PORT for every service's Prometheus metrics (/metrics) and health (/healthz) (CORRAL_METRICS_LISTEN); empty serves none")
-	cmd.Flags().StringVar(&level, "log-level", or(e.getenv("CORRAL_LOG_LEVEL"), "info"), "debug, info, warn or error")
+	cmd.Flags().StringVar(&approvals, "approvals", cmp.Or(e.getenv("CORRAL_APPROVAL_LISTEN"), "127.0.0.1:7480"), "HOST:PORT for the reviewers' web page (CORRAL_APPROVAL_LISTEN); empty serves none")
+	cmd.Flags().StringVar(&metricsAddr, "metrics", cmp.Or(e.getenv("CORRAL_METRICS_LISTEN"), "127.0.0.1:7481"), "HOST:PORT for every service's Prometheus metrics (/metrics) and health (/healthz) (CORRAL_METRICS_LISTEN); empty serves none")
+	cmd.Flags().StringVar(&level, "log-level", cmp.Or(e.getenv("CORRAL_LOG_LEVEL"), "info"), "debug, info, warn or error")
 	return cmd
+}
+
+// components are the services corral dev runs as they run deployed, by
+// their NATS users: each configured from its Env's environment, and
+// started as its binary starts it.
+var components = map[string]process.Component{
+	credential.UserAuth:     process.Of(auth.LoadConfig, auth.Start),
+	credential.UserMemory:   process.Of(memory.LoadConfig, memory.Start),
+	credential.UserSandbox:  process.Of(sandboxmanager.LoadConfig, sandboxmanager.Start),
+	credential.UserApproval: process.Of(approval.LoadConfig, approval.Start),
+	credential.UserHarness:  process.Of(harness.LoadConfig, harness.Start),
 }
 
 // devOpts are corral dev's flags.
@@ -83,13 +95,6 @@ type devOpts struct {
 func (e *env) dev(ctx context.Context, o devOpts) error {
 	data, listen, level, dbURL, approvals := o.data, o.listen, o.level, o.dbURL, o.approvals
 	log := logger.New(e.stderr, level, e.getenv("CORRAL_LOG_FORMAT"))
-	// drain drains a connection once the services have stopped, and waits
-	// for it: the embedded server stops after.
-	drain := func(nc *nats.Conn) {
-		if err := bus.Drain(nc, bus.DrainTimeout); err != nil {
-			log.Warn("drain", "err", err)
-		}
-	}
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return fmt.Errorf("--listen %q: want HOST:PORT", listen)
@@ -118,21 +123,7 @@ func (e *env) dev(ctx context.Context, o devOpts) error {
 	if err := os.Remove(filepath.Join(data, clientEnvFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	conf, err := creds.serverConfig(data)
-	if err != nil {
-		return err
-	}
-	if err := moveStore(filepath.Join(data, "nats")); err != nil {
-		return err
-	}
-	srv, err := bus.StartServer(bus.ServerConfig{Host: host, Port: port, StoreDir: filepath.Join(data, "nats"), ConfigFile: conf})
-	if errors.Is(err, bus.ErrAddrInUse) {
-		alt := net.JoinHostPort(host, strconv.Itoa(port+1))
-		return fmt.Errorf(`%s is already in use, probably by another NATS server.
-Stop that server, or run Corral on another port and point the clients at it:
-    corral dev --listen %s
-    export CORRAL_NATS_URL=nats://%s`, listen, alt, alt)
-	}
+	srv, err := startDevServer(data, listen, host, port, creds)
 	if err != nil {
 		return err
 	}
@@ -162,59 +153,34 @@ Stop that server, or run Corral on another port and point the clients at it:
 		}
 		return e.getenv(k)
 	}
-	hcfg, err := harness.LoadConfig(getenv)
+	authcfg, err := auth.LoadConfig(getenv)
 	if err != nil {
 		return err
 	}
-	scfg, err := sandboxmanager.LoadConfig(getenv)
-	if err != nil {
-		return err
-	}
-	mcfg, err := memory.LoadConfig(getenv)
-	if err != nil {
-		return err
-	}
-	// One registry for every service in this process.
-	reg := metrics.NewRegistry()
-	hcfg.Metrics, scfg.Metrics, mcfg.Metrics = reg, reg, reg
-	connect := func(name string) (*nats.Conn, jetstream.JetStream, error) {
-		nc, err := bus.Connect("", name, log, nats.InProcessServer(srv), bus.SignIn(name, creds.Passwords[name]))
-		if err != nil {
-			return nil, nil, err
+	// The services run as they run deployed, each signed in as itself, in
+	// one process with the server: one registry for all, and their
+	// connections drained once every service has stopped, before the
+	// server stops.
+	env := process.NewEnv(getenv, log, metrics.NewRegistry(), func(name string) (*nats.Conn, error) {
+		return bus.Connect("", name, log, nats.InProcessServer(srv), bus.SignIn(name, creds.Passwords[name]))
+	})
+	env.ClientOptions = []nats.Option{nats.InProcessServer(srv)}
+	defer func() {
+		if err := env.Close(); err != nil {
+			log.Warn("drain", "err", err)
 		}
-		js, err := jetstream.New(nc)
-		return nc, js, err
-	}
-	hnc, hjs, err := connect("harness")
+	}()
+	// The administrator sets up the streams and buckets, which the
+	// services' users may not create.
+	_, admin, err := env.Connect(credential.UserAdmin)
 	if err != nil {
 		return err
 	}
-	defer drain(hnc)
-	snc, sjs, err := connect("sandbox-manager")
-	if err != nil {
-		return err
-	}
-	defer drain(snc)
-	mnc, mjs, err := connect("memory")
-	if err != nil {
-		return err
-	}
-	defer drain(mnc)
-	anc, ajs, err := connect("approval")
-	if err != nil {
-		return err
-	}
-	defer drain(anc)
-	adm, ajsAdmin, err := connect(credential.UserAdmin)
-	if err != nil {
-		return err
-	}
-	defer drain(adm)
 	bounds, err := bus.StoreBytesFromEnv(getenv)
 	if err != nil {
 		return err
 	}
-	if err := bus.Setup(ctx, ajsAdmin, bounds...); err != nil {
+	if err := bus.Setup(ctx, admin, bounds...); err != nil {
 		return err
 	}
 	// The Slack bridge runs when a Slack app is configured, signed in
@@ -227,77 +193,38 @@ Stop that server, or run Corral on another port and point the clients at it:
 		}
 		bcfg = &c
 	}
-	if err := creds.issue(ctx, ajsAdmin); err != nil {
+	if err := creds.issue(ctx, admin); err != nil {
 		return err
 	}
 	if dbURL == "" {
 		// The embedded store's bucket, which the memory service may not
 		// create itself.
-		if _, err := memory.NewKVStore(ctx, ajsAdmin); err != nil {
+		if _, err := memory.NewKVStore(ctx, admin); err != nil {
 			return err
 		}
 	}
-	authnc, authjs, err := connect(credential.UserAuth)
-	if err != nil {
-		return err
-	}
-	defer drain(authnc)
-	authcfg, err := auth.LoadConfig(getenv)
-	if err != nil {
-		return err
-	}
-	authcfg.Metrics = reg
-	authsvc, err := auth.New(ctx, authcfg, authjs, log)
-	if err != nil {
-		return err
-	}
-	url := "nats://" + listen
-	store, closeStore, err := memory.OpenStore(ctx, mcfg, mjs)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	mem, err := memory.New(ctx, mcfg, mjs, store, log)
-	if err != nil {
-		return err
-	}
-	h, err := harness.New(ctx, hcfg, hjs, log)
-	if err != nil {
-		return err
-	}
-	sm, err := sandboxmanager.New(ctx, scfg, sjs, log)
-	if err != nil {
-		return err
-	}
-	acfg, err := approval.LoadConfig(getenv)
-	if err != nil {
-		return err
-	}
-	acfg.Metrics = reg
-	listeners := []struct{ addr, what, flag string }{{approvals, "the reviewers' page", "--approvals"}, {o.metrics, "the metrics", "--metrics"}}
-	if bcfg != nil {
-		listeners = append(listeners, struct{ addr, what, flag string }{bcfg.Listen, "the Slack bridge", "CORRAL_SLACK_LISTEN="})
-	}
-	// Say what to do about a taken port before anything starts.
-	for _, l := range listeners {
-		if l.addr == "" {
-			continue
-		}
-		ln, err := net.Listen("tcp", l.addr)
-		if err != nil {
-			return fmt.Errorf("%s cannot listen on %s (%v); pick another with %s HOST:PORT", l.what, l.addr, err, l.flag)
-		}
-		ln.Close()
-	}
-	ap, err := approval.New(ctx, acfg, ajs, log)
-	if err != nil {
-		return err
-	}
-
-	conns := []*nats.Conn{hnc, snc, mnc, anc, authnc}
 	if bcfg != nil {
 		// Its bucket, which the bridge's credentials may not create.
-		if _, err := slackbridge.Setup(ctx, ajsAdmin); err != nil {
+		if _, err := slackbridge.Setup(ctx, admin); err != nil {
+			return err
+		}
+	}
+	url := "nats://" + listen
+	// Say what to do about a taken port before anything starts.
+	if err := checkListeners(o, bcfg); err != nil {
+		return err
+	}
+	authsvc, err := auth.Start(ctx, authcfg, env)
+	if err != nil {
+		return err
+	}
+	// The harness, which asks the others for work, stops before them, and
+	// the sandbox-manager, whose calls in flight record their results,
+	// before the memory service.
+	order := []string{credential.UserMemory, credential.UserSandbox, credential.UserApproval, credential.UserHarness}
+	runners := make([]process.Runner, len(order))
+	for i, name := range order {
+		if runners[i], err = components[name](ctx, env); err != nil {
 			return err
 		}
 	}
@@ -323,47 +250,67 @@ Stop that server, or run Corral on another port and point the clients at it:
 	if bcfg != nil {
 		// A client, signed in through the auth service like any other,
 		// in this process.
-		bconns, err := slackbridge.Connect(ctx, *bcfg, log, nats.InProcessServer(srv))
-		if err != nil {
-			return errors.Join(err, services.stop())
-		}
-		for _, c := range bconns {
-			defer drain(c.NC)
-			conns = append(conns, c.NC)
-		}
-		if sb, err = slackbridge.New(ctx, *bcfg, bconns, log); err != nil {
+		if sb, err = slackbridge.Start(ctx, *bcfg, env); err != nil {
 			return errors.Join(err, services.stop())
 		}
 	}
-	// The harness, which asks the others for work, stops before them, and
-	// the sandbox-manager, whose calls in flight record their results,
-	// before the memory service.
-	services.start(ctx, "memory", mem.Run)
-	services.start(ctx, "sandbox-manager", sm.Run)
-	services.start(ctx, "approval", ap.Run)
-	services.start(ctx, "harness", h.Run)
+	for i, name := range order {
+		services.start(ctx, name, runners[i].Run)
+	}
 	if sb != nil {
 		services.start(ctx, "slack-bridge", sb.Run)
 	}
 	if o.metrics != "" {
 		services.start(ctx, "metrics", func(ctx context.Context) error {
-			return metrics.Serve(ctx, o.metrics, reg, metrics.Connected(conns...), log)
+			return metrics.Serve(ctx, o.metrics, env.Metrics, env.Healthy, log)
 		})
 	}
+	e.devBanner(o, url, creds, keys["CORRAL_REVIEWER_TOKENS"], bcfg)
+	err = services.wait(ctx)
+	log.Info("corral dev stopped")
+	return err
+}
+
+// startDevServer starts corral dev's NATS server on listen (host:port),
+// storing in data/nats, signing in the services, the administrator and
+// clients as creds says. It says what to do when the address is taken.
+func startDevServer(data, listen, host string, port int, creds *devAuth) (*server.Server, error) {
+	conf, err := creds.serverConfig(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := moveStore(filepath.Join(data, "nats")); err != nil {
+		return nil, err
+	}
+	srv, err := bus.StartServer(bus.ServerConfig{Host: host, Port: port, StoreDir: filepath.Join(data, "nats"), ConfigFile: conf})
+	if errors.Is(err, bus.ErrAddrInUse) {
+		alt := net.JoinHostPort(host, strconv.Itoa(port+1))
+		return nil, fmt.Errorf(`%s is already in use, probably by another NATS server.
+Stop that server, or run Corral on another port and point the clients at it:
+    corral dev --listen %s
+    export CORRAL_NATS_URL=nats://%s`, listen, alt, alt)
+	}
+	return srv, err
+}
+
+// devBanner tells the person who started corral dev how to use it: where
+// the server and the pages are, and how clients and reviewers sign in
+// (reviewer is the one reviewer corral dev made, "name=token", if any).
+func (e *env) devBanner(o devOpts, url string, creds *devAuth, reviewer string, bcfg *slackbridge.Config) {
 	where := "the embedded store"
-	if dbURL != "" {
+	if o.dbURL != "" {
 		where = "PostgreSQL"
 	}
-	fmt.Fprintf(e.stderr, "Corral is running: NATS on %s, state in %s, memories in %s. Ctrl-C stops it.\n", url, data, where)
+	fmt.Fprintf(e.stderr, "Corral is running: NATS on %s, state in %s, memories in %s. Ctrl-C stops it.\n", url, o.data, where)
 	fmt.Fprintf(e.stderr, "Clients sign in as operator %q, of every tenant (kept in %s; the corral CLI finds it there):\n",
-		creds.Client.User, filepath.Join(data, clientEnvFile))
+		creds.Client.User, filepath.Join(o.data, clientEnvFile))
 	fmt.Fprintf(e.stderr, "    export CORRAL_NATS_URL=%s CORRAL_NATS_USER=%s CORRAL_NATS_PASSWORD=%s\n", url, creds.Client.ID, creds.Secret)
 	fmt.Fprintf(e.stderr, "    nats --server %s --user %s --password %s --inbox-prefix %s ...\n", url, creds.Client.ID, creds.Secret, creds.Client.Inbox())
 	fmt.Fprintln(e.stderr, "More credentials: corral credentials issue --tenant T [--user U | --bot | --reviewer]")
-	if approvals != "" {
-		fmt.Fprintf(e.stderr, "Reviewers approve held calls at http://%s", approvals)
-		if t := keys["CORRAL_REVIEWER_TOKENS"]; t != "" {
-			name, token, _ := strings.Cut(t, "=")
+	if o.approvals != "" {
+		fmt.Fprintf(e.stderr, "Reviewers approve held calls at http://%s", o.approvals)
+		if reviewer != "" {
+			name, token, _ := strings.Cut(reviewer, "=")
 			fmt.Fprintf(e.stderr, " (%s signs in with token %s)", name, token)
 		}
 		fmt.Fprintln(e.stderr)
@@ -376,9 +323,26 @@ Stop that server, or run Corral on another port and point the clients at it:
 		fmt.Fprintf(e.stderr, "Metrics at http://%s/metrics, health at http://%s/healthz\n", o.metrics, o.metrics)
 	}
 	fmt.Fprintln(e.stderr, `Try: corral run "list the files in /workspace"`)
-	err = services.wait(ctx)
-	log.Info("corral dev stopped")
-	return err
+}
+
+// checkListeners returns an error saying what to do when an address
+// corral dev would serve on is taken.
+func checkListeners(o devOpts, bcfg *slackbridge.Config) error {
+	listeners := []struct{ addr, what, flag string }{{o.approvals, "the reviewers' page", "--approvals"}, {o.metrics, "the metrics", "--metrics"}}
+	if bcfg != nil {
+		listeners = append(listeners, struct{ addr, what, flag string }{bcfg.Listen, "the Slack bridge", "CORRAL_SLACK_LISTEN="})
+	}
+	for _, l := range listeners {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("%s cannot listen on %s (%v); pick another with %s HOST:PORT", l.what, l.addr, err, l.flag)
+		}
+		ln.Close()
+	}
+	return nil
 }
 
 // devKeys returns the signing settings `corral dev` makes unless the
@@ -426,7 +390,7 @@ func devKeys(data string, getenv func(string) string) (map[string]string, error)
 		if err != nil {
 			return nil, err
 		}
-		out["CORRAL_REVIEWER_TOKENS"] = or(getenv("USER"), "reviewer") + "=" + token
+		out["CORRAL_REVIEWER_TOKENS"] = cmp.Or(getenv("USER"), "reviewer") + "=" + token
 	}
 	return out, nil
 }

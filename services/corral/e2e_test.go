@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,33 +19,11 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of loggers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	return fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
-}
 
 // platform is a `corral dev` started by a test, with a fake model provider.
 type platform struct {
@@ -54,7 +31,7 @@ type platform struct {
 	data   string
 	model  *modeltest.Server
 	getenv func(string) string
-	log    *syncBuffer
+	log    *logtest.Buffer
 	admin  nats.Option // how a test's own server signs in its admin
 }
 
@@ -70,7 +47,7 @@ const (
 
 func startDev(t *testing.T, script modeltest.Script, env map[string]string) *platform {
 	t.Helper()
-	p, _ := startDevAt(t, freeAddr(t), t.TempDir(), script, env)
+	p, _ := startDevAt(t, natstest.FreeAddr(t), t.TempDir(), script, env)
 	return p
 }
 
@@ -79,7 +56,7 @@ func startDev(t *testing.T, script modeltest.Script, env map[string]string) *pla
 func startDevAt(t *testing.T, addr, data string, script modeltest.Script, env map[string]string) (*platform, func()) {
 	t.Helper()
 	fake := modeltest.New(t, script)
-	p := &platform{data: data, model: fake, log: &syncBuffer{}}
+	p := &platform{data: data, model: fake, log: &logtest.Buffer{}}
 	vars := map[string]string{
 		"OPENAI_BASE_URL":    fake.URL() + "/v1",
 		"OPENAI_API_KEY":     "sk-test",
@@ -88,8 +65,8 @@ func startDevAt(t *testing.T, addr, data string, script modeltest.Script, env ma
 		"CORRAL_MODEL":       "openai:gpt-test",
 		"CORRAL_LOG_LEVEL":   "debug",
 		// Tests run side by side: each platform's page on its own port.
-		"CORRAL_APPROVAL_LISTEN": freeAddr(t),
-		"CORRAL_METRICS_LISTEN":  freeAddr(t),
+		"CORRAL_APPROVAL_LISTEN": natstest.FreeAddr(t),
+		"CORRAL_METRICS_LISTEN":  natstest.FreeAddr(t),
 		"CORRAL_REVIEWER_TOKENS": "grace=" + graceToken + ",heidi=" + heidiToken,
 		"CORRAL_REVIEWER_TOKEN":  graceToken,
 	}
@@ -160,7 +137,7 @@ func (p *platform) corral(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	args = append(args[:1:1], append([]string{"--nats", p.url}, args[1:]...)...)
 	code := run(ctx, args, p.getenv, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
@@ -371,7 +348,7 @@ func TestRunJSONAndLogsFollow(t *testing.T) {
 // the same data directory finishes the session; the client following it
 // rides through the restart, and the call that ran is not run again.
 func TestDevRestartResumesSessions(t *testing.T) {
-	addr, data := freeAddr(t), t.TempDir()
+	addr, data := natstest.FreeAddr(t), t.TempDir()
 	asked := make(chan struct{}, 1)
 	// The first platform's model runs one call, then hangs on the next turn
 	// until the platform is stopped under it.
@@ -394,7 +371,7 @@ func TestDevRestartResumesSessions(t *testing.T) {
 	}
 	client := make(chan result, 1)
 	go func() {
-		var stdout, stderr syncBuffer
+		var stdout, stderr logtest.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		code := run(ctx, []string{"run", "--nats", p.url, "--tenant", "acme", "work"}, p.getenv, &stdout, &stderr)

@@ -13,6 +13,7 @@ import (
 
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/natstest"
 )
 
 // escapeAttempt is one thing a hostile agent tries, as a tool call, and how
@@ -183,7 +184,7 @@ func TestEscapeSuite(t *testing.T) {
 	// In the process's real environment too: the harness and the
 	// sandbox-manager run in this process.
 	t.Setenv("OPENAI_API_KEY", "sk-escape-canary")
-	p, _ := startDevAt(t, freeAddr(t), data, steps(echoResults, calls...), map[string]string{
+	p, _ := startDevAt(t, natstest.FreeAddr(t), data, steps(echoResults, calls...), map[string]string{
 		"OPENAI_API_KEY":                 "sk-escape-canary",
 		"CORRAL_SANDBOX_TIMEOUT":         "3s",
 		"CORRAL_SANDBOX_MEMORY_BYTES":    fmt.Sprint(512 << 20),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/logtest"
 )
 
 const exampleScript = "../../scripts/examples/start-session.sh"
@@ -42,7 +43,7 @@ func TestPublisherExample(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "bash", exampleScript, "acme", "ada", prompt)
 	creds := devClientEnv(p.data)
 	cmd.Env = append(os.Environ(), "NATS_URL="+p.url, "NATS_USER="+creds["CORRAL_NATS_USER"], "NATS_PASSWORD="+creds["CORRAL_NATS_PASSWORD"])
-	var stdout, stderr syncBuffer
+	var stdout, stderr logtest.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 
 	if _, err := exec.LookPath("nats"); err != nil {

@@ -1,20 +1,16 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
-	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/tool"
 )
 
@@ -49,21 +45,7 @@ func BenchmarkFairness(b *testing.B) {
 	}
 	const tenant = "victim"
 	session := uuid.Must(uuid.NewV7())
-	results := make(chan bus.Msg, 1)
-	go func() {
-		_ = bus.Consume(ctx, js, bus.Consumer{
-			Stream: bus.StreamEvents,
-			Config: jetstream.ConsumerConfig{
-				Durable:       "bench-fairness",
-				FilterSubject: sessionlog.SessionKind(tenant, session, event.TypeToolCompleted),
-			},
-			Handler: func(_ context.Context, m bus.Msg) error {
-				results <- m
-				return nil
-			},
-			Logger: slog.New(slog.DiscardHandler),
-		})
-	}()
+	results := toolResults(ctx, js, "bench-fairness", tenant, session)
 	call := func() time.Duration {
 		start := time.Now()
 		id := publish(tenant, session, "echo hi")

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
-	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 )
@@ -39,15 +36,7 @@ func TestStopEndsAGlobBomb(t *testing.T) {
 		return modeltest.Turn{Text: "done"}, nil
 	}, map[string]string{"CORRAL_SANDBOX_SNAPSHOTS": "off"})
 	run := p.runBackground(t, "acme", "bomb")
-	var session uuid.UUID
-	natstest.WaitFor(t, 30*time.Second, func() error {
-		evs := p.eventsWhere(t, func(ev any) bool { _, ok := ev.(*event.SessionRequested); return ok })
-		if len(evs) == 0 {
-			return fmt.Errorf("no session yet")
-		}
-		session = evs[0].Head().Session
-		return nil
-	})
+	session := p.startedSession(t)
 	ws := filepath.Join(p.data, "workspaces", "acme", session.String())
 	natstest.WaitFor(t, 30*time.Second, func() error {
 		_, err := os.Stat(ws)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -32,7 +33,7 @@ func (e *env) logsCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "the session's tenant (CORRAL_TENANT)")
+	cmd.Flags().StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "the session's tenant (CORRAL_TENANT)")
 	cmd.Flags().BoolVarP(&followFlag, "follow", "f", false, "keep printing new events until the session completes or fails")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print events as JSON lines")
 	return cmd

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"corral.dev/pkg/envconf"
 	sandboxmanager "corral.dev/services/sandbox-manager"
 )
 
@@ -80,16 +81,4 @@ func newRoot(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comman
 }
 
 // natsURL is the --nats flag's default.
-func (e *env) natsURL() string {
-	if u := e.getenv("CORRAL_NATS_URL"); u != "" {
-		return u
-	}
-	return "nats://127.0.0.1:4222"
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
+func (e *env) natsURL() string { return envconf.NATSURL(e.getenv) }

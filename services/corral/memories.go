@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,8 +34,8 @@ type memOpts struct {
 func (e *env) memFlags(cmd *cobra.Command, o *memOpts) {
 	f := cmd.PersistentFlags()
 	f.StringVar(&o.nats, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	f.StringVar(&o.tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "tenant (CORRAL_TENANT)")
-	f.StringVar(&o.user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "user, whose /memories/private this is (CORRAL_USER)")
+	f.StringVar(&o.tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "tenant (CORRAL_TENANT)")
+	f.StringVar(&o.user, "user", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "user, whose /memories/private this is (CORRAL_USER)")
 }
 
 // memCall sends one request to the memory service's API.

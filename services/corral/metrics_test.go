@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/natstest"
 )
 
 func getPage(t *testing.T, url string) (int, string) {
@@ -80,19 +82,16 @@ func TestMetricsAndSuspendResume(t *testing.T) {
 	}
 	// The harness counts an ended session just after recording its end,
 	// which corral run may see first.
-	var body string
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var code int
-		if code, body = getPage(t, metricsURL); code != http.StatusOK {
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		code, body := getPage(t, metricsURL)
+		if code != http.StatusOK {
 			t.Fatalf("GET /metrics: %d", code)
 		}
-		if !slices.ContainsFunc(wants, func(w string) bool { return !strings.Contains(body, w) }) || time.Now().After(deadline) {
-			break
+		if i := slices.IndexFunc(wants, func(w string) bool { return !strings.Contains(body, w) }); i >= 0 {
+			return fmt.Errorf("metrics lack %q:\n%s", wants[i], body)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	wantIn(t, "metrics", body, wants...)
+		return nil
+	})
 	if code, body := getPage(t, base+"/healthz"); code != http.StatusOK || strings.TrimSpace(body) != "ok" {
 		t.Errorf("GET /healthz: %d %q", code, body)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -21,16 +20,15 @@ import (
 	"corral.dev/pkg/approvalapi"
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/credentialtest"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/memoryapi"
+	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
-	"corral.dev/services/approval"
-	"corral.dev/services/auth"
-	"corral.dev/services/harness"
 	"corral.dev/services/memory"
-	sandboxmanager "corral.dev/services/sandbox-manager"
 	slackbridge "corral.dev/services/slack-bridge"
 )
 
@@ -152,25 +150,6 @@ func startDeployedServer(t testing.TB) (url, seed string) {
 	return srv.ClientURL(), seed
 }
 
-// issue keeps a new credential in the credentials bucket as the admin
-// (ajs) and returns it with its secret.
-func issue(t testing.TB, ajs jetstream.JetStream, tenant, user string, role credential.Role) (credential.Credential, string) {
-	t.Helper()
-	c, secret, err := credential.New(tenant, user, role, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := ajs.KeyValue(context.Background(), bus.BucketCredentials)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(&c)
-	if _, err := kv.Put(context.Background(), c.ID, b); err != nil {
-		t.Fatal(err)
-	}
-	return c, secret
-}
-
 // connectWith connects signed in as user with password (a service's, or a
 // credential's, whose inbox it takes), as the services and the CLI do
 // ([bus.Connect]: an operation the server refuses fails at once),
@@ -222,10 +201,7 @@ func startDeployment(t testing.TB, script modeltest.Script, env map[string]strin
 	maps.Copy(vars, callKeys)
 	maps.Copy(vars, env)
 	getenv := func(k string) string { return vars[k] }
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	log := slog.New(slog.DiscardHandler)
-	type runner interface{ Run(context.Context) error }
+	ctx := context.Background()
 	d := &deployment{platform: &platform{url: url, getenv: getenv, model: fake, admin: bus.SignIn(credential.UserAdmin, password(credential.UserAdmin))},
 		key: key, js: map[string]jetstream.JetStream{}, violations: map[string]*violations{}}
 	// The streams are set up by the administrator: the services may not
@@ -240,66 +216,21 @@ func startDeployment(t testing.TB, script modeltest.Script, env map[string]strin
 	if _, err := slackbridge.Setup(ctx, d.admin); err != nil {
 		t.Fatal(err)
 	}
-	client, secret := issue(t, d.admin, "acme", "ada", credential.RoleReviewer)
+	client, secret := credentialtest.Issue(t, d.admin, "acme", "ada", credential.RoleReviewer)
 	vars["CORRAL_NATS_USER"], vars["CORRAL_NATS_PASSWORD"] = client.ID, secret
-	start := func(user string, mk func(js jetstream.JetStream) (runner, error)) {
-		if slices.Contains(without, user) {
-			return
-		}
+	// Each service signs in as its own user.
+	services := process.NewEnv(getenv, slog.New(slog.DiscardHandler), metrics.NewRegistry(), func(user string) (*nats.Conn, error) {
 		js, v := connectAs(t, url, user)
 		d.js[user], d.violations[user] = js, v
-		r, err := mk(js)
-		if err != nil {
-			t.Fatalf("%s: %v", user, err)
+		return js.Conn(), nil
+	})
+	var users []string
+	for _, user := range []string{credential.UserHarness, credential.UserSandbox, credential.UserMemory, credential.UserAuth, credential.UserApproval} {
+		if !slices.Contains(without, user) {
+			users = append(users, user)
 		}
-		t.Cleanup(func() { cancel(); wg.Wait() }) // before the connection closes
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := r.Run(ctx); err != nil {
-				t.Errorf("%s: %v", user, err)
-			}
-		}()
 	}
-	start(credential.UserHarness, func(js jetstream.JetStream) (runner, error) {
-		cfg, err := harness.LoadConfig(getenv)
-		if err != nil {
-			return nil, err
-		}
-		return harness.New(ctx, cfg, js, log)
-	})
-	start(credential.UserSandbox, func(js jetstream.JetStream) (runner, error) {
-		cfg, err := sandboxmanager.LoadConfig(getenv)
-		if err != nil {
-			return nil, err
-		}
-		return sandboxmanager.New(ctx, cfg, js, log)
-	})
-	start(credential.UserMemory, func(js jetstream.JetStream) (runner, error) {
-		cfg, err := memory.LoadConfig(getenv)
-		if err != nil {
-			return nil, err
-		}
-		store, err := memory.NewKVStore(ctx, js)
-		if err != nil {
-			return nil, err
-		}
-		return memory.New(ctx, cfg, js, store, log)
-	})
-	start(credential.UserAuth, func(js jetstream.JetStream) (runner, error) {
-		cfg, err := auth.LoadConfig(getenv)
-		if err != nil {
-			return nil, err
-		}
-		return auth.New(ctx, cfg, js, log)
-	})
-	start(credential.UserApproval, func(js jetstream.JetStream) (runner, error) {
-		cfg, err := approval.LoadConfig(getenv)
-		if err != nil {
-			return nil, err
-		}
-		return approval.New(ctx, cfg, js, log)
-	})
+	runComponents(t, services, users...)
 	return d
 }
 

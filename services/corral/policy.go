@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 
@@ -49,8 +50,8 @@ func (e *env) policyCmd() *cobra.Command {
 	f.StringVar(&file, "file", e.getenv("CORRAL_POLICY_FILE"), "policy file (CORRAL_POLICY_FILE; default the built-in deploy/policy.yaml)")
 	f.StringVar(&toolName, "tool", "", "tool name: Bash, Read, Write, Edit, Glob or Grep")
 	f.StringVar(&args, "args", "{}", "the call's arguments, as JSON")
-	f.StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "tenant (CORRAL_TENANT)")
-	f.StringVar(&user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "user (CORRAL_USER)")
+	f.StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "tenant (CORRAL_TENANT)")
+	f.StringVar(&user, "user", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "user (CORRAL_USER)")
 	_ = check.MarkFlagRequired("tool")
 	cmd.AddCommand(check)
 	return cmd

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/modeltest"
 )
 
@@ -35,7 +36,7 @@ tenants:
 		{[]string{"--tool", "Bash", "--args", `{"cmd":"x"}`}, 2, `unknown field "cmd"`},
 		{[]string{"--file", "/nonexistent.yaml", "--tool", "Bash"}, 2, "no such file"},
 	} {
-		var stdout, stderr syncBuffer
+		var stdout, stderr logtest.Buffer
 		code := run(t.Context(), append([]string{"policy", "check"}, tc.args...), func(string) string { return "" }, &stdout, &stderr)
 		if code != tc.code || !strings.Contains(stdout.String()+stderr.String(), tc.want) {
 			t.Errorf("policy check %v = %d, %q %q; want %d and %q", tc.args, code, stdout.String(), stderr.String(), tc.code, tc.want)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
-	"log/slog"
 	"os/exec"
 	"sync"
 	"sync/atomic"
@@ -15,14 +14,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
-	"corral.dev/services/approval"
-	"corral.dev/services/harness"
-	"corral.dev/services/memory"
-	sandboxmanager "corral.dev/services/sandbox-manager"
 )
 
 // BenchmarkGracefulRestart restarts each service in turn, gracefully, while
@@ -98,56 +94,11 @@ func restarts(b testing.TB, sessions, rounds int) (steady, during []time.Duratio
 		return getenv(k)
 	}
 	ctx := context.Background()
-	log := slog.New(slog.DiscardHandler)
 	svcs := []*restartable{
-		{name: "harness", start: func() (func(context.Context) error, error) {
-			cfg, err := harness.LoadConfig(getenv)
-			if err != nil {
-				return nil, err
-			}
-			h, err := harness.New(ctx, cfg, js, log)
-			if err != nil {
-				return nil, err
-			}
-			return h.Run, nil
-		}},
-		{name: "sandbox-manager", start: func() (func(context.Context) error, error) {
-			cfg, err := sandboxmanager.LoadConfig(getenv)
-			if err != nil {
-				return nil, err
-			}
-			sm, err := sandboxmanager.New(ctx, cfg, js, log)
-			if err != nil {
-				return nil, err
-			}
-			return sm.Run, nil
-		}},
-		{name: "memory", start: func() (func(context.Context) error, error) {
-			cfg, err := memory.LoadConfig(getenv)
-			if err != nil {
-				return nil, err
-			}
-			store, err := memory.NewKVStore(ctx, js)
-			if err != nil {
-				return nil, err
-			}
-			m, err := memory.New(ctx, cfg, js, store, log)
-			if err != nil {
-				return nil, err
-			}
-			return m.Run, nil
-		}},
-		{name: "approval", start: func() (func(context.Context) error, error) {
-			cfg, err := approval.LoadConfig(approvalEnv)
-			if err != nil {
-				return nil, err
-			}
-			a, err := approval.New(ctx, cfg, js, log)
-			if err != nil {
-				return nil, err
-			}
-			return a.Run, nil
-		}},
+		{name: credential.UserHarness, js: js, getenv: getenv},
+		{name: credential.UserSandbox, js: js, getenv: getenv},
+		{name: credential.UserMemory, js: js, getenv: getenv},
+		{name: credential.UserApproval, js: js, getenv: approvalEnv},
 	}
 	for _, s := range svcs {
 		if err := s.restart(); err != nil {
@@ -211,8 +162,9 @@ func restarts(b testing.TB, sessions, rounds int) (steady, during []time.Duratio
 
 // restartable is a service a benchmark restarts in-process.
 type restartable struct {
-	name   string
-	start  func() (run func(context.Context) error, err error)
+	name   string // of one of [components]
+	js     jetstream.JetStream
+	getenv func(string) string
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -221,13 +173,14 @@ type restartable struct {
 // return, and starts a new one.
 func (r *restartable) restart() error {
 	r.stop()
-	run, err := r.start()
+	// Each instance registers its metrics afresh.
+	svc, err := components[r.name](context.Background(), envOn(r.js, r.getenv))
 	if err != nil {
 		return fmt.Errorf("start %s: %w", r.name, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel, r.done = cancel, make(chan error, 1)
-	go func() { r.done <- run(ctx) }()
+	go func() { r.done <- svc.Run(ctx) }()
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,8 +30,8 @@ func (e *env) runCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.nats, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
 	f.StringVar(&o.model, "model", "", "model as openai:<model> or anthropic:<model> (default the harness's CORRAL_MODEL)")
-	f.StringVar(&o.tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "tenant (CORRAL_TENANT)")
-	f.StringVar(&o.user, "user", or(e.getenv("CORRAL_USER"), or(e.getenv("USER"), "anonymous")), "user (CORRAL_USER)")
+	f.StringVar(&o.tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "tenant (CORRAL_TENANT)")
+	f.StringVar(&o.user, "user", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "user (CORRAL_USER)")
 	f.BoolVar(&o.json, "json", false, "print the session's events as JSON lines on stdout instead")
 	f.StringVar(&o.session, "session", "", "send PROMPT to this session, which goes on from where it is, instead of starting one")
 	f.StringVar(&o.fork, "fork", "", "start a new session whose /workspace is this session's, as of its last snapshot (the conversation starts afresh)")

@@ -15,7 +15,9 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/credentialtest"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
@@ -35,14 +37,14 @@ func slackKey(key string) string { return "$KV." + slackbridge.Bucket + "." + ke
 func TestSlackBridgeCredential(t *testing.T) {
 	url, seed := startDeployedServer(t)
 	admin := map[string]string{"CORRAL_NATS_USER": "admin", "CORRAL_NATS_PASSWORD": password("admin")}
-	var out, errs syncBuffer
+	var out, errs logtest.Buffer
 	if code := run(context.Background(), []string{"setup", "--nats", url}, func(k string) string { return admin[k] }, &out, &errs); code != 0 {
 		t.Fatalf("corral setup exited %d: %s", code, errs.String())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ajs, _ := connectAs(t, url, credential.UserAdmin)
-	startAuth(t, ctx, url, seed)
+	startAuth(t, url, seed)
 
 	// initech's thread and log, which acme's bridge must not reach.
 	theirs := uuid.Must(uuid.NewV7())
@@ -58,7 +60,7 @@ func TestSlackBridgeCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bot, secret := issue(t, ajs, "acme", "slack", credential.RoleBot)
+	bot, secret := credentialtest.Issue(t, ajs, "acme", "slack", credential.RoleBot)
 	js, v := connectWith(t, url, bot.ID, secret)
 	if who, err := credential.Whoami(ctx, js.Conn()); err != nil || who.Tenant != "acme" || who.Role != credential.RoleBot {
 		t.Fatalf("Whoami = %+v, %v; want acme's bot", who, err)
@@ -177,26 +179,27 @@ func TestSlackBridgeCredential(t *testing.T) {
 
 // startAuth runs the auth service on the deployed server at url with the
 // issuer seed, until the test ends: clients can sign in once it returns.
-func startAuth(t *testing.T, ctx context.Context, url, seed string) {
+func startAuth(t *testing.T, url, seed string) {
 	t.Helper()
-	authjs, _ := connectAs(t, url, credential.UserAuth)
+	js, _ := connectAs(t, url, credential.UserAuth)
+	runAuth(t, js, seed, slog.New(slog.DiscardHandler))
+}
+
+// runAuth runs the auth service, signed in through js, with the issuer
+// seed, until the test ends, and returns once it takes the server's
+// questions.
+func runAuth(t *testing.T, js jetstream.JetStream, seed string, log *slog.Logger) {
+	t.Helper()
 	cfg, err := auth.LoadConfig(func(k string) string { return map[string]string{"CORRAL_AUTH_ISSUER_SEED": seed}[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := auth.New(ctx, cfg, authjs, slog.New(slog.DiscardHandler))
+	svc, err := auth.New(context.Background(), cfg, js, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(rctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("auth: %v", err)
-		}
-	})
+	// Registered after the connection's close, so it runs before it.
+	natstest.Serve(t, svc.Run)
 	select {
 	case <-svc.Ready():
 	case <-time.After(10 * time.Second):
@@ -217,12 +220,12 @@ func TestSlackBridgeServesEachTenantWithItsCredential(t *testing.T) {
 	creds := map[string]credential.Credential{}
 	var logins []string
 	for _, tenant := range []string{"acme", "initech"} {
-		c, secret := issue(t, d.admin, tenant, "slack", credential.RoleBot)
+		c, secret := credentialtest.Issue(t, d.admin, tenant, "slack", credential.RoleBot)
 		creds[tenant] = c
 		logins = append(logins, tenant+"="+c.ID+":"+secret)
 	}
 	fake := slacktest.New(t, slackBotToken)
-	listen := freeAddr(t)
+	listen := natstest.FreeAddr(t)
 	env := map[string]string{
 		"CORRAL_NATS_URL":             d.url,
 		"CORRAL_SLACK_SIGNING_SECRET": slackSecret,
@@ -320,9 +323,9 @@ func TestSlackBridgeRefusesCredentials(t *testing.T) {
 	if err := bus.Setup(ctx, ajs); err != nil {
 		t.Fatal(err)
 	}
-	startAuth(t, ctx, url, seed)
+	startAuth(t, url, seed)
 	login := func(tenant, user string, role credential.Role) string {
-		c, secret := issue(t, ajs, tenant, user, role)
+		c, secret := credentialtest.Issue(t, ajs, tenant, user, role)
 		return c.ID + ":" + secret
 	}
 	acmeBot, acmeReviewer := login("acme", "slack", credential.RoleBot), login("acme", "slack", credential.RoleReviewer)

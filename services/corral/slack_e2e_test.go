@@ -87,7 +87,7 @@ func TestSlackThreadIsASession(t *testing.T) {
 			return modeltest.Turn{Text: fmt.Sprintf("You first asked me to %q. The forced push: %s", asked[0], strings.TrimSpace(modeltest.Results(c)[0].Content))}, nil
 		}
 	}
-	listen := freeAddr(t)
+	listen := natstest.FreeAddr(t)
 	p := startDev(t, script, map[string]string{
 		"CORRAL_REVIEWER_TOKENS":      "grace=" + graceToken + ",heidi=" + heidiToken,
 		"CORRAL_SLACK_SIGNING_SECRET": slackSecret,
@@ -277,7 +277,7 @@ func inOrder(got []string, want ...string) bool {
 // restart; mapping reviewers makes it a reviewer's, and revokes the bot's.
 func TestSlackDevKeepsTheBridgesCredentials(t *testing.T) {
 	fake := slacktest.New(t, slackBotToken)
-	addr, data, listen := freeAddr(t), t.TempDir(), freeAddr(t)
+	addr, data, listen := natstest.FreeAddr(t), t.TempDir(), natstest.FreeAddr(t)
 	script := func(c modeltest.Conversation) (modeltest.Turn, error) {
 		return modeltest.Turn{Text: "Answered: " + c.Messages[0].Text}, nil
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
@@ -17,9 +16,9 @@ import (
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
-	"corral.dev/services/harness"
 )
 
 // TestSessionMovesWhenItsNodeDies runs two sandbox-manager processes. The
@@ -47,19 +46,8 @@ func TestSessionMovesWhenItsNodeDies(t *testing.T) {
 		"CORRAL_SHUTDOWN_GRACE": "1s", "CORRAL_NATS_URL": srv.ClientURL(),
 	}
 	maps.Copy(env, callKeys)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	hcfg, err := harness.LoadConfig(func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := harness.New(ctx, hcfg, js, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hdone := make(chan error, 1)
-	go func() { hdone <- h.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-hdone })
+	runComponents(t, envOn(js, func(k string) string { return env[k] }), credential.UserHarness)
+	ctx := context.Background()
 
 	node := func(name string) *exec.Cmd {
 		cmd := exec.Command(bin)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -93,7 +94,7 @@ budgets are checked against.`,
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	cmd.Flags().StringVar(&tenant, "tenant", or(e.getenv("CORRAL_TENANT"), "default"), "the tenant (CORRAL_TENANT)")
+	cmd.Flags().StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "the tenant (CORRAL_TENANT)")
 	cmd.Flags().StringVar(&user, "user", "", "only this user")
 	cmd.Flags().StringVar(&day, "day", "", "the (last) day to report, YYYY-MM-DD in UTC (default: today)")
 	cmd.Flags().IntVar(&days, "days", 1, "how many days to report, ending with --day")

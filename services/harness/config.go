@@ -4,12 +4,12 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"corral.dev/pkg/envconf"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/policy"
@@ -71,7 +71,7 @@ type Config struct {
 func LoadConfig(getenv func(string) string) (Config, error) {
 	host, _ := os.Hostname()
 	cfg := Config{
-		NATSURL:      or(getenv("CORRAL_NATS_URL"), "nats://127.0.0.1:4222"),
+		NATSURL:      envconf.NATSURL(getenv),
 		Instance:     fmt.Sprintf("%s-%s", host, uuid.NewString()[:8]),
 		DefaultModel: getenv("CORRAL_MODEL"),
 		OpenAI: model.Config{
@@ -85,19 +85,19 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		RetryDelay: time.Second,
 	}
 	var err error
-	if cfg.ShutdownGrace, err = durationVar(getenv, "CORRAL_SHUTDOWN_GRACE", 10*time.Second); err != nil {
+	if cfg.ShutdownGrace, err = envconf.Duration(getenv, "CORRAL_SHUTDOWN_GRACE", 10*time.Second); err != nil {
 		return Config{}, err
 	}
-	if cfg.MaxTurns, err = intVar(getenv, "CORRAL_MAX_TURNS", 50); err != nil {
+	if cfg.MaxTurns, err = envconf.Int(getenv, "CORRAL_MAX_TURNS", 50); err != nil {
 		return Config{}, err
 	}
-	if cfg.MaxTokens, err = intVar(getenv, "CORRAL_MAX_TOKENS", 8192); err != nil {
+	if cfg.MaxTokens, err = envconf.Int(getenv, "CORRAL_MAX_TOKENS", 8192); err != nil {
 		return Config{}, err
 	}
-	if cfg.Concurrency, err = intVar(getenv, "CORRAL_HARNESS_CONCURRENCY", 64); err != nil {
+	if cfg.Concurrency, err = envconf.Int(getenv, "CORRAL_HARNESS_CONCURRENCY", 64); err != nil {
 		return Config{}, err
 	}
-	if cfg.TenantConcurrency, err = intVar(getenv, "CORRAL_HARNESS_TENANT_CONCURRENCY", max(1, cfg.Concurrency/2)); err != nil {
+	if cfg.TenantConcurrency, err = envconf.Int(getenv, "CORRAL_HARNESS_TENANT_CONCURRENCY", max(1, cfg.Concurrency/2)); err != nil {
 		return Config{}, err
 	}
 	if cfg.TenantConcurrency > cfg.Concurrency {
@@ -144,35 +144,4 @@ func (c Config) Providers() model.Providers {
 		p.Anthropic = model.NewAnthropic(c.Anthropic)
 	}
 	return p
-}
-
-func intVar(getenv func(string) string, name string, def int) (int, error) {
-	s := getenv(name)
-	if s == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%s=%q: want a positive whole number", name, s)
-	}
-	return n, nil
-}
-
-func durationVar(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
-	s := getenv(name)
-	if s == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%s=%q: want a positive duration such as 10s", name, s)
-	}
-	return d, nil
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

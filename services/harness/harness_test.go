@@ -59,19 +59,11 @@ func runHarnessWith(t *testing.T, js jetstream.JetStream, fake *modeltest.Server
 		t.Fatal(err)
 	}
 	cfg.RetryDelay = 10 * time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := New(ctx, cfg, js, slog.New(slog.DiscardHandler))
+	svc, err := New(context.Background(), cfg, js, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
+	natstest.Serve(t, svc.Run)
 }
 
 func record(t *testing.T, js jetstream.JetStream, ev event.Event, msgID string) {

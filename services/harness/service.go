@@ -23,6 +23,7 @@ import (
 	"corral.dev/pkg/lease"
 	"corral.dev/pkg/lock"
 	"corral.dev/pkg/model"
+	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
 )
 
@@ -56,6 +57,17 @@ type Service struct {
 	// holds no slot.
 	admission *lock.Gate
 	metrics   *serviceMetrics
+}
+
+// Start returns the harness cfg configures in the process env: connected
+// as the harness, its metrics in the process's registry.
+func Start(ctx context.Context, cfg Config, env *process.Env) (*Service, error) {
+	js, err := env.Join(ctx, "harness")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Metrics = env.Metrics
+	return New(ctx, cfg, js, env.Log)
 }
 
 // New returns a harness using js, whose streams and buckets [bus.Setup] has

@@ -2,13 +2,10 @@ package memory_test
 
 import (
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
@@ -24,18 +21,7 @@ func ask(t *testing.T, js jetstream.JetStream, subject string, req memory.APIReq
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The service may not have added its endpoints yet.
-	var msg *nats.Msg
-	natstest.WaitFor(t, 5*time.Second, func() error {
-		msg, err = js.Conn().Request(subject, data, 5*time.Second)
-		if errors.Is(err, nats.ErrNoResponders) {
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("request on %s: %v", subject, err)
-	}
+	msg := natstest.Request(t, js.Conn(), subject, data)
 	if desc := msg.Header.Get("Nats-Service-Error"); desc != "" {
 		return nil, msg.Header.Get("Nats-Service-Error-Code") + ": " + desc
 	}

@@ -2,13 +2,12 @@ package memory
 
 import (
 	"crypto/ed25519"
-	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/envconf"
 	"corral.dev/pkg/event"
 )
 
@@ -63,51 +62,31 @@ const (
 // validates it; an error names the offending variable.
 func LoadConfig(getenv func(string) string) (Config, error) {
 	cfg := Config{
-		NATSURL:        getenv("CORRAL_NATS_URL"),
-		DatabaseURL:    getenv("DATABASE_URL"),
-		MaxFileBytes:   DefaultMaxFileBytes,
-		MaxFiles:       DefaultMaxFiles,
-		MaxTenantBytes: DefaultMaxTenantBytes,
-		Concurrency:    32,
-		CallTimeout:    DefaultCallTimeout,
-		ShutdownGrace:  10 * time.Second,
-		Clients:        credential.AccountClients,
-	}
-	if cfg.NATSURL == "" {
-		cfg.NATSURL = "nats://127.0.0.1:4222"
-	}
-	for _, v := range []struct {
-		name string
-		dst  *int
-	}{
-		{"CORRAL_MEMORY_MAX_FILE_BYTES", &cfg.MaxFileBytes},
-		{"CORRAL_MEMORY_MAX_FILES", &cfg.MaxFiles},
-		{"CORRAL_MEMORY_MAX_TENANT_BYTES", &cfg.MaxTenantBytes},
-		{"CORRAL_MEMORY_CONCURRENCY", &cfg.Concurrency},
-	} {
-		if s := getenv(v.name); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil || n <= 0 {
-				return Config{}, fmt.Errorf("%s=%q: want a positive whole number", v.name, s)
-			}
-			*v.dst = n
-		}
-	}
-	if s := getenv("CORRAL_MEMORY_CALL_TIMEOUT"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 {
-			return Config{}, fmt.Errorf("CORRAL_MEMORY_CALL_TIMEOUT=%q: want a positive duration such as 30s", s)
-		}
-		cfg.CallTimeout = d
-	}
-	if s := getenv("CORRAL_SHUTDOWN_GRACE"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return Config{}, fmt.Errorf("CORRAL_SHUTDOWN_GRACE=%q: want a duration such as 10s", s)
-		}
-		cfg.ShutdownGrace = d
+		NATSURL:     envconf.NATSURL(getenv),
+		DatabaseURL: getenv("DATABASE_URL"),
+		Clients:     credential.AccountClients,
 	}
 	var err error
+	for _, v := range []struct {
+		name string
+		to   *int
+		def  int
+	}{
+		{"CORRAL_MEMORY_MAX_FILE_BYTES", &cfg.MaxFileBytes, DefaultMaxFileBytes},
+		{"CORRAL_MEMORY_MAX_FILES", &cfg.MaxFiles, DefaultMaxFiles},
+		{"CORRAL_MEMORY_MAX_TENANT_BYTES", &cfg.MaxTenantBytes, DefaultMaxTenantBytes},
+		{"CORRAL_MEMORY_CONCURRENCY", &cfg.Concurrency, 32},
+	} {
+		if *v.to, err = envconf.Int(getenv, v.name, v.def); err != nil {
+			return Config{}, err
+		}
+	}
+	if cfg.CallTimeout, err = envconf.Duration(getenv, "CORRAL_MEMORY_CALL_TIMEOUT", DefaultCallTimeout); err != nil {
+		return Config{}, err
+	}
+	if cfg.ShutdownGrace, err = envconf.DurationAtLeast(getenv, "CORRAL_SHUTDOWN_GRACE", 10*time.Second, 0); err != nil {
+		return Config{}, err
+	}
 	if cfg.CallKey, err = event.LoadCallKey(getenv); err != nil {
 		return Config{}, err
 	}

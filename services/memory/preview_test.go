@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -25,27 +24,8 @@ import (
 // server's connection and its store.
 func startOnPostgres(t *testing.T, pub ed25519.PublicKey) (*nats.Conn, memory.Store) {
 	t.Helper()
-	_, nc, js := natstest.Run(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cfg := memory.Config{DatabaseURL: pgtest.Schema(t), MaxFileBytes: memory.DefaultMaxFileBytes, MaxFiles: memory.DefaultMaxFiles, Concurrency: 4, CallKey: pub}
-	store, closeStore, err := memory.OpenStore(ctx, cfg, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := memory.New(ctx, cfg, js, store, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		closeStore()
-	})
-	return nc, store
+	js, store := startWith(t, memory.Config{DatabaseURL: pgtest.Schema(t), CallKey: pub})
+	return js.Conn(), store
 }
 
 // put writes content to p for user (of acme) as the next version, and

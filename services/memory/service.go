@@ -14,6 +14,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/lock"
 	"corral.dev/pkg/metrics"
+	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
 )
 
@@ -55,6 +56,24 @@ func OpenStore(ctx context.Context, cfg Config, js jetstream.JetStream) (_ Store
 		return nil, nil, err
 	}
 	return NewPGStore(pool), pool.Close, nil
+}
+
+// Start returns the memory service cfg configures in the process env:
+// connected as the memory service, answering from the store cfg names
+// ([OpenStore]), which the process releases when it closes, and its
+// metrics in the process's registry.
+func Start(ctx context.Context, cfg Config, env *process.Env) (*Service, error) {
+	js, err := env.Join(ctx, "memory")
+	if err != nil {
+		return nil, err
+	}
+	store, release, err := OpenStore(ctx, cfg, js)
+	if err != nil {
+		return nil, err
+	}
+	env.Defer(release)
+	cfg.Metrics = env.Metrics
+	return New(ctx, cfg, js, store, env.Log)
 }
 
 // New returns a memory service answering from store, using js, whose

@@ -1,6 +1,7 @@
 package memory_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,25 +23,30 @@ import (
 // start runs a memory service on the embedded store of a fresh server.
 func start(t *testing.T) (jetstream.JetStream, memory.Store) {
 	t.Helper()
+	return startWith(t, memory.Config{})
+}
+
+// startWith runs a memory service configured by cfg, with small limits
+// unless cfg sets them, on a fresh server, until the test ends. It
+// returns the server's JetStream and the store cfg names (see
+// [memory.OpenStore]).
+func startWith(t *testing.T, cfg memory.Config) (jetstream.JetStream, memory.Store) {
+	t.Helper()
 	_, _, js := natstest.Run(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	store, err := memory.NewKVStore(ctx, js)
+	cfg.MaxFileBytes = cmp.Or(cfg.MaxFileBytes, memory.DefaultMaxFileBytes)
+	cfg.MaxFiles = cmp.Or(cfg.MaxFiles, memory.DefaultMaxFiles)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 4)
+	ctx := context.Background()
+	store, release, err := memory.OpenStore(ctx, cfg, js)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := memory.Config{MaxFileBytes: memory.DefaultMaxFileBytes, MaxFiles: memory.DefaultMaxFiles, Concurrency: 4}
+	t.Cleanup(release) // after the service stops
 	svc, err := memory.New(ctx, cfg, js, store, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	natstest.Serve(t, svc.Run)
 	return js, store
 }
 

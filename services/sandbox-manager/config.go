@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"corral.dev/pkg/envconf"
 	"corral.dev/pkg/event"
 )
 
@@ -134,26 +135,16 @@ type Config struct {
 // validates it; an error names the offending variable.
 func LoadConfig(getenv func(string) string) (Config, error) {
 	cfg := Config{
-		NATSURL:        getenv("CORRAL_NATS_URL"),
-		DataDir:        getenv("CORRAL_DATA_DIR"),
-		Bwrap:          getenv("CORRAL_BWRAP"),
-		Concurrency:    32,
-		DefaultTimeout: 2 * time.Minute,
-		ShutdownGrace:  10 * time.Second,
-		ReapInterval:   10 * time.Minute,
-		PoolSize:       2,
-		WorkspaceTTL:   7 * 24 * time.Hour,
-		WorkspaceFiles: 50_000,
-		SnapshotBytes:  20 << 30,
-		BlobGrace:      time.Hour,
+		NATSURL: envconf.NATSURL(getenv),
+		DataDir: getenv("CORRAL_DATA_DIR"),
+		Bwrap:   getenv("CORRAL_BWRAP"),
 	}
 	host, _ := os.Hostname()
 	cfg.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())
+	// Without a name, the node's is made once and kept in the data
+	// directory, by New: loading the configuration writes nothing.
 	if cfg.Node = getenv("CORRAL_SANDBOX_NODE"); cfg.Node != "" && !nodeRE.MatchString(cfg.Node) {
 		return Config{}, fmt.Errorf("CORRAL_SANDBOX_NODE=%q: want lower-case letters, digits, - and _ (at most 63)", cfg.Node)
-	}
-	if cfg.NATSURL == "" {
-		cfg.NATSURL = "nats://127.0.0.1:4222"
 	}
 	if cfg.DataDir == "" {
 		dir, err := DefaultDataDir()
@@ -162,73 +153,53 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 		cfg.DataDir = dir
 	}
-	if s := getenv("CORRAL_SANDBOX_CONCURRENCY"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			return Config{}, fmt.Errorf("CORRAL_SANDBOX_CONCURRENCY=%q: want a positive whole number", s)
-		}
-		cfg.Concurrency = n
+	var err error
+	if cfg.Concurrency, err = envconf.Int(getenv, "CORRAL_SANDBOX_CONCURRENCY", 32); err != nil {
+		return Config{}, err
 	}
-	cfg.TenantConcurrency = max(1, (cfg.Concurrency+3)/4)
-	if s := getenv("CORRAL_SANDBOX_TENANT_CONCURRENCY"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 || n > cfg.Concurrency {
-			return Config{}, fmt.Errorf("CORRAL_SANDBOX_TENANT_CONCURRENCY=%q: want a positive whole number, at most CORRAL_SANDBOX_CONCURRENCY (%d)", s, cfg.Concurrency)
-		}
-		cfg.TenantConcurrency = n
+	if cfg.TenantConcurrency, err = envconf.Int(getenv, "CORRAL_SANDBOX_TENANT_CONCURRENCY", max(1, (cfg.Concurrency+3)/4)); err != nil {
+		return Config{}, err
 	}
-	if s := getenv("CORRAL_SANDBOX_TIMEOUT"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 {
-			return Config{}, fmt.Errorf("CORRAL_SANDBOX_TIMEOUT=%q: want a positive duration such as 2m", s)
-		}
-		cfg.DefaultTimeout = d
+	if cfg.TenantConcurrency > cfg.Concurrency {
+		return Config{}, fmt.Errorf("CORRAL_SANDBOX_TENANT_CONCURRENCY=%d: want a positive whole number, at most CORRAL_SANDBOX_CONCURRENCY (%d)", cfg.TenantConcurrency, cfg.Concurrency)
 	}
 	for _, v := range []struct {
 		name string
 		to   *time.Duration
+		def  time.Duration
 	}{
-		{"CORRAL_SANDBOX_FILE_TIMEOUT", &cfg.FileTimeout},
-		{"CORRAL_SANDBOX_IDLE_TIMEOUT", &cfg.IdleTimeout},
-		{"CORRAL_SANDBOX_STOP_TIMEOUT", &cfg.StopTimeout},
-		{"CORRAL_SANDBOX_REAP_INTERVAL", &cfg.ReapInterval},
-		{"CORRAL_SANDBOX_WORKSPACE_TTL", &cfg.WorkspaceTTL},
-		{"CORRAL_SANDBOX_BLOB_GRACE", &cfg.BlobGrace},
+		{"CORRAL_SANDBOX_TIMEOUT", &cfg.DefaultTimeout, 2 * time.Minute},
+		{"CORRAL_SANDBOX_FILE_TIMEOUT", &cfg.FileTimeout, 0},
+		{"CORRAL_SANDBOX_IDLE_TIMEOUT", &cfg.IdleTimeout, 0},
+		{"CORRAL_SANDBOX_STOP_TIMEOUT", &cfg.StopTimeout, 0},
+		{"CORRAL_SANDBOX_REAP_INTERVAL", &cfg.ReapInterval, 10 * time.Minute},
+		{"CORRAL_SANDBOX_WORKSPACE_TTL", &cfg.WorkspaceTTL, 7 * 24 * time.Hour},
+		{"CORRAL_SANDBOX_BLOB_GRACE", &cfg.BlobGrace, time.Hour},
+		{"CORRAL_SHUTDOWN_GRACE", &cfg.ShutdownGrace, 10 * time.Second},
 	} {
-		if s := getenv(v.name); s != "" {
-			d, err := time.ParseDuration(s)
-			if err != nil || d <= 0 {
-				return Config{}, fmt.Errorf("%s=%q: want a positive duration such as 5m", v.name, s)
-			}
-			*v.to = d
+		if *v.to, err = envconf.Duration(getenv, v.name, v.def); err != nil {
+			return Config{}, err
 		}
 	}
-	cfg.WorkspaceBytes = 10 << 30
-	switch v := getenv("CORRAL_SANDBOX_SNAPSHOTS"); v {
-	case "", "on":
-		cfg.Snapshots = true
-	case "off":
-	default:
-		return Config{}, fmt.Errorf("CORRAL_SANDBOX_SNAPSHOTS=%q: want on or off", v)
+	if cfg.Snapshots, err = envconf.Switch(getenv, "CORRAL_SANDBOX_SNAPSHOTS", true); err != nil {
+		return Config{}, err
 	}
 	for _, v := range []struct {
 		name string
 		to   *int64
+		def  int64
 	}{
-		{"CORRAL_SANDBOX_MEMORY_BYTES", &cfg.MemoryBytes},
-		{"CORRAL_SANDBOX_FILE_BYTES", &cfg.FileBytes},
-		{"CORRAL_SANDBOX_NODE_MEMORY_BYTES", &cfg.NodeMemoryBytes},
-		{"CORRAL_SANDBOX_WORKSPACE_BYTES", &cfg.WorkspaceBytes},
-		{"CORRAL_SANDBOX_SNAPSHOT_BYTES", &cfg.SnapshotBytes},
+		{"CORRAL_SANDBOX_MEMORY_BYTES", &cfg.MemoryBytes, 0},
+		{"CORRAL_SANDBOX_FILE_BYTES", &cfg.FileBytes, 0},
+		{"CORRAL_SANDBOX_NODE_MEMORY_BYTES", &cfg.NodeMemoryBytes, 0},
+		{"CORRAL_SANDBOX_WORKSPACE_BYTES", &cfg.WorkspaceBytes, 10 << 30},
+		{"CORRAL_SANDBOX_SNAPSHOT_BYTES", &cfg.SnapshotBytes, 20 << 30},
 	} {
-		if s := getenv(v.name); s != "" {
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil || n <= 0 {
-				return Config{}, fmt.Errorf("%s=%q: want a positive number of bytes", v.name, s)
-			}
-			*v.to = n
+		if *v.to, err = envconf.Bytes(getenv, v.name, v.def); err != nil {
+			return Config{}, err
 		}
 	}
+	// A number of CPUs is read here alone.
 	for _, v := range []struct {
 		name string
 		to   *float64
@@ -244,48 +215,26 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			*v.to = n
 		}
 	}
-	if s := getenv("CORRAL_SANDBOX_POOL"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			return Config{}, fmt.Errorf("CORRAL_SANDBOX_POOL=%q: want a whole number, 0 for none", s)
-		}
-		cfg.PoolSize = n
+	if cfg.PoolSize, err = envconf.Count(getenv, "CORRAL_SANDBOX_POOL", 2); err != nil {
+		return Config{}, err
 	}
 	for _, v := range []struct {
 		name string
 		to   *int
+		def  int
 	}{
-		{"CORRAL_SANDBOX_PROCESSES", &cfg.Processes},
-		{"CORRAL_SANDBOX_CPU_SECONDS", &cfg.CPUSeconds},
-		{"CORRAL_SANDBOX_OPEN_FILES", &cfg.OpenFiles},
-		{"CORRAL_SANDBOX_MAX_SUSPENDED", &cfg.MaxSuspended},
-		{"CORRAL_SANDBOX_WORKSPACE_FILES", &cfg.WorkspaceFiles},
-		{"CORRAL_SANDBOX_UID", &cfg.SandboxUID},
-		{"CORRAL_SANDBOX_GID", &cfg.SandboxGID},
+		{"CORRAL_SANDBOX_PROCESSES", &cfg.Processes, 0},
+		{"CORRAL_SANDBOX_CPU_SECONDS", &cfg.CPUSeconds, 0},
+		{"CORRAL_SANDBOX_OPEN_FILES", &cfg.OpenFiles, 0},
+		{"CORRAL_SANDBOX_MAX_SUSPENDED", &cfg.MaxSuspended, 0},
+		{"CORRAL_SANDBOX_WORKSPACE_FILES", &cfg.WorkspaceFiles, 50_000},
+		{"CORRAL_SANDBOX_UID", &cfg.SandboxUID, 0},
+		{"CORRAL_SANDBOX_GID", &cfg.SandboxGID, 0},
 	} {
-		if s := getenv(v.name); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil || n <= 0 {
-				return Config{}, fmt.Errorf("%s=%q: want a positive whole number", v.name, s)
-			}
-			*v.to = n
-		}
-	}
-	if cfg.Node == "" {
-		node, err := nodeName(cfg.DataDir)
-		if err != nil {
+		if *v.to, err = envconf.Int(getenv, v.name, v.def); err != nil {
 			return Config{}, err
 		}
-		cfg.Node = node
 	}
-	if s := getenv("CORRAL_SHUTDOWN_GRACE"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 {
-			return Config{}, fmt.Errorf("CORRAL_SHUTDOWN_GRACE=%q: want a positive duration such as 10s", s)
-		}
-		cfg.ShutdownGrace = d
-	}
-	var err error
 	if cfg.CallKey, err = event.LoadCallKey(getenv); err != nil {
 		return Config{}, err
 	}
@@ -294,8 +243,8 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 
 var nodeRE = regexp.MustCompile(`^[a-z0-9_-]{1,63}$`)
 
-// nodeName returns the node name kept in dir/node, making one if there is
-// none.
+// nodeName returns the node name kept in dir/node, making one, and
+// dir, if there is none.
 func nodeName(dir string) (string, error) {
 	file := filepath.Join(dir, "node")
 	if b, err := os.ReadFile(file); err == nil {

@@ -3,7 +3,9 @@ package sandboxmanager
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -240,5 +242,27 @@ func TestFailedSnapshotKeepsTheWorkspace(t *testing.T) {
 	b.place.mu.Unlock()
 	if out := run(b, moved, "cat f"); !strings.Contains(out, "restored") || !strings.HasSuffix(out, "\none\n") {
 		t.Errorf("after another node had it: %q, want the snapshot restored", out)
+	}
+}
+
+// Loading the configuration writes nothing; the node's name is made when
+// the service is, kept in the data directory, and the same after a
+// restart over it.
+func TestNodeNameIsKeptByTheService(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	env := map[string]string{"CORRAL_DATA_DIR": dir, "CORRAL_CALL_PUBLIC_KEY": event.EncodeKey(callPub)}
+	if _, err := LoadConfig(func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("after LoadConfig, the data directory: %v; want none made", err)
+	}
+	a := newNode(t, js, env)
+	a.driver.Close()
+	b := newNode(t, js, env)
+	b.driver.Close()
+	if a.cfg.Node == "" || a.cfg.Node != b.cfg.Node {
+		t.Errorf("node names %q and %q, want one name kept over a restart", a.cfg.Node, b.cfg.Node)
 	}
 }

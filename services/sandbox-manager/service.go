@@ -18,6 +18,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/lock"
+	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/tool"
 	"corral.dev/services/sandbox-manager/internal/sandbox"
@@ -48,10 +49,30 @@ type Service struct {
 	place   *placement
 }
 
+// Start returns the sandbox-manager cfg configures in the process env:
+// connected as the sandbox-manager, its metrics in the process's
+// registry.
+func Start(ctx context.Context, cfg Config, env *process.Env) (*Service, error) {
+	js, err := env.Join(ctx, "sandbox-manager")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Metrics = env.Metrics
+	return New(ctx, cfg, js, env.Log)
+}
+
 // New returns a sandbox-manager using js, whose streams [bus.Setup] has
 // created. It fails when bubblewrap is missing or unusable, saying how to
-// install it.
+// install it. Unless cfg names the node, the node is the one named in the
+// data directory, where New keeps a new name the first time.
 func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logger) (*Service, error) {
+	if cfg.Node == "" {
+		node, err := nodeName(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Node = node
+	}
 	calls, err := js.KeyValue(ctx, bus.BucketCalls)
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", bus.BucketCalls, err)

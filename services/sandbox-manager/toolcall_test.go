@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,20 +36,7 @@ func start(t *testing.T) (jetstream.JetStream, Config) {
 func startNode(t *testing.T, js jetstream.JetStream, env map[string]string) (*Service, func()) {
 	t.Helper()
 	svc := newNode(t, js, env)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return svc, stop
+	return svc, natstest.Serve(t, svc.Run)
 }
 
 // callPub and callKey are the harness's key pair for calls in these

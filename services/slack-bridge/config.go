@@ -1,12 +1,14 @@
 package slackbridge
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
 
+	"corral.dev/pkg/envconf"
 	"corral.dev/pkg/event"
 )
 
@@ -67,11 +69,11 @@ type Config struct {
 // offending variable.
 func LoadConfig(getenv func(string) string) (Config, error) {
 	cfg := Config{
-		NATSURL:       or(getenv("CORRAL_NATS_URL"), "nats://127.0.0.1:4222"),
+		NATSURL:       envconf.NATSURL(getenv),
 		SigningSecret: Secret(strings.TrimSpace(getenv("CORRAL_SLACK_SIGNING_SECRET"))),
 		BotToken:      Secret(strings.TrimSpace(getenv("CORRAL_SLACK_BOT_TOKEN"))),
-		Listen:        or(getenv("CORRAL_SLACK_LISTEN"), "127.0.0.1:7482"),
-		APIURL:        strings.TrimRight(or(getenv("CORRAL_SLACK_API_URL"), DefaultAPIURL), "/"),
+		Listen:        cmp.Or(getenv("CORRAL_SLACK_LISTEN"), "127.0.0.1:7482"),
+		APIURL:        strings.TrimRight(cmp.Or(getenv("CORRAL_SLACK_API_URL"), DefaultAPIURL), "/"),
 		Tenant:        getenv("CORRAL_SLACK_TENANT"),
 		Teams:         make(map[string]string),
 		Reviewers:     make(map[string]string),
@@ -169,11 +171,4 @@ func (c *Config) tenant(team string) (string, bool) {
 		return t, true
 	}
 	return c.Tenant, c.Tenant != ""
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

@@ -1,7 +1,6 @@
 package slackbridge_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
 	slackbridge "corral.dev/services/slack-bridge"
@@ -29,29 +29,6 @@ const (
 	bot    = "U0BOT"
 )
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	return fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of loggers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // fixture is a bridge on an embedded NATS server, talking to a fake Slack.
 // The server signs in anyone with every permission: what the bridge's
 // credentials may do is proved in services/corral, under deploy/nats.conf.
@@ -60,7 +37,7 @@ type fixture struct {
 	slack *slacktest.Server
 	app   slacktest.App
 	env   map[string]string
-	log   *syncBuffer
+	log   *logtest.Buffer
 	stop  func()
 }
 
@@ -79,12 +56,12 @@ func newFixture(t testing.TB, env map[string]string) *fixture {
 	if _, err := slackbridge.Setup(context.Background(), js); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{js: js, slack: slacktest.New(t, token), log: &syncBuffer{}}
+	f := &fixture{js: js, slack: slacktest.New(t, token), log: &logtest.Buffer{}}
 	f.env = map[string]string{
 		"CORRAL_SLACK_SIGNING_SECRET": secret,
 		"CORRAL_SLACK_BOT_TOKEN":      token,
 		"CORRAL_SLACK_API_URL":        f.slack.URL(),
-		"CORRAL_SLACK_LISTEN":         freeAddr(t),
+		"CORRAL_SLACK_LISTEN":         natstest.FreeAddr(t),
 		"CORRAL_SLACK_TEAMS":          team + "=acme",
 		"CORRAL_SLACK_CREDENTIALS":    "acme=" + credentialOf("acme").ID + ":secret",
 	}

@@ -2,6 +2,7 @@ package slackbridge
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -128,7 +129,7 @@ func (s *Service) handleEvents(w http.ResponseWriter, r *http.Request, body []by
 		if e.BotID != "" || e.User == "" || (bot != "" && e.User == bot) {
 			break
 		}
-		q = question{Team: cb.TeamID, Channel: e.Channel, ThreadTS: or(e.ThreadTimeStamp, e.TimeStamp), TS: e.TimeStamp, User: e.User, Text: stripMention(e.Text, bot)}
+		q = question{Team: cb.TeamID, Channel: e.Channel, ThreadTS: cmp.Or(e.ThreadTimeStamp, e.TimeStamp), TS: e.TimeStamp, User: e.User, Text: stripMention(e.Text, bot)}
 	case *slackevents.MessageEvent:
 		// Direct messages only; edits, deletions, joins and the like
 		// come with a subtype, and bots' messages (ours too) with a
@@ -136,7 +137,7 @@ func (s *Service) handleEvents(w http.ResponseWriter, r *http.Request, body []by
 		if e.ChannelType != "im" || e.SubType != "" || e.BotID != "" || e.User == "" || (bot != "" && e.User == bot) {
 			break
 		}
-		q = question{Team: cb.TeamID, Channel: e.Channel, ThreadTS: or(e.ThreadTimeStamp, e.TimeStamp), TS: e.TimeStamp, User: e.User, Text: stripMention(e.Text, bot)}
+		q = question{Team: cb.TeamID, Channel: e.Channel, ThreadTS: cmp.Or(e.ThreadTimeStamp, e.TimeStamp), TS: e.TimeStamp, User: e.User, Text: stripMention(e.Text, bot)}
 	}
 	if q.TS == "" {
 		w.WriteHeader(http.StatusOK)

@@ -1,6 +1,7 @@
 package slackbridge
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,10 +44,10 @@ func (s *Service) handleInteraction(w http.ResponseWriter, r *http.Request, body
 		}
 		c := click{
 			User:     cb.User.ID,
-			Team:     or(cb.Team.ID, cb.User.TeamID),
-			Channel:  or(cb.Channel.ID, cb.Container.ChannelID),
-			TS:       or(cb.Container.MessageTs, cb.Message.Timestamp),
-			ThreadTS: or(cb.Message.ThreadTimestamp, cb.Container.ThreadTs),
+			Team:     cmp.Or(cb.Team.ID, cb.User.TeamID),
+			Channel:  cmp.Or(cb.Channel.ID, cb.Container.ChannelID),
+			TS:       cmp.Or(cb.Container.MessageTs, cb.Message.Timestamp),
+			ThreadTS: cmp.Or(cb.Message.ThreadTimestamp, cb.Container.ThreadTs),
 			Approve:  a.ActionID == ActionApprove,
 			Value:    a.Value,
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/credential"
+	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
 )
 
@@ -62,6 +63,23 @@ type tenant struct {
 	// logs judges every event the bridge reads: it posts only what the
 	// session's log accepts, never what a body says about itself.
 	logs *sessionlog.Log
+}
+
+// Start returns the bridge cfg configures in the process env: signed in
+// once for each tenant it serves ([Connect], with the process's client
+// options), the process draining those connections when it closes.
+func Start(ctx context.Context, cfg Config, env *process.Env) (*Service, error) {
+	conns, err := Connect(ctx, cfg, env.Log, env.ClientOptions...)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range conns {
+		env.Adopt(c.NC)
+	}
+	if err := sessionlog.Register(env.Metrics); err != nil {
+		return nil, err
+	}
+	return New(ctx, cfg, conns, env.Log)
 }
 
 // New returns a bridge that speaks for each tenant cfg serves through its

@@ -164,6 +164,23 @@ func (f *fixture) harnessAnswers(t *testing.T, req event.Request, calls int, ans
 	f.record(t, &event.SessionCompleted{Header: header(event.TypeSessionCompleted, req.Tenant, req.Session), Answer: answer, Turns: calls + 1})
 }
 
+// approvalMessage waits for the app's message with buttons in a thread,
+// and returns it.
+func (f *fixture) approvalMessage(t *testing.T, channel, ts string) slacktest.Message {
+	t.Helper()
+	var msg slacktest.Message
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		for _, m := range f.replies(channel, ts) {
+			if m.HasButtons() {
+				msg = m
+				return nil
+			}
+		}
+		return fmt.Errorf("no approval message with buttons in %q", slacktest.Texts(f.replies(channel, ts)))
+	})
+	return msg
+}
+
 // replies returns the app's messages in a thread after its first.
 func (f *fixture) replies(channel, ts string) []slacktest.Message {
 	var out []slacktest.Message
@@ -294,16 +311,7 @@ func TestApprovalShownAndClickByUnmappedUserRefused(t *testing.T) {
 	input := json.RawMessage(`{"command":"git push origin main"}`)
 	f.record(t, &event.ApprovalRequested{Header: header(event.TypeApprovalRequested, req.Tenant, req.Session), Call: call, User: req.User,
 		Tool: "Bash", Input: input, ArgsHash: event.ArgsHash("Bash", input), Rule: "risky-shell", Reason: "the command pushes code"})
-	var ask slacktest.Message
-	natstest.WaitFor(t, 20*time.Second, func() error {
-		for _, m := range f.replies("C1", root) {
-			if m.HasButtons() {
-				ask = m
-				return nil
-			}
-		}
-		return fmt.Errorf("no approval message in %q", slacktest.Texts(f.replies("C1", root)))
-	})
+	ask := f.approvalMessage(t, "C1", root)
 	for _, want := range []string{"git push origin main", "risky-shell", slackbridge.ActionApprove, fmt.Sprintf("%s/%s", req.Session, call)} {
 		if !strings.Contains(string(ask.Blocks), want) {
 			t.Errorf("approval blocks lack %q: %s", want, ask.Blocks)
@@ -366,16 +374,7 @@ func TestClickBeforeTheApprovalServiceKnowsIt(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 
-	var ask slacktest.Message
-	natstest.WaitFor(t, 20*time.Second, func() error {
-		for _, m := range f.replies("C1", root) {
-			if m.HasButtons() {
-				ask = m
-				return nil
-			}
-		}
-		return fmt.Errorf("no approval message in %q", slacktest.Texts(f.replies("C1", root)))
-	})
+	ask := f.approvalMessage(t, "C1", root)
 	ok(t)(f.app.Click("C1", "U0GRACE", ask.TS, root, slackbridge.ActionDeny, fmt.Sprintf("%s/%s", req.Session, call)))
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		if m, _ := f.slack.Message("C1", ask.TS); m.HasButtons() || !strings.Contains(string(m.Blocks), "Denied") || !strings.Contains(string(m.Blocks), "grace") {

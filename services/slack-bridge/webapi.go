@@ -2,6 +2,7 @@ package slackbridge
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,7 +103,7 @@ func (c *webAPI) call(ctx context.Context, method string, body, out any) error {
 			return fmt.Errorf("slack %s: %w", method, err)
 		}
 		if !answer.OK {
-			return &APIError{Method: method, Code: or(answer.Error, "unknown_error")}
+			return &APIError{Method: method, Code: cmp.Or(answer.Error, "unknown_error")}
 		}
 		if out != nil {
 			if err := json.Unmarshal(raw, out); err != nil {

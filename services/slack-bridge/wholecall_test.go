@@ -70,16 +70,7 @@ func TestApprovalShowsTheWholeCall(t *testing.T) {
 	edit := json.RawMessage(`{"file_path":"/skills/deploy/SKILL.md","old_string":"make deploy","new_string":"make deploy \u202e# canary","replace_all":true}`)
 	preview := "--- a/skills/deploy/SKILL.md\n+++ b/skills/deploy/SKILL.md\n@@ -1,2 +1,2 @@\n ---\n-run make deploy\n+run make deploy \u202e# canary\n"
 	root := f.ask(t, "edit it", "Edit", edit, preview)
-	var msg slacktest.Message
-	natstest.WaitFor(t, 20*time.Second, func() error {
-		for _, m := range f.replies("C1", root) {
-			if m.HasButtons() {
-				msg = m
-				return nil
-			}
-		}
-		return fmt.Errorf("no approval with buttons in %q", slacktest.Texts(f.replies("C1", root)))
-	})
+	msg := f.approvalMessage(t, "C1", root)
 	text := sectionText(t, msg)
 	for _, want := range []string{"file_path: /skills/deploy/SKILL.md\n", "old_string: make deploy\n", "new_string: make deploy &lt;U+202E&gt;# canary\n",
 		"replace_all: true\n", "preview of the change (informational, not what is approved):\n", "+run make deploy &lt;U+202E&gt;# canary\n"} {

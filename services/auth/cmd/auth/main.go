@@ -10,55 +10,10 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"os/signal"
-	"syscall"
-
-	"github.com/nats-io/nats.go/jetstream"
-
-	"corral.dev/pkg/bus"
-	"corral.dev/pkg/logger"
-	"corral.dev/pkg/metrics"
+	"corral.dev/pkg/process"
 	"corral.dev/services/auth"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Getenv, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "auth:", err)
-		os.Exit(1)
-	}
-}
-
-func run(ctx context.Context, getenv func(string) string, stderr io.Writer) (err error) {
-	log := logger.New(stderr, getenv("CORRAL_LOG_LEVEL"), getenv("CORRAL_LOG_FORMAT"))
-	cfg, err := auth.LoadConfig(getenv)
-	if err != nil {
-		return err
-	}
-	reg := metrics.NewRegistry()
-	cfg.Metrics = reg
-	// Not bus.Join: its bus.Setup reads every stream, and the auth
-	// service's NATS user may read the credentials bucket alone. corral
-	// setup (as an administrator) creates the bucket.
-	nc, err := bus.Connect(cfg.NATSURL, "auth", log, bus.UserFromEnv(getenv))
-	if err != nil {
-		return err
-	}
-	// Returns once what the service published is flushed.
-	defer func() { err = errors.Join(err, bus.Drain(nc, bus.DrainTimeout)) }()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	svc, err := auth.New(ctx, cfg, js, log)
-	if err != nil {
-		return err
-	}
-	return metrics.With(ctx, getenv("CORRAL_METRICS_LISTEN"), reg, metrics.Connected(nc), log, svc.Run)
+	process.Main("auth", auth.LoadConfig, auth.Start)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/tool"
 	"github.com/google/uuid"
 )
@@ -114,7 +115,7 @@ func TestBashTimeoutKillsEverything(t *testing.T) {
 	if elapsed > 30*time.Second {
 		t.Errorf("call took %s; the sleep was not killed", elapsed)
 	}
-	waitFor(t, 5*time.Second, noProcesses(t, marker))
+	natstest.WaitFor(t, 5*time.Second, noProcesses(t, marker))
 }
 
 // When the command ends, background children end with the sandbox and
@@ -130,7 +131,7 @@ func TestBashBackgroundChildDies(t *testing.T) {
 	if res.Duration > 30*time.Second {
 		t.Errorf("call took %s; a background child held it open", res.Duration)
 	}
-	waitFor(t, 5*time.Second, noProcesses(t, marker))
+	natstest.WaitFor(t, 5*time.Second, noProcesses(t, marker))
 }
 
 func TestBashOutputCapped(t *testing.T) {

@@ -122,12 +122,7 @@ func warmCalls(b *testing.B, pause time.Duration) {
 	var ds []time.Duration
 	for b.Loop() {
 		time.Sleep(pause)
-		start := time.Now()
-		res, err := d.Run(b.Context(), tenant, session, args)
-		if err != nil || res.IsError {
-			b.Fatalf("Run = %+v, %v", res, err)
-		}
-		ds = append(ds, time.Since(start))
+		ds = append(ds, timedRun(b, d, tenant, session, args))
 	}
 	percentiles(b, ds)
 }
@@ -141,12 +136,7 @@ func BenchmarkColdStart(b *testing.B) {
 	var ds []time.Duration
 	for b.Loop() {
 		session := uuid.New()
-		start := time.Now()
-		res, err := d.Run(b.Context(), tenant, session, args)
-		if err != nil || res.IsError {
-			b.Fatalf("Run = %+v, %v", res, err)
-		}
-		ds = append(ds, time.Since(start))
+		ds = append(ds, timedRun(b, d, tenant, session, args))
 		b.StopTimer()
 		if err := d.Destroy(tenant, session); err != nil {
 			b.Fatal(err)
@@ -176,12 +166,7 @@ func BenchmarkResumeSuspended(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		start := time.Now()
-		res, err := d.Run(b.Context(), tenant, session, args)
-		if err != nil || res.IsError {
-			b.Fatalf("Run = %+v, %v", res, err)
-		}
-		ds = append(ds, time.Since(start))
+		ds = append(ds, timedRun(b, d, tenant, session, args))
 	}
 	percentiles(b, ds)
 }
@@ -347,12 +332,7 @@ func BenchmarkColdStartPooled(b *testing.B) {
 		}
 		session := uuid.New()
 		b.StartTimer()
-		start := time.Now()
-		res, err := d.Run(b.Context(), tenant, session, args)
-		if err != nil || res.IsError {
-			b.Fatalf("Run = %+v, %v", res, err)
-		}
-		ds = append(ds, time.Since(start))
+		ds = append(ds, timedRun(b, d, tenant, session, args))
 		b.StopTimer()
 		if err := d.Destroy(tenant, session); err != nil {
 			b.Fatal(err)
@@ -360,4 +340,16 @@ func BenchmarkColdStartPooled(b *testing.B) {
 		b.StartTimer()
 	}
 	percentiles(b, ds)
+}
+
+// timedRun runs a call of args in session's sandbox and returns how long
+// it took, failing the benchmark if the call fails.
+func timedRun(b *testing.B, d *Driver, tenant string, session uuid.UUID, args any) time.Duration {
+	b.Helper()
+	start := time.Now()
+	res, err := d.Run(b.Context(), tenant, session, args)
+	if err != nil || res.IsError {
+		b.Fatalf("Run = %+v, %v", res, err)
+	}
+	return time.Since(start)
 }

@@ -51,24 +51,6 @@ func bash(t *testing.T, d *Driver, session uuid.UUID, command string) Result {
 	return run(t, d, session, &tool.BashArgs{Command: command})
 }
 
-// waitFor polls check until it returns nil or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		<-tick.C
-	}
-}
-
 func TestNewMissingBwrap(t *testing.T) {
 	t.Parallel()
 	_, err := New(Config{Dir: t.TempDir(), Bwrap: "/nonexistent/bwrap"})

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/tool"
 	"github.com/google/uuid"
 )
@@ -128,7 +129,7 @@ func TestExecutorKilledBetweenCalls(t *testing.T) {
 	if err := syscall.Kill(executor, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, gone(bwrap, executor))
+	natstest.WaitFor(t, 5*time.Second, gone(bwrap, executor))
 	res := bash(t, d, session, "cat kept")
 	if res.IsError || res.Output != "x\n" {
 		t.Errorf("call after the kill = %+v, want output %q", res, "x\n")
@@ -152,7 +153,7 @@ func TestExecutorKilledDuringCall(t *testing.T) {
 		_, err := d.Run(t.Context(), tenant, session, &tool.BashArgs{Command: "sleep " + marker})
 		errc <- err
 	}()
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		if len(hostProcesses(t, marker)) == 0 {
 			return errors.New("the command has not started")
 		}
@@ -164,7 +165,7 @@ func TestExecutorKilledDuringCall(t *testing.T) {
 	if err := <-errc; !errors.Is(err, ErrSandboxLost) {
 		t.Errorf("Run whose executor was killed: got %v, want an error wrapping ErrSandboxLost", err)
 	}
-	waitFor(t, 5*time.Second, noProcesses(t, marker))
+	natstest.WaitFor(t, 5*time.Second, noProcesses(t, marker))
 	if res := bash(t, d, session, "echo ok"); res.IsError || res.Output != "ok\n" {
 		t.Errorf("next call = %+v, want output %q", res, "ok\n")
 	}
@@ -184,7 +185,7 @@ func TestTimeoutSparesExecutor(t *testing.T) {
 	if !res.TimedOut || res.Output != "started\nCommand timed out after 300ms" {
 		t.Errorf("result = %+v, want a timeout", res)
 	}
-	waitFor(t, 5*time.Second, noProcesses(t, marker))
+	natstest.WaitFor(t, 5*time.Second, noProcesses(t, marker))
 	if b, x := sandboxPids(t, d, session); b != bwrap || x != executor {
 		t.Errorf("after the timeout: bwrap %d, executor %d; want %d and %d", b, x, bwrap, executor)
 	}
@@ -204,7 +205,7 @@ func TestOrphansKilledWhenCallReturns(t *testing.T) {
 	if res.IsError || res.Output != "bye\n" {
 		t.Errorf("result = %+v, want output %q", res, "bye\n")
 	}
-	waitFor(t, 5*time.Second, noProcesses(t, marker))
+	natstest.WaitFor(t, 5*time.Second, noProcesses(t, marker))
 	if liveSandbox(d, session) == nil {
 		t.Error("the sandbox stopped with the call")
 	}
@@ -273,7 +274,7 @@ func TestIdleSandboxSuspendedThenStopped(t *testing.T) {
 	session := uuid.New()
 	bash(t, d, session, "echo x > kept; echo y > /tmp/kept-while-suspended")
 	bwrap, executor := sandboxPids(t, d, session)
-	waitFor(t, 5*time.Second, frozen(bwrap, executor))
+	natstest.WaitFor(t, 5*time.Second, frozen(bwrap, executor))
 	if live, suspended := d.Live(); live != 1 || suspended != 1 {
 		t.Errorf("Live() = %d, %d while suspended; want 1, 1", live, suspended)
 	}
@@ -289,7 +290,7 @@ func TestIdleSandboxSuspendedThenStopped(t *testing.T) {
 		t.Error("bwrap is still frozen after the call")
 	}
 
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if liveSandbox(d, session) != nil {
 			return errors.New("the sandbox is still live")
 		}
@@ -316,11 +317,11 @@ func TestMaxSuspended(t *testing.T) {
 	first, second := uuid.New(), uuid.New()
 	bash(t, d, first, "true")
 	bwrap1, executor1 := sandboxPids(t, d, first)
-	waitFor(t, 5*time.Second, frozen(bwrap1, executor1))
+	natstest.WaitFor(t, 5*time.Second, frozen(bwrap1, executor1))
 	bash(t, d, second, "true")
 	bwrap2, executor2 := sandboxPids(t, d, second)
-	waitFor(t, 5*time.Second, frozen(bwrap2, executor2))
-	waitFor(t, 5*time.Second, gone(bwrap1, executor1))
+	natstest.WaitFor(t, 5*time.Second, frozen(bwrap2, executor2))
+	natstest.WaitFor(t, 5*time.Second, gone(bwrap1, executor1))
 	if liveSandbox(d, first) != nil {
 		t.Error("the first session still has a sandbox")
 	}
@@ -341,7 +342,7 @@ func TestIdleSandboxStoppedWithoutCgroups(t *testing.T) {
 	session := uuid.New()
 	bash(t, d, session, "echo x > kept; echo y > /tmp/gone")
 	bwrap, executor := sandboxPids(t, d, session)
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		if liveSandbox(d, session) != nil {
 			return errors.New("the sandbox is still live")
 		}
@@ -365,13 +366,13 @@ func TestDestroyAndCloseStopSandboxes(t *testing.T) {
 	if err := d.Destroy(tenant, one); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, gone(bwrap1, executor1))
+	natstest.WaitFor(t, 5*time.Second, gone(bwrap1, executor1))
 	if err := gone(bwrap2, executor2)(); err == nil {
 		t.Error("Destroy of one session stopped the other's sandbox")
 	}
 
 	d.Close()
-	waitFor(t, 5*time.Second, gone(bwrap2, executor2))
+	natstest.WaitFor(t, 5*time.Second, gone(bwrap2, executor2))
 	if _, err := d.Run(t.Context(), tenant, two, &tool.BashArgs{Command: "true"}); err == nil {
 		t.Error("Run after Close: nil error")
 	}
@@ -418,7 +419,7 @@ func TestStopEndsSandboxKeepsWorkspace(t *testing.T) {
 	if !d.Stop(tenant, session) {
 		t.Error("Stop of a live sandbox reported none")
 	}
-	waitFor(t, 5*time.Second, gone(bwrap, executor))
+	natstest.WaitFor(t, 5*time.Second, gone(bwrap, executor))
 	if live, _ := d.Live(); live != 0 {
 		t.Errorf("%d sandboxes live after Stop, want 0", live)
 	}
@@ -529,7 +530,7 @@ func TestSandboxDiesWithManager(t *testing.T) {
 	if _, err := fmt.Fscanf(stdout, "pids %d %d\n", &bwrap, &executor); err != nil {
 		t.Fatalf("read the helper's pids: %v", err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 5*time.Second, func() error {
 		if len(hostProcesses(t, marker)) == 0 {
 			return errors.New("the helper's call has not started")
 		}
@@ -541,6 +542,6 @@ func TestSandboxDiesWithManager(t *testing.T) {
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, gone(bwrap, executor))
-	waitFor(t, 5*time.Second, noProcesses(t, marker))
+	natstest.WaitFor(t, 5*time.Second, gone(bwrap, executor))
+	natstest.WaitFor(t, 5*time.Second, noProcesses(t, marker))
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/tool"
 )
 
@@ -115,7 +116,7 @@ func TestFileToolsLeaveFilesToSandbox(t *testing.T) {
 				t.Fatal(err)
 			}
 			if pool > 0 {
-				waitFor(t, 10*time.Second, func() error {
+				natstest.WaitFor(t, 10*time.Second, func() error {
 					if d.Pooled() == 0 {
 						return fmt.Errorf("no pooled sandbox")
 					}
@@ -150,7 +151,7 @@ func TestProcessesNotSharedBetweenSandboxes(t *testing.T) {
 	wg.Go(func() {
 		resA = bash(t, d, a, "for i in $(seq 30); do sleep 4 & done; touch started; wait; echo a done")
 	})
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		_, err := os.Stat(filepath.Join(d.Workspace(tenant, a), "started"))
 		return err
 	})

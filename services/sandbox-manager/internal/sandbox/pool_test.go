@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/tool"
 )
 
@@ -38,7 +39,7 @@ func TestPooledSandboxTakesTheWorkspace(t *testing.T) {
 		return nil, fmt.Errorf("%d pooled sandboxes, want 1", len(d.pool[tenant]))
 	}
 	var pooled *box
-	waitFor(t, 10*time.Second, func() (err error) {
+	natstest.WaitFor(t, 10*time.Second, func() (err error) {
 		pooled, err = pooledBox()
 		return err
 	})
@@ -57,7 +58,7 @@ func TestPooledSandboxTakesTheWorkspace(t *testing.T) {
 	if err != nil || string(data) != "kept\nmore\n" {
 		t.Errorf("the workspace on the host = %q, %v; want what the sandbox wrote", data, err)
 	}
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		b, err := pooledBox()
 		if err == nil && b == pooled {
 			return errors.New("the pool still holds the sandbox taken")
@@ -91,7 +92,7 @@ func TestPooledSandboxWithOtherSkillsIsNotTaken(t *testing.T) {
 		return current, nil
 	}})
 	bash(t, d, uuid.New(), "true")
-	waitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if n := d.Pooled(); n != 1 {
 			return fmt.Errorf("%d pooled", n)
 		}

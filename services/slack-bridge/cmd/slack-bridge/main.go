@@ -13,54 +13,10 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
-	"github.com/nats-io/nats.go"
-
-	"corral.dev/pkg/bus"
-	"corral.dev/pkg/logger"
-	"corral.dev/pkg/metrics"
-	"corral.dev/pkg/sessionlog"
+	"corral.dev/pkg/process"
 	slackbridge "corral.dev/services/slack-bridge"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Getenv); err != nil {
-		fmt.Fprintln(os.Stderr, "slack-bridge:", err)
-		os.Exit(1)
-	}
-}
-
-func run(ctx context.Context, getenv func(string) string) (err error) {
-	log := logger.New(os.Stderr, getenv("CORRAL_LOG_LEVEL"), getenv("CORRAL_LOG_FORMAT"))
-	cfg, err := slackbridge.LoadConfig(getenv)
-	if err != nil {
-		return err
-	}
-	// One connection per tenant, each signed in with its credential.
-	conns, err := slackbridge.Connect(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	var ncs []*nats.Conn
-	for _, c := range conns {
-		ncs = append(ncs, c.NC)
-		defer func() { err = errors.Join(err, bus.Drain(c.NC, bus.DrainTimeout)) }()
-	}
-	svc, err := slackbridge.New(ctx, cfg, conns, log)
-	if err != nil {
-		return err
-	}
-	reg := metrics.NewRegistry()
-	if err := sessionlog.Register(reg); err != nil {
-		return err
-	}
-	return metrics.With(ctx, getenv("CORRAL_METRICS_LISTEN"), reg, metrics.Connected(ncs...), log, svc.Run)
+	process.Main("slack-bridge", slackbridge.LoadConfig, slackbridge.Start)
 }

@@ -1,0 +1,125 @@
+// Package envconf reads the values of a service's environment variables,
+// one function for each kind of value. Each returns the default when the
+// variable is unset or empty, and an error that names the variable, its
+// value and what it wants when the value is not one of its kind:
+// a service's LoadConfig returns that error as it is.
+package envconf
+
+import (
+	"cmp"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultNATSURL is the NATS server a service connects to when
+// CORRAL_NATS_URL is unset: the local one, as corral dev runs it.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// NATSURL returns CORRAL_NATS_URL, or [DefaultNATSURL].
+func NATSURL(getenv func(string) string) string {
+	return cmp.Or(getenv("CORRAL_NATS_URL"), DefaultNATSURL)
+}
+
+// Int returns the positive whole number the variable name holds, or def.
+func Int(getenv func(string) string, name string, def int) (int, error) {
+	s := getenv(name)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive whole number", name, s)
+	}
+	return n, nil
+}
+
+// Count returns the whole number, 0 or more, the variable name holds, or
+// def: for a count where 0 means none.
+func Count(getenv func(string) string, name string, def int) (int, error) {
+	s := getenv(name)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%s=%q: want a whole number, 0 for none", name, s)
+	}
+	return n, nil
+}
+
+// Bytes returns the positive number of bytes the variable name holds, or
+// def.
+func Bytes(getenv func(string) string, name string, def int64) (int64, error) {
+	s := getenv(name)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive number of bytes", name, s)
+	}
+	return n, nil
+}
+
+// Duration returns the positive Go duration (such as 10s) the variable
+// name holds, or def.
+func Duration(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
+	s := getenv(name)
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive duration such as %s", name, s, example(def))
+	}
+	return d, nil
+}
+
+// DurationAtLeast returns the Go duration of at least least the variable
+// name holds, or def. A least of 0 allows 0.
+func DurationAtLeast(getenv func(string) string, name string, def, least time.Duration) (time.Duration, error) {
+	s := getenv(name)
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err == nil && d >= least {
+		return d, nil
+	}
+	if least == 0 {
+		return 0, fmt.Errorf("%s=%q: want a duration such as %s", name, s, example(def))
+	}
+	return 0, fmt.Errorf("%s=%q: want a duration of at least %s, such as %s", name, s, least, example(def))
+}
+
+// Switch returns whether the variable name, on or off, is on, or def.
+func Switch(getenv func(string) string, name string, def bool) (bool, error) {
+	switch s := getenv(name); s {
+	case "":
+		return def, nil
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	default:
+		return false, fmt.Errorf("%s=%q: want on or off", name, s)
+	}
+}
+
+// example writes d as a person would set it: 2m rather than 2m0s, and 1m
+// when d is 0 (no default).
+func example(d time.Duration) string {
+	if d <= 0 {
+		return "1m"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
