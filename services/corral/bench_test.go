@@ -359,20 +359,33 @@ func BenchmarkToolCallRoundTrip(b *testing.B) {
 	const tenant = "bench"
 	session := uuid.Must(uuid.NewV7())
 	results := toolResults(ctx, js, "bench-results", tenant, session)
+	key, err := event.DecodePrivateKey(getenv("CORRAL_CALL_SIGNING_KEY"))
+	if err != nil {
+		b.Fatal(err)
+	}
 	var after uint64
 	call := func() time.Duration {
 		c := event.ToolCall{
 			Header: event.NewHeader(event.TypeToolCall, tenant, session),
 			Call:   uuid.Must(uuid.NewV7()),
+			Turn:   1,
+			User:   "bench",
 			Name:   tool.Bash,
 			Input:  json.RawMessage(`{"command":"true"}`),
 			After:  after,
 		}
+		// Signed as the harness signs the calls it queues.
+		c.Sign(key, bus.ServiceSandbox)
 		start := time.Now()
 		if err := bus.Publish(ctx, js, bus.ToolSubject(bus.ServiceSandbox, tenant, session), c.Call.String(), &c); err != nil {
 			b.Fatal(err)
 		}
-		m := <-results
+		var m bus.Msg
+		select {
+		case m = <-results:
+		case <-time.After(time.Minute):
+			b.Fatalf("no result of call %s after a minute", c.Call)
+		}
 		took := time.Since(start)
 		var r event.ToolCompleted
 		if err := json.Unmarshal(m.Data, &r); err != nil || r.Call != c.Call || r.IsError {
