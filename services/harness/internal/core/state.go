@@ -150,10 +150,10 @@ func (st *State) Apply(seq uint64, ev any) {
 		u.OutputTokens += e.Usage.OutputTokens
 		st.ByModel[e.Model] = u
 		st.Messages = append(st.Messages, model.Message{Role: model.Assistant, Content: e.Content})
-		for _, c := range e.Calls {
-			if c.Service != "" {
-				st.Dispatched[c.ID] = Where{c.Service, seq}
-			}
+		// A response may record the dispatch of its calls itself: the
+		// same record as a tool.dispatched event's.
+		for _, d := range e.Dispatches() {
+			st.Dispatched[d.Call] = Where{d.Service, seq}
 		}
 		if len(e.Calls) > 0 {
 			st.Pending = e
