@@ -13,47 +13,12 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
-	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 )
 
 // echoResults answers with every tool result it was given, so a test can
 // read what the model saw.
 func echoResults(seen []string) string { return "results: " + strings.Join(seen, " | ") }
-
-func TestBadToolCallsGetClearErrorResults(t *testing.T) {
-	tests := []struct {
-		name string
-		call modeltest.Call
-		want string
-	}{
-		{"unknown tool", modeltest.Call{Name: "Delete", Input: map[string]any{"path": "/workspace"}}, "unknown tool \"Delete\""},
-		{"unknown field", modeltest.Call{Name: "Bash", Input: map[string]any{"cmd": "ls"}}, "unknown field \"cmd\""},
-		{"missing field", modeltest.Call{Name: "Write", Input: map[string]any{"content": "x"}}, "file_path is required"},
-		{"wrong type", modeltest.Call{Name: "Read", Input: map[string]any{"file_path": 42}}, "cannot unmarshal number"},
-		{"malformed JSON", modeltest.Call{Name: "Bash", Input: `{"command": "ls"`}, "invalid arguments"},
-		{"path escape", modeltest.Call{Name: "Read", Input: map[string]any{"file_path": "/etc/passwd"}}, "outside /workspace"},
-		{"dot-dot escape", modeltest.Call{Name: "Write", Input: map[string]any{"file_path": "/workspace/../etc/x", "content": "x"}}, "outside /workspace"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			p := startDev(t, steps(echoResults, tc.call), nil)
-			code, stdout, stderr := p.corral(t, "run", "do it")
-			if code != 0 {
-				t.Fatalf("exit %d: %s", code, stderr)
-			}
-			if !strings.Contains(stdout, tc.want) {
-				t.Errorf("the model saw %q, want it to mention %q", stdout, tc.want)
-			}
-			evs := p.events(t, sessionOf(t, stderr))
-			rs := results(evs)
-			if len(rs) != 1 || !rs[0].IsError {
-				t.Errorf("results = %+v, want one error result", rs)
-			}
-		})
-	}
-}
 
 func TestUnknownModelFailsTheSession(t *testing.T) {
 	p := startDev(t, steps(echoResults), map[string]string{"ANTHROPIC_API_KEY": "", "ANTHROPIC_BASE_URL": ""})
@@ -131,41 +96,6 @@ func TestMalformedRequestsAreRefusedAndRecorded(t *testing.T) {
 	})
 	if code, stdout, stderr := p.corral(t, "run", "hello"); code != 0 || !strings.Contains(stdout, "results:") {
 		t.Errorf("next session: exit %d, stdout %q, stderr %q", code, stdout, stderr)
-	}
-}
-
-func TestDuplicateRequestStartsOneSession(t *testing.T) {
-	p := startDev(t, steps(echoResults, modeltest.Call{Name: "Bash", Input: map[string]any{"command": "echo once >> /workspace/log"}}), nil)
-	nc, err := p.connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx := context.Background()
-	session := uuid.Must(uuid.NewV7())
-	req := event.Request{Header: event.NewHeader(event.TypeRequest, "acme", session), User: "ada", Prompt: "go"}
-	for range 3 {
-		if err := bus.Publish(ctx, js, bus.RequestSubject("acme", session, req.User), req.ID.String(), &req); err != nil {
-			t.Fatal(err)
-		}
-	}
-	natstest.WaitFor(t, 15*time.Second, func() error {
-		for _, ev := range p.events(t, session) {
-			if _, ok := ev.(*event.SessionCompleted); ok {
-				return nil
-			}
-		}
-		return context.DeadlineExceeded
-	})
-	n := 0
-	for _, ev := range p.events(t, session) {
-		if _, ok := ev.(*event.SessionRequested); ok {
-			n++
-		}
-	}
-	if n != 1 {
-		t.Errorf("%d requests recorded, want 1", n)
 	}
 }
 
