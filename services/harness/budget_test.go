@@ -21,7 +21,8 @@ func turns(evs []event.Event) int { return len(ofType[*event.ModelResponded](evs
 
 // A session over a budget of its tenant's is stopped, saying which budget
 // and what it used; a user over a daily budget starts no more sessions
-// that day, while another user of the tenant still may.
+// that day, while another user of the tenant still may, until the
+// tenant's own daily budget is spent.
 func TestBudgetsStopSessions(t *testing.T) {
 	_, _, js := natstest.Run(t)
 	runHarnessWith(t, js, modeltest.New(t, forever), map[string]string{"CORRAL_POLICY_FILE": policyFile(t, `
@@ -32,6 +33,7 @@ tenants:
   tokens: {budgets: {session: {tokens: 3000}}}
   cost:   {budgets: {session: {cost_usd: 2}}}
   daily:  {budgets: {user_daily: {steps: 3}}}
+  team:   {budgets: {tenant_daily: {steps: 3}}}
 `)})
 	startTools(t, js, output("ok"))
 	run := func(tenant, user string) (*event.SessionFailed, int) {
@@ -67,6 +69,14 @@ tenants:
 		}
 		if f, n := run("daily", "bob"); f.Budget != "user_daily.steps" || n != 3 {
 			t.Errorf("bob's session: %q after %d turns, want his own 3", f.Budget, n)
+		}
+	})
+	t.Run("tenant daily", func(t *testing.T) {
+		if f, n := run("team", "ada"); f.Budget != "tenant_daily.steps" || n != 3 {
+			t.Errorf("ada's session: %q after %d turns, want tenant_daily.steps after 3", f.Budget, n)
+		}
+		if f, n := run("team", "bob"); f.Budget != "tenant_daily.steps" || n != 0 {
+			t.Errorf("bob's session: %q after %d turns, want tenant_daily.steps before the model is asked", f.Budget, n)
 		}
 	})
 }
