@@ -2,19 +2,11 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"corral.dev/pkg/bus"
-	"corral.dev/pkg/event"
 	"corral.dev/pkg/logtest"
-	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 )
 
@@ -22,151 +14,14 @@ import (
 // read what the model saw.
 func echoResults(seen []string) string { return "results: " + strings.Join(seen, " | ") }
 
-func TestBadToolCallsGetClearErrorResults(t *testing.T) {
-	tests := []struct {
-		name string
-		call modeltest.Call
-		want string
-	}{
-		{"unknown tool", modeltest.Call{Name: "Delete", Input: map[string]any{"path": "/workspace"}}, "unknown tool \"Delete\""},
-		{"unknown field", modeltest.Call{Name: "Bash", Input: map[string]any{"cmd": "ls"}}, "unknown field \"cmd\""},
-		{"missing field", modeltest.Call{Name: "Write", Input: map[string]any{"content": "x"}}, "file_path is required"},
-		{"wrong type", modeltest.Call{Name: "Read", Input: map[string]any{"file_path": 42}}, "cannot unmarshal number"},
-		{"malformed JSON", modeltest.Call{Name: "Bash", Input: `{"command": "ls"`}, "invalid arguments"},
-		{"path escape", modeltest.Call{Name: "Read", Input: map[string]any{"file_path": "/etc/passwd"}}, "outside /workspace"},
-		{"dot-dot escape", modeltest.Call{Name: "Write", Input: map[string]any{"file_path": "/workspace/../etc/x", "content": "x"}}, "outside /workspace"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			p := startDev(t, steps(echoResults, tc.call), nil)
-			code, stdout, stderr := p.corral(t, "run", "do it")
-			if code != 0 {
-				t.Fatalf("exit %d: %s", code, stderr)
-			}
-			if !strings.Contains(stdout, tc.want) {
-				t.Errorf("the model saw %q, want it to mention %q", stdout, tc.want)
-			}
-			evs := p.events(t, sessionOf(t, stderr))
-			rs := results(evs)
-			if len(rs) != 1 || !rs[0].IsError {
-				t.Errorf("results = %+v, want one error result", rs)
-			}
-		})
-	}
-}
-
+// corral run of a session the harness fails for an unknown model exits 1
+// with the code and the reason. (The harness's own tests cover the
+// models it refuses.)
 func TestUnknownModelFailsTheSession(t *testing.T) {
 	p := startDev(t, steps(echoResults), map[string]string{"ANTHROPIC_API_KEY": "", "ANTHROPIC_BASE_URL": ""})
-	tests := []struct{ model, want string }{
-		{"gpt-4", "openai:<model> or anthropic:<model>"},
-		{"mystery:x", "openai:<model> or anthropic:<model>"},
-		{"anthropic:claude-x", "ANTHROPIC_API_KEY"},
-	}
-	for _, tc := range tests {
-		code, _, stderr := p.corral(t, "run", "--model", tc.model, "hello")
-		if code != 1 {
-			t.Errorf("--model %s: exit %d, want 1", tc.model, code)
-		}
-		if !strings.Contains(stderr, "unknown_model") || !strings.Contains(stderr, tc.want) {
-			t.Errorf("--model %s: stderr %q lacks unknown_model and %q", tc.model, stderr, tc.want)
-		}
-	}
-	// The platform keeps serving.
-	if code, stdout, stderr := p.corral(t, "run", "hello"); code != 0 || !strings.Contains(stdout, "results:") {
-		t.Errorf("next session: exit %d, stdout %q, stderr %q", code, stdout, stderr)
-	}
-}
-
-func TestMalformedRequestsAreRefusedAndRecorded(t *testing.T) {
-	p := startDev(t, steps(echoResults), nil)
-	nc, err := p.connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	tests := []struct{ name, data, want string }{
-		{"not JSON", `{"type": "corral.session.v1.request",`, "not JSON"},
-		{"missing prompt", `{"type":"corral.session.v1.request","id":"` + uuid.NewString() + `","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"SESSION","user":"ada"}`, "/prompt: missing"},
-		{"wrong type", `{"type":"corral.session.v1.request","id":"` + uuid.NewString() + `","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"SESSION","user":"ada","model":42,"prompt":"hi"}`, "/model: got number, want string"},
-		{"unknown field", `{"type":"corral.session.v1.request","id":"` + uuid.NewString() + `","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"SESSION","user":"ada","prompt":"hi","temperature":0.2}`, "/temperature: unknown field"},
-		{"empty prompt", `{"type":"corral.session.v1.request","id":"` + uuid.NewString() + `","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"SESSION","user":"ada","prompt":""}`, "/prompt: minLength"},
-		{"session mismatch", `{"type":"corral.session.v1.request","id":"` + uuid.NewString() + `","time":"2026-11-22T10:00:00Z","tenant":"acme","session":"` + uuid.NewString() + `","user":"ada","prompt":"hi"}`, "does not match"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			session := uuid.Must(uuid.NewV7())
-			data := strings.ReplaceAll(tc.data, "SESSION", session.String())
-			if _, err := js.Publish(ctx, bus.RequestSubject("acme", session, "ada"), []byte(data)); err != nil {
-				t.Fatal(err)
-			}
-			var failed *event.SessionFailed
-			natstest.WaitFor(t, 10*time.Second, func() error {
-				for _, ev := range p.events(t, session) {
-					if f, ok := ev.(*event.SessionFailed); ok {
-						failed = f
-						return nil
-					}
-				}
-				return context.DeadlineExceeded
-			})
-			if failed.Code != event.CodeInvalidRequest || !strings.HasPrefix(failed.Reason, "invalid request: ") || !strings.Contains(failed.Reason, tc.want) {
-				t.Errorf("failure = %s %q, want %s mentioning %q", failed.Code, failed.Reason, event.CodeInvalidRequest, tc.want)
-			}
-		})
-	}
-	// Each dead letter is written once its session's failure is recorded.
-	natstest.WaitFor(t, 10*time.Second, func() error {
-		msgs, err := bus.ReadAll(ctx, js, bus.StreamDeadLetter, "deadletter.>")
-		if err != nil {
-			return err
-		}
-		if len(msgs) != len(tests) {
-			return fmt.Errorf("%d dead letters, want %d", len(msgs), len(tests))
-		}
-		return nil
-	})
-	if code, stdout, stderr := p.corral(t, "run", "hello"); code != 0 || !strings.Contains(stdout, "results:") {
-		t.Errorf("next session: exit %d, stdout %q, stderr %q", code, stdout, stderr)
-	}
-}
-
-func TestDuplicateRequestStartsOneSession(t *testing.T) {
-	p := startDev(t, steps(echoResults, modeltest.Call{Name: "Bash", Input: map[string]any{"command": "echo once >> /workspace/log"}}), nil)
-	nc, err := p.connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx := context.Background()
-	session := uuid.Must(uuid.NewV7())
-	req := event.Request{Header: event.NewHeader(event.TypeRequest, "acme", session), User: "ada", Prompt: "go"}
-	for range 3 {
-		if err := bus.Publish(ctx, js, bus.RequestSubject("acme", session, req.User), req.ID.String(), &req); err != nil {
-			t.Fatal(err)
-		}
-	}
-	natstest.WaitFor(t, 15*time.Second, func() error {
-		for _, ev := range p.events(t, session) {
-			if _, ok := ev.(*event.SessionCompleted); ok {
-				return nil
-			}
-		}
-		return context.DeadlineExceeded
-	})
-	n := 0
-	for _, ev := range p.events(t, session) {
-		if _, ok := ev.(*event.SessionRequested); ok {
-			n++
-		}
-	}
-	if n != 1 {
-		t.Errorf("%d requests recorded, want 1", n)
+	code, _, stderr := p.corral(t, "run", "--model", "anthropic:claude-x", "hello")
+	if code != 1 || !strings.Contains(stderr, "unknown_model") || !strings.Contains(stderr, "ANTHROPIC_API_KEY") {
+		t.Errorf("exit %d, stderr %q; want 1, and unknown_model with the reason", code, stderr)
 	}
 }
 

@@ -75,9 +75,8 @@ func TestBudgetsStopSessions(t *testing.T) {
 		tenant, prompt, budget string
 		minTurns               int
 	}{
-		{"steps", "true", "session.steps", 3},
-		{"tokens", "true", "session.tokens", 2},
-		{"cost", "true", "session.cost_usd", 2},
+		// The harness's own tests cover the budgets it counts alone
+		// (steps, tokens, cost, daily); these need the sandbox.
 		{"sandbox", "sleep 0.2", "session.sandbox_seconds", 3},
 		{"wall", "sleep 0.7", "session.wall_time", 2},
 		// Over its wall time while a call runs: stopped there, the call
@@ -92,9 +91,6 @@ func TestBudgetsStopSessions(t *testing.T) {
 			}
 			if turns < tc.minTurns {
 				t.Errorf("stopped after %d turns, want at least %d", turns, tc.minTurns)
-			}
-			if tc.budget == "session.steps" && turns != 3 {
-				t.Errorf("%d turns, want 3", turns)
 			}
 			ws := filepath.Join(p.data, "workspaces", tc.tenant, session.String())
 			natstest.WaitFor(t, 10*time.Second, func() error {
@@ -134,17 +130,6 @@ func TestBudgetsStopSessions(t *testing.T) {
 			}
 			return nil
 		})
-	})
-
-	t.Run("tenant daily", func(t *testing.T) {
-		failed, _, _ := p.budgetFailure(t, "team", "ada", "true")
-		if failed.Budget != "tenant_daily.steps" {
-			t.Errorf("first session: %q", failed.Budget)
-		}
-		failed, _, turns := p.budgetFailure(t, "team", "bob", "true")
-		if failed.Budget != "tenant_daily.steps" || turns != 0 {
-			t.Errorf("bob's session: %q after %d turns, want tenant_daily.steps after 0", failed.Budget, turns)
-		}
 	})
 }
 

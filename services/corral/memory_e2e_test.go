@@ -1,12 +1,10 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"corral.dev/pkg/modeltest"
@@ -31,12 +29,6 @@ func read(p string) modeltest.Call {
 
 func write(p, content string) modeltest.Call {
 	return modeltest.Call{Name: "Write", Input: map[string]any{"file_path": p, "content": content}}
-}
-
-// runOKCode runs a session as ada and returns what corral run does.
-func (p *platform) runOKCode(t *testing.T, tenant, prompt string) (int, string, string) {
-	t.Helper()
-	return p.corral(t, "run", "--tenant", tenant, "--user", "ada", prompt)
 }
 
 // runOK runs a session and returns its answer, failing the test if it fails.
@@ -151,22 +143,6 @@ func testMemoriesAreShared(t *testing.T, env map[string]string) {
 	}
 }
 
-// A tenant may hold only so many files; the write past the limit is
-// refused and writes nothing.
-func TestMemoryFileLimit(t *testing.T) {
-	p := startDev(t, byPrompt(map[string][]modeltest.Call{
-		"fill": {write("/memories/1.md", "a"), write("/memories/2.md", "b"), write("/memories/3.md", "c")},
-	}), map[string]string{"CORRAL_MEMORY_MAX_FILES": "2"})
-	got := p.runOK(t, "acme", "ada", "fill")
-	wantIn(t, "fill", got, "Wrote 1 bytes to /memories/1.md", "Wrote 1 bytes to /memories/2.md", "too many files: tenant acme has 2 files")
-	if code, _, _ := p.corral(t, "memories", "cat", "/memories/3.md", "--tenant", "acme"); code == 0 {
-		t.Error("the file past the limit was written")
-	}
-	if code, _, _ := p.runOKCode(t, "other", "fill"); code != 0 {
-		t.Error("another tenant's session failed")
-	}
-}
-
 // A write to a memory this session has not read, or that changed since it
 // read it, is refused with a message to read it again; after reading, it
 // goes through. A new file needs no read.
@@ -188,79 +164,6 @@ func TestMemoryWritesNeedAFreshRead(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "ada") {
 		t.Errorf("ls = %d %q, want the file last changed by ada", code, stdout)
 	}
-}
-
-// N sessions read one memory and then write it at once: exactly one write
-// wins, the others are told to read it again, and the file is the
-// winner's whole content.
-func TestMemoryWriteRace(t *testing.T) {
-	forEachStore(t, testMemoryWriteRace)
-}
-
-func testMemoryWriteRace(t *testing.T, env map[string]string) {
-	const n = 6
-	var mu sync.Mutex
-	haveRead := map[string]bool{}
-	content := func(i int) string { return strings.Repeat(fmt.Sprintf("writer %d\n", i), 200) }
-	p := startDev(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
-		prompt := c.Messages[0].Text
-		var i int
-		fmt.Sscanf(prompt, "race %d", &i)
-		switch modeltest.Turns(c) {
-		case 0:
-			return modeltest.Turn{Calls: []modeltest.Call{read("/memories/shared.md")}}, nil
-		case 1:
-			// Hold every write back (the harness retries) until all
-			// sessions have read the file, so that all expect one version.
-			mu.Lock()
-			haveRead[prompt] = true
-			all := len(haveRead) == n
-			mu.Unlock()
-			if !all {
-				return modeltest.Turn{}, errors.New("waiting for the other sessions to read")
-			}
-			return modeltest.Turn{Calls: []modeltest.Call{write("/memories/shared.md", content(i))}}, nil
-		}
-		return modeltest.Turn{Text: echoResults(resultsOf(c))}, nil
-	}, env)
-	code, _, stderr := p.corral(t, "memories", "put", "/memories/shared.md", filepath.Join(writeTemp(t, "base\n")), "--tenant", "acme")
-	if code != 0 {
-		t.Fatal(stderr)
-	}
-	answers := make([]string, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { answers[i] = p.runOK(t, "acme", fmt.Sprint("user", i), fmt.Sprint("race ", i)) })
-	}
-	wg.Wait()
-	winner := -1
-	for i, a := range answers {
-		switch {
-		case strings.Contains(a, "Wrote") && winner >= 0:
-			t.Errorf("sessions %d and %d both wrote:\n%s\n%s", winner, i, answers[winner], a)
-		case strings.Contains(a, "Wrote"):
-			winner = i
-		case !strings.Contains(a, "has changed since this session last read it: Read it again"):
-			t.Errorf("session %d neither won nor was told to re-read:\n%s", i, a)
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no session wrote")
-	}
-	if _, stdout, _ := p.corral(t, "memories", "cat", "/memories/shared.md", "--tenant", "acme"); stdout != content(winner) {
-		t.Errorf("shared.md is not session %d's whole content: %.60q", winner, stdout)
-	}
-}
-
-// resultsOf returns every tool result of a conversation.
-func resultsOf(c modeltest.Conversation) []string {
-	var out []string
-	for _, m := range c.Messages {
-		for _, r := range m.Results {
-			out = append(out, r.Content)
-		}
-	}
-	return out
 }
 
 func writeTemp(t *testing.T, content string) string {
@@ -324,38 +227,4 @@ func TestSkillsReachPromptAndSandbox(t *testing.T) {
 	before = len(p.model.Requests())
 	p.runOK(t, "acme", "ada", "use")
 	wantNotIn(t, "system prompt after rm", p.model.Requests()[before].System, "deploy")
-}
-
-// Bad paths and content get clear errors and write nothing.
-func TestMemoryBadInput(t *testing.T) {
-	long := "/memories/" + strings.Repeat("a", 600)
-	p := startDev(t, byPrompt(map[string][]modeltest.Call{
-		"bad": {
-			write("/memories/../etc/passwd", "x"),
-			write("/memories//double.md", "x"),
-			write(long, "x"),
-			write("/memories/ctl\x01.md", "x"),
-			write("/memories/bin.md", "a\x00b"),
-			write("/memories/big.md", strings.Repeat("x", 300<<10)),
-			write("/skills/loose.md", "x"),
-			write("/skills/s/SKILL.md", "no front matter"),
-			read("/memories"),
-		},
-	}), map[string]string{"CORRAL_POLICY_FILE": writeTemp(t, "# no rules: every call goes to the memory service\n")})
-	code, got, stderr := p.corral(t, "run", "--tenant", "acme", "--user", "ada", "bad")
-	if code != 0 {
-		t.Fatalf("corral run exited %d: %s", code, stderr)
-	}
-	wantIn(t, "bad input", got, `has a ".." segment`, "empty segment (//)", "longer than 512 bytes", "control character",
-		"text only", "may hold at most 262144", "a skill is a folder", "front matter", "/memories does not exist")
-	code, stdout, _ := p.corral(t, "memories", "ls", "/", "--tenant", "acme", "--user", "ada")
-	if code != 0 || strings.TrimSpace(stdout) != "" {
-		t.Errorf("after refused writes, ls / = %d %q; want nothing", code, stdout)
-	}
-	evs := p.events(t, sessionOf(t, stderr))
-	for _, r := range results(evs) {
-		if !r.IsError {
-			t.Errorf("%s call succeeded: %s", r.Name, r.Output)
-		}
-	}
 }
