@@ -31,13 +31,8 @@ func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	var probe struct {
-		Type string `json:"type"`
-	}
-	_ = json.Unmarshal(m.Data, &probe)
-	switch probe.Type {
-	case event.TypeSessionStopped, event.TypeBudgetRaise:
-		return s.handleControl(ctx, tenant, session, user, probe.Type, m.Data)
+	if typ := controlType(m.Data); typ != "" {
+		return s.handleControl(ctx, tenant, session, user, typ, m.Data)
 	}
 	if err := schemas.Validate(event.TypeRequest, m.Data); err != nil {
 		return bus.Permanent(fmt.Errorf("invalid request: %v", err))
@@ -164,4 +159,29 @@ func checkRequest(req *event.Request, tenant, session string) error {
 		return fmt.Errorf("invalid request: %s", strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// controlType returns the type of a request that controls a session (a
+// stop, a budget raise), or "" for a request to start or continue one.
+func controlType(data []byte) string {
+	var probe struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(data, &probe)
+	switch probe.Type {
+	case event.TypeSessionStopped, event.TypeBudgetRaise:
+		return probe.Type
+	}
+	return ""
+}
+
+// admitRequest admits a request to start or continue a session after the
+// session's steps and requests before it, within its tenant's share. A
+// stop or a budget raise waits for neither: it is recorded at once, and
+// must reach a step that is asking the model.
+func admitRequest(m bus.Msg) (key, group string) {
+	if controlType(m.Data) != "" {
+		return "", ""
+	}
+	return bus.BySession(m)
 }

@@ -161,7 +161,7 @@ func (s *Service) Run(ctx context.Context) error {
 				AckWait:       stepAckWait,
 			},
 			Concurrency: s.cfg.Concurrency,
-			Admit:       bus.BySession,
+			Admit:       admitRequest,
 			Gate:        s.admission,
 			Handler:     s.handleRequest,
 			OnGiveUp:    s.refuseRequest,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -270,6 +271,9 @@ func TestStopDuringAModelCall(t *testing.T) {
 		return modeltest.Turn{Text: "should not be asked"}, nil
 	})
 	runHarness(t, js, fake)
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the harness stops: its step waits for the model
 	ts := startTools(t, js, output("ran"))
 	session := ask(t, js, "acme", "ada", uuid.Must(uuid.NewV7()), "", "go")
 	select {
@@ -277,11 +281,19 @@ func TestStopDuringAModelCall(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the model was never asked")
 	}
-	// Recorded as another harness records a stop it took: this one's
-	// requests of the session wait for its step.
+	// Sent as corral stop sends it, while the step waits for the model:
+	// recorded at once, not after the step.
 	stop := event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, "acme", session), By: "ada", Reason: "wrong repo"}
-	record(t, js, &stop, "control:"+stop.ID.String())
-	close(release)
+	if err := bus.Publish(context.Background(), js, bus.RequestSubject("acme", session, "ada"), stop.ID.String(), &stop); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if st := ofType[*event.SessionStopped](logOf(t, js, "acme", session)); len(st) == 0 {
+			return fmt.Errorf("the stop is not recorded while the model is asked")
+		}
+		return nil
+	})
+	free()
 	idle(t, js)
 	evs := logOf(t, js, "acme", session)
 	if ran := ts.ran(); len(ran) != 0 {
