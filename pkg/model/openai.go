@@ -150,14 +150,15 @@ func decodeOpenAI(data []byte) (Response, error) {
 }
 
 // argumentsInput turns a tool call's arguments string into a tool_use
-// Input: the JSON itself when valid, {} when empty, else the string as a
-// JSON string value.
+// Input: the JSON itself when valid and not a string, {} when empty, else
+// the string as a JSON string value (a JSON string among the arguments is
+// kept whole that way too, so that [inputArguments] gives it back).
 func argumentsInput(args string) json.RawMessage {
 	trimmed := strings.TrimSpace(args)
 	if trimmed == "" {
 		return json.RawMessage(`{}`)
 	}
-	if json.Valid([]byte(trimmed)) {
+	if trimmed[0] != '"' && json.Valid([]byte(trimmed)) {
 		return json.RawMessage(trimmed)
 	}
 	s, _ := json.Marshal(args) // a string always marshals
