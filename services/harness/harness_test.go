@@ -201,12 +201,22 @@ func TestStepsAreIdempotent(t *testing.T) {
 	}
 }
 
+// request sends a request of ada of tenant acme, for the default model.
 func request(t *testing.T, js jetstream.JetStream, session uuid.UUID, prompt string) {
 	t.Helper()
-	req := event.Request{Header: event.NewHeader(event.TypeRequest, "acme", session), User: "ada", Prompt: prompt}
-	if err := bus.Publish(context.Background(), js, bus.RequestSubject("acme", session, req.User), req.ID.String(), &req); err != nil {
-		t.Fatal(err)
+	ask(t, js, "acme", "ada", session, "", prompt)
+}
+
+// completion waits for the session of acme to end, and returns its
+// completion; it fails the test if the session failed.
+func completion(t *testing.T, js jetstream.JetStream, session uuid.UUID) *event.SessionCompleted {
+	t.Helper()
+	evs := ended(t, js, "acme", session, 1)
+	done := ofType[*event.SessionCompleted](evs)
+	if len(done) == 0 {
+		t.Fatalf("the session failed: %+v", failure(t, evs))
 	}
+	return done[0]
 }
 
 func sessionEvents(t *testing.T, js jetstream.JetStream, session uuid.UUID, typ string) []bus.Msg {
@@ -330,14 +340,7 @@ func TestNoApprovalKeyRefusesHeldCalls(t *testing.T) {
 	})
 	session := uuid.Must(uuid.NewV7())
 	request(t, js, session, "push")
-	var done event.SessionCompleted
-	natstest.WaitFor(t, 10*time.Second, func() error {
-		msgs := sessionEvents(t, js, session, event.TypeSessionCompleted)
-		if len(msgs) == 0 {
-			return fmt.Errorf("not completed yet")
-		}
-		return json.Unmarshal(msgs[0].Data, &done)
-	})
+	done := completion(t, js, session)
 	if !strings.Contains(done.Answer, "takes no approvals, so it was not run") {
 		t.Errorf("answer = %q", done.Answer)
 	}
@@ -365,14 +368,7 @@ func TestUnreadSkillEditReachesNoReviewer(t *testing.T) {
 	runHarnessWith(t, js, fake, map[string]string{"CORRAL_APPROVAL_PUBLIC_KEY": event.EncodeKey(pub)})
 	session := uuid.Must(uuid.NewV7())
 	request(t, js, session, "edit the deploy skill")
-	var done event.SessionCompleted
-	natstest.WaitFor(t, 10*time.Second, func() error {
-		msgs := sessionEvents(t, js, session, event.TypeSessionCompleted)
-		if len(msgs) == 0 {
-			return fmt.Errorf("not completed yet")
-		}
-		return json.Unmarshal(msgs[0].Data, &done)
-	})
+	done := completion(t, js, session)
 	if !strings.Contains(done.Answer, "/skills/deploy/SKILL.md: this session has not read it: Read it first") {
 		t.Errorf("answer = %q", done.Answer)
 	}
