@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,6 +24,10 @@ type bounds struct {
 	files int   // files, directories and links
 	bytes int64 // bytes in regular files, by their length
 }
+
+// maxDepth bounds how many directories deep a workspace goes: a walk of it
+// holds one open directory per level.
+const maxDepth = 2048
 
 // sparseSlack is how many bytes of holes a file may have and still be
 // snapshotted; see [holes].
@@ -85,6 +90,9 @@ func walkIn(r *os.Root, rel string, b bounds, n *int, visit func(*os.Root, strin
 		if !info.IsDir() {
 			continue
 		}
+		if strings.Count(p, "/")+1 >= maxDepth {
+			return tooDeep(maxDepth)
+		}
 		sub, err := r.OpenRoot(name)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
@@ -111,6 +119,10 @@ func (e *boundError) Is(target error) bool {
 
 func tooManyFiles(limit int) error {
 	return &boundError{fmt.Sprintf("the workspace holds more than %d files and directories, over its limit (CORRAL_SANDBOX_WORKSPACE_FILES): remove some (build outputs, caches, dependencies that can be fetched again) before going on", limit)}
+}
+
+func tooDeep(limit int) error {
+	return &boundError{fmt.Sprintf("the workspace has directories more than %d levels deep, over its limit: flatten or remove them before going on", limit)}
 }
 
 func tooManyBytes(limit int64) error {

@@ -349,3 +349,30 @@ func TestRestartMidCallKeepsTheWorkspace(t *testing.T) {
 		t.Errorf("after the restart: %q, want what the interrupted call wrote kept", r.Output)
 	}
 }
+
+// A workspace deeper than maxDepth is refused by the walk that snapshots
+// it, which would otherwise hold an open directory per level.
+func TestTooDeepWorkspace(t *testing.T) {
+	dir := t.TempDir()
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range maxDepth {
+		if err := r.Mkdir("d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		sub, err := r.OpenRoot("d")
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = sub
+	}
+	r.Close()
+	err = walk(dir, bounds{}, func(*os.Root, string, string, os.FileInfo) error { return nil })
+	var be *boundError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), "levels deep") {
+		t.Fatalf("walk of a tree %d deep: %v, want the depth bound", maxDepth, err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -227,18 +228,12 @@ func (o *owner) ownTree(dir string) error {
 	if int(st.Uid) == o.uid && int(st.Gid) == o.gid {
 		return nil
 	}
-	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		if int(st.Uid) != o.uid || int(st.Gid) != o.gid {
-			return os.Lchown(p, o.uid, o.gid)
-		}
-		return nil
-	})
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	err = o.ownIn(root)
+	root.Close()
 	if err != nil {
 		return fmt.Errorf("hand the workspace to the sandbox user: %w", err)
 	}
@@ -290,4 +285,43 @@ func (o *owner) makeDir(dir string) error {
 		return err
 	}
 	return os.Lchown(dir, o.uid, o.gid)
+}
+
+// ownIn hands what the directory r holds to the sandbox user, each
+// directory opened relative to its parent, so that a tree deeper than
+// PATH_MAX is handed over like any other.
+func (o *owner) ownIn(r *os.Root) error {
+	d, err := r.Open(".")
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		info, err := r.Lstat(name)
+		if err != nil {
+			return err
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != o.uid || int(st.Gid) != o.gid {
+			if err := r.Lchown(name, o.uid, o.gid); err != nil {
+				return err
+			}
+		}
+		if !info.IsDir() {
+			continue
+		}
+		sub, err := r.OpenRoot(name)
+		if err != nil {
+			return err
+		}
+		err = o.ownIn(sub)
+		sub.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -259,3 +259,42 @@ func TestShownPath(t *testing.T) {
 		t.Errorf("ShownPath says the sandbox sees %s, it sees %s", want, fields[3])
 	}
 }
+
+// A workspace made as root that is deeper than PATH_MAX (a deep tree
+// restored from a snapshot) is handed to the sandbox user whole.
+func TestDeepTreeIsHandedOver(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	dir := t.TempDir()
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const levels = 1100 // of "dddd/": 5500 bytes of path
+	for range levels {
+		if err := r.Mkdir("dddd", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		sub, err := r.OpenRoot("dddd")
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = sub
+	}
+	if err := r.WriteFile("f", []byte("deep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	o := &owner{uid: DefaultUser, gid: DefaultGroup}
+	if err := o.ownTree(dir); err != nil {
+		t.Fatalf("hand over a tree %d deep: %v", levels, err)
+	}
+	fi, err := r.Lstat("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != DefaultUser || int(st.Gid) != DefaultGroup {
+		t.Errorf("the deepest file belongs to %d:%d, want %d:%d", st.Uid, st.Gid, DefaultUser, DefaultGroup)
+	}
+}
