@@ -155,8 +155,7 @@ func dispatch(st *State, env Env, calls []event.Call) []Action {
 			// and any reviewer's decision are applied afresh, and only
 			// to a call of the harness's own recorded response.
 			if d.Seq > env.RequeueAfter {
-				service, memPath, err := tool.Route(c.Name, input)
-				if err == nil && Decide(st, env, c, input).Verdict == policy.Allow && service == d.Service {
+				if service, memPath, ok := allowed(st, env, c, input); ok && service == d.Service {
 					acts = append(acts, Dispatch{Call: c, Service: service, MemPath: memPath, Recorded: true})
 				}
 			}
@@ -196,12 +195,9 @@ func backfill(st *State, env Env) []Action {
 		if _, ok := st.Dispatched[c.ID]; ok {
 			continue
 		}
-		input := st.input(c)
-		service, _, err := tool.Route(c.Name, input)
-		if err != nil || Decide(st, env, c, input).Verdict != policy.Allow {
-			continue
+		if service, _, ok := allowed(st, env, c, st.input(c)); ok {
+			acts = append(acts, RecordDispatched{Call: c, Service: service})
 		}
-		acts = append(acts, RecordDispatched{Call: c, Service: service})
 	}
 	return acts
 }
@@ -210,12 +206,20 @@ func backfill(st *State, env Env) []Action {
 // resp now, which the harness records with the response, or "" if it may
 // not run yet or at all.
 func Dispatchable(st *State, env Env, resp *event.ModelResponded, c event.Call) string {
-	input := resp.Input(c)
-	service, _, err := tool.Route(c.Name, input)
-	if err != nil || Decide(st, env, c, input).Verdict != policy.Allow {
-		return ""
-	}
+	service, _, _ := allowed(st, env, c, resp.Input(c))
 	return service
+}
+
+// allowed returns the service that runs call c with input, and the memory
+// or skill file it names, if it may run now as it is: it can run as
+// written, is no Edit of a file the session has not read, and the policy
+// (or a reviewer) allows it. Every call that goes out passes it.
+func allowed(st *State, env Env, c event.Call, input json.RawMessage) (service, memPath string, ok bool) {
+	service, memPath, err := tool.Route(c.Name, input)
+	if err != nil || readFirst(st, c.Name, service, memPath) != nil || Decide(st, env, c, input).Verdict != policy.Allow {
+		return "", "", false
+	}
+	return service, memPath, true
 }
 
 // readFirst refuses an Edit of a memory or skill file this session has

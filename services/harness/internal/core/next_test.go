@@ -153,9 +153,10 @@ func cmpOr(a, b string) string {
 }
 
 const (
-	bashTrue = `{"command":"true"}`
-	bashRm   = `{"command":"rm -rf /workspace"}`
-	bashPush = `{"command":"git push"}`
+	editUnread = `{"file_path":"/memories/x.md","old_string":"a","new_string":"b"}`
+	bashTrue   = `{"command":"true"}`
+	bashRm     = `{"command":"rm -rf /workspace"}`
+	bashPush   = `{"command":"git push"}`
 )
 
 func TestNext(t *testing.T) {
@@ -190,11 +191,13 @@ func TestNext(t *testing.T) {
 			"ask(3 messages, last user: A|also)"},
 		{"results of calls never recorded as dispatched are backfilled", new(log).request("hi").respond("", "a:Bash:"+bashTrue, "r:Bash:"+bashRm).result("a", "A").result("r", "refused"), nil,
 			"record dispatched a; ask(3 messages, last user: A|refused)"},
+		{"a refused Edit of an unread file is not backfilled as dispatched", new(log).request("hi").respond("", "a:Bash:"+bashTrue, "e:Edit:"+editUnread).result("a", "A").result("e", "refused"), nil,
+			"record dispatched a; ask(3 messages, last user: A|refused)"},
 		{"a call the policy denies is refused", new(log).request("hi").respond("", "r:Bash:"+bashRm), nil,
 			"refuse r: refused by policy (rule no-rm): it deletes"},
 		{"a call that cannot run is refused", new(log).request("hi").respond("", "e:Read:"+`{"file_path":"/etc/../../x"}`, "n:Nope:{}"), nil,
 			`refuse e: path is outside /workspace: /etc/../../x; refuse n: unknown tool "Nope": the tools are Bash, Read, Write, Edit, Glob and Grep`},
-		{"an unread memory file's Edit is refused before any reviewer", new(log).request("hi").respond("", "e:Edit:"+`{"file_path":"/memories/x.md","old_string":"a","new_string":"b"}`), nil,
+		{"an unread memory file's Edit is refused before any reviewer", new(log).request("hi").respond("", "e:Edit:"+editUnread), nil,
 			"refuse e: /memories/x.md: this session has not read it: Read it first (an Edit changes a file that exists, as last read), then make your change"},
 		{"a held call asks a reviewer", new(log).request("hi").respond("", "p:Bash:"+bashPush), nil,
 			"hold p (rule push, asked false)"},
@@ -259,4 +262,23 @@ func mustParse(t *testing.T, yaml string) *policy.Policy {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// A call is dispatched with its response only if it may run as it is: an
+// Edit of a file the session has not read is not, whatever the policy.
+func TestDispatchable(t *testing.T) {
+	pol, err := policy.Parse([]byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := Env{Policy: pol, ApprovalKey: approvalPub, MaxTurns: 3, Now: t0, RequeueAfter: NoRequeue}
+	l := new(log).request("hi").respond("", "a:Bash:"+bashTrue, "e:Edit:"+editUnread, "r:Bash:"+bashRm, "p:Bash:"+bashPush)
+	st := l.fold()
+	resp := l.events[len(l.events)-1].(*event.ModelResponded)
+	want := map[string]string{"a": "sandbox", "e": "", "r": "", "p": ""}
+	for _, c := range resp.Calls {
+		if got := Dispatchable(st, env, resp, c); got != want[c.ToolUseID] {
+			t.Errorf("call %s dispatched to %q, want %q", c.ToolUseID, got, want[c.ToolUseID])
+		}
+	}
 }
