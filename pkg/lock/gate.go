@@ -107,11 +107,12 @@ func (t *Ticket) Wait(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
+	// Decided under one hold of the lock: admitted meanwhile, t gives
+	// back what it was admitted to; else it leaves the queue.
 	t.g.mu.Lock()
-	in := t.in
-	t.g.mu.Unlock()
-	if in {
-		t.Done()
+	defer t.g.mu.Unlock()
+	if t.in {
+		t.done()
 	} else {
 		t.leave()
 	}
@@ -172,9 +173,14 @@ func (t *Ticket) Yield() {
 // Done ends admitted work: its key, slot and group go to the work waiting
 // for them. Calling it again does nothing.
 func (t *Ticket) Done() {
+	t.g.mu.Lock()
+	defer t.g.mu.Unlock()
+	t.done()
+}
+
+// done is [Ticket.Done]; the caller holds g.mu.
+func (t *Ticket) done() {
 	g := t.g
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	if !t.in || t.closed {
 		return
 	}
@@ -191,11 +197,9 @@ func (t *Ticket) Done() {
 	g.admit()
 }
 
-// leave takes t, not admitted, out of the queue.
+// leave takes t, not admitted, out of the queue. The caller holds g.mu.
 func (t *Ticket) leave() {
 	g := t.g
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	for i, w := range g.waiting {
 		if w == t {
 			g.waiting = append(g.waiting[:i], g.waiting[i+1:]...)

@@ -119,3 +119,31 @@ func TestGateWaitCancelAndQueued(t *testing.T) {
 		t.Errorf("left behind: waiting %d, running %d", g.Waiting(), g.running)
 	}
 }
+
+// Work that gives up waiting just as it is admitted gives back what it
+// was admitted to: the next work of its key still gets in.
+func TestGiveUpWhileAdmitted(t *testing.T) {
+	for i := range 200000 {
+		var g Gate
+		g.Size = 1
+		a := g.Enter("k", "")
+		if err := a.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		b := g.Enter("k", "")
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		go a.Done() // admits b, maybe while b gives up
+		if err := b.Wait(ctx); err == nil {
+			b.Done()
+		} // else b is done, as Wait says
+		c := g.Enter("k", "")
+		wctx, wcancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Wait(wctx)
+		wcancel()
+		if err != nil {
+			t.Fatalf("round %d: the next work of the key waits for good: %v", i, err)
+		}
+		c.Done()
+	}
+}
