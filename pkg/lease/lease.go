@@ -34,8 +34,9 @@ type Bucket struct {
 	// TTL is the bucket's: a lease lasts at least this long after the
 	// last write that renewed it was sent.
 	TTL time.Duration
-	// Timeout bounds each request of a renewal; zero means
-	// [bus.RequestTimeout].
+	// Timeout bounds each request on a lease; zero means a third of
+	// TTL (the time between two renewals: a renewal slower than that has
+	// failed anyway), at most [bus.RequestTimeout].
 	Timeout time.Duration
 }
 
@@ -157,7 +158,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 }
 
 func (l *Lease) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, cmp.Or(l.b.Timeout, bus.RequestTimeout))
+	return context.WithTimeout(ctx, cmp.Or(l.b.Timeout, min(bus.RequestTimeout, l.b.TTL/3)))
 }
 
 func (l *Lease) renewed(rev uint64, sent time.Time) {

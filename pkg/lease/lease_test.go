@@ -247,3 +247,30 @@ func TestFreeAndDelete(t *testing.T) {
 		t.Errorf("deleting a lost lease left %q, want b's kept", h)
 	}
 }
+
+// A renewal with no answer gives up within a third of the lease's TTL by
+// default, not after a request's usual timeout: by then the lease may be
+// another's.
+func TestRenewalGivesUpWithinItsPeriod(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, _, js := natstest.Run(t)
+	const ttl = 3 * time.Second
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "test-leases", TTL: ttl, History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := lease.Bucket{KV: kv, TTL: ttl}
+	a, err := b.Create(ctx, "k", []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown()
+	start := time.Now()
+	if err := a.Renew(ctx); err == nil {
+		t.Fatal("renewed with the server gone")
+	}
+	if took := time.Since(start); took > ttl {
+		t.Errorf("the renewal gave up after %v, want within %v", took, ttl/3*2)
+	}
+}

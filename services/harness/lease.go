@@ -36,11 +36,9 @@ import (
 // the session.
 var errLeaseHeld = fmt.Errorf("session lease held by another harness: %w", bus.ErrNotYet)
 
-// sessionLeases returns the bucket of session leases. A renewal slower
-// than a third of the lease's TTL, the time between two, has failed
-// anyway.
+// sessionLeases returns the bucket of session leases.
 func sessionLeases(kv jetstream.KeyValue) lease.Bucket {
-	return lease.Bucket{KV: kv, TTL: bus.LeaseTTL, Timeout: bus.LeaseTTL / 3}
+	return lease.Bucket{KV: kv, TTL: bus.LeaseTTL}
 }
 
 // acquireLease takes the session's lease and renews it until release is
