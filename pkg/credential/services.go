@@ -83,6 +83,10 @@ func concat(parts ...[]string) []string {
 
 // Services returns every service user but the admin, with its
 // permissions: the table of the README's "Who may write what".
+//
+// Each service hears replies only on its own inboxes ([bus.SignIn] sets
+// their prefix): none reads another's answers (events pulled, files
+// previewed, API replies).
 func Services() []Service {
 	return []Service{
 		{
@@ -96,7 +100,7 @@ func Services() []Service {
 				Deny: denyConsumers(bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps),
 				// Harnesses ask each other for the session leases
 				// lingering after a step.
-				Subscribe: []string{"_INBOX.>", "harness.lease.>"},
+				Subscribe: []string{bus.InboxPrefix(UserHarness) + ".>", "harness.lease.>"},
 			},
 			Responds: true,
 		},
@@ -112,7 +116,7 @@ func Services() []Service {
 					"sandbox.node.>",
 				}, events("sandbox", "tool.completed")),
 				Deny:      denyConsumers(bus.ConsumerSandboxCalls),
-				Subscribe: []string{"_INBOX.>", "sandbox.node.>", bus.PreviewFilter(bus.ServiceSandbox)},
+				Subscribe: []string{bus.InboxPrefix(UserSandbox) + ".>", "sandbox.node.>", bus.PreviewFilter(bus.ServiceSandbox)},
 			},
 			Responds: true,
 		},
@@ -126,7 +130,7 @@ func Services() []Service {
 					"$KV.memories.>", "$O.skills.>", "payloads.>",
 				}, events("memory", "tool.completed")),
 				Deny:      denyConsumers(bus.ConsumerMemoryCalls),
-				Subscribe: []string{"_INBOX.>", "corral.memory.>", "$SRV.>", bus.PreviewFilter(bus.ServiceMemory)},
+				Subscribe: []string{bus.InboxPrefix(UserMemory) + ".>", "corral.memory.>", "$SRV.>", bus.PreviewFilter(bus.ServiceMemory)},
 			},
 			Responds: true,
 		},
@@ -135,7 +139,7 @@ func Services() []Service {
 			Permissions: Permissions{
 				Publish:   concat(jsRead, []string{"$KV.approvals.>", "payloads.>"}, events("approval", "approval.decided")),
 				Deny:      denyConsumers(bus.ConsumerApprovals),
-				Subscribe: []string{"_INBOX.>", "corral.approval.>", "$SRV.>"},
+				Subscribe: []string{bus.InboxPrefix(UserApproval) + ".>", "corral.approval.>", "$SRV.>"},
 			},
 			Responds: true,
 		},
@@ -147,7 +151,7 @@ func Services() []Service {
 			Permissions: Permissions{
 				Publish: append([]string{"$JS.API.INFO", "$JS.API.STREAM.INFO.KV_" + bus.BucketCredentials, "$JS.API.DIRECT.GET.KV_" + bus.BucketCredentials + ".>", "$JS.API.STREAM.MSG.GET.KV_" + bus.BucketCredentials},
 					gateAPI()...),
-				Subscribe: []string{"_INBOX.>", "$SYS.REQ.USER.AUTH", bus.ConsumerGate + ">"},
+				Subscribe: []string{bus.InboxPrefix(UserAuth) + ".>", "$SYS.REQ.USER.AUTH", bus.ConsumerGate + ">"},
 			},
 			Responds: true,
 		},

@@ -327,6 +327,18 @@ func TestDeployedPermissions(t *testing.T) {
 	denied("sandbox-manager", sjs, sv, bus.ToolSubject(bus.ServiceSandbox, "acme", session), map[string]string{"type": event.TypeToolCall})
 	denied("harness", hjs, hv, "$KV.approvals.acme."+session.String()+".x", map[string]string{"status": "approved"})
 
+	// No service hears another's replies: the memory service may not
+	// listen on the harness's inboxes (events pulled, previews answered).
+	if _, err := mjs.Conn().SubscribeSync(bus.InboxPrefix(credential.UserHarness) + ".>"); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if !mv.seen(bus.InboxPrefix(credential.UserHarness) + ".>") {
+			return fmt.Errorf("the memory service subscribed to the harness's inboxes")
+		}
+		return nil
+	})
+
 	// No service can route messages around its permissions by creating or
 	// changing a stream (re-publishing into the approvals bucket, say).
 	short := func() context.Context {
