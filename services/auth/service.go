@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -127,13 +126,17 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 // Run answers the server's questions until ctx is done. It then stops
 // taking questions, answers those it holds, and returns.
 func (s *Service) Run(ctx context.Context) error {
-	// A channel rather than a callback: the questions are answered by
+	// Channels rather than callbacks: the questions are answered by
 	// Workers goroutines at once, each waiting on a bucket read, and a
-	// server restarting sends every client's at once.
-	msgs := make(chan *nats.Msg, 4096)
+	// server restarting sends every client's at once. The gate's
+	// requests, which any client can send and each of which lists a
+	// stream's consumers, have their own channel and a quarter of the
+	// workers: however many a client sends, sign-ins never wait behind
+	// them.
+	signIns, gated := make(chan *nats.Msg, 4096), make(chan *nats.Msg, 256)
 	var subs []*nats.Subscription
-	for _, subject := range []string{Subject, bus.ConsumerGate + ">"} {
-		sub, err := s.nc.ChanQueueSubscribe(subject, Queue, msgs)
+	for subject, ch := range map[string]chan *nats.Msg{Subject: signIns, bus.ConsumerGate + ">": gated} {
+		sub, err := s.nc.ChanQueueSubscribe(subject, Queue, ch)
 		if err != nil {
 			unsubscribe(subs)
 			return fmt.Errorf("subscribe %s: %w", subject, err)
@@ -154,17 +157,17 @@ func (s *Service) Run(ctx context.Context) error {
 	// on the way out.
 	actx := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
-	for range s.cfg.Workers {
-		wg.Go(func() {
-			for m := range msgs {
-				if strings.HasPrefix(m.Subject, bus.ConsumerGate) {
-					s.gate(actx, m)
-				} else {
-					s.answer(actx, m)
+	serve := func(n int, ch <-chan *nats.Msg, handle func(context.Context, *nats.Msg)) {
+		for range n {
+			wg.Go(func() {
+				for m := range ch {
+					handle(actx, m)
 				}
-			}
-		})
+			})
+		}
 	}
+	serve(s.cfg.Workers, signIns, s.answer)
+	serve(max(1, s.cfg.Workers/4), gated, s.gate)
 
 	<-ctx.Done()
 	// Drain: the server stops sending, and what it sent arrives. Then
@@ -182,7 +185,8 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	unsubscribe(subs)
-	close(msgs)
+	close(signIns)
+	close(gated)
 	wg.Wait()
 	s.log.InfoContext(actx, "auth stopped")
 	return errors.Join(errs...)
