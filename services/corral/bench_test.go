@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -516,26 +515,6 @@ func BenchmarkJetStreamRoundTrip(b *testing.B) {
 			b.Fatal(err)
 		}
 		if err := msg.DoubleAck(ctx); err != nil {
-			b.Fatal(err)
-		}
-		ds = append(ds, time.Since(t0))
-	}
-	b.StopTimer()
-	percentiles(b, ds, "")
-}
-
-// BenchmarkForkExecTrue is the bare baseline of running a process.
-func BenchmarkForkExecTrue(b *testing.B) {
-	path, err := exec.LookPath("true")
-	if err != nil {
-		b.Skip("no true")
-	}
-	ds := make([]time.Duration, 0, b.N)
-	for range b.N {
-		t0 := time.Now()
-		cmd := exec.Command(path)
-		cmd.Env = []string{}
-		if err := cmd.Run(); err != nil {
 			b.Fatal(err)
 		}
 		ds = append(ds, time.Since(t0))

@@ -84,7 +84,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	if cfg.CallTimeout, err = envconf.Duration(getenv, "CORRAL_MEMORY_CALL_TIMEOUT", DefaultCallTimeout); err != nil {
 		return Config{}, err
 	}
-	if cfg.ShutdownGrace, err = envconf.DurationAtLeast(getenv, "CORRAL_SHUTDOWN_GRACE", 10*time.Second, 0); err != nil {
+	if cfg.ShutdownGrace, err = envconf.Duration(getenv, "CORRAL_SHUTDOWN_GRACE", 10*time.Second); err != nil {
 		return Config{}, err
 	}
 	if cfg.CallKey, err = event.LoadCallKey(getenv); err != nil {
