@@ -97,6 +97,16 @@ func TestSnapshotBounds(t *testing.T) {
 			want:  "over their limit of 3145728 bytes an hour (CORRAL_SANDBOX_SNAPSHOT_BYTES)",
 			under: "rm a",
 		},
+		{
+			// Content the store holds already (here the session's own;
+			// it could be another tenant's) counts all the same, so the
+			// bound tells nothing of what others stored.
+			name:  "content stored already",
+			env:   map[string]string{"CORRAL_SANDBOX_SNAPSHOT_BYTES": fmt.Sprint(2 << 20)},
+			calls: []string{"head -c 1572864 /dev/zero > a", "cp a b"},
+			want:  "over their limit of 2097152 bytes an hour (CORRAL_SANDBOX_SNAPSHOT_BYTES)",
+			under: "rm b",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

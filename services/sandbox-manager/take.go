@@ -52,12 +52,9 @@ type usage struct {
 func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, dir string, lim limits) (seq uint64, size int64, err error) {
 	start := time.Now()
 	var m manifest
-	var keys []string // the hash cache's keys of the files named
-	type upload struct {
-		rel  string
-		size int64
-	}
-	uploads := make(map[string]upload) // by hash
+	var keys []string                  // the hash cache's keys of the files named
+	uploads := make(map[string]string) // paths of the contents to upload, by hash
+	var changed int64                  // bytes of the files not named by the last snapshot, once per content
 	var order []string
 	sure := make(map[string]bool)
 	err = walk(dir, lim.bounds, func(r *os.Root, name, rel string, info fs.FileInfo) error {
@@ -78,12 +75,16 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 			if _, ok := uploads[c.hash]; c.named || ok || sure[c.hash] {
 				break
 			}
+			// Counted against the session's stored bytes whether or not
+			// the store holds it already: what any tenant stored must not
+			// show in what this one is told it used.
+			changed += info.Size()
 			up, err := s.ensure(ctx, c.hash)
 			if err != nil {
 				return err
 			}
 			if up {
-				uploads[c.hash] = upload{rel, info.Size()}
+				uploads[c.hash] = rel
 				order = append(order, c.hash)
 			} else {
 				sure[c.hash] = true
@@ -127,10 +128,7 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	if err != nil {
 		return 0, size, err
 	}
-	var adding int64
-	for _, u := range uploads {
-		adding += u.size
-	}
+	adding := changed
 	if lim.stored > 0 && used.bytes+adding > lim.stored {
 		return 0, size, &boundError{fmt.Sprintf("this call left %d bytes of new or changed files, and this session's snapshots stored %d bytes since %s: over their limit of %d bytes an hour (CORRAL_SANDBOX_SNAPSHOT_BYTES), so the workspace was not snapshotted. Remove or shrink files you do not need, or change fewer before %s; the next call snapshots the workspace again",
 			adding, used.bytes, used.since.UTC().Format(time.TimeOnly), lim.stored, used.since.Add(usageWindow).UTC().Format(time.TimeOnly))}
@@ -142,7 +140,7 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 		}
 		defer root.Close()
 		for _, hash := range order {
-			if err := s.upload(ctx, root, uploads[hash].rel, hash); err != nil {
+			if err := s.upload(ctx, root, uploads[hash], hash); err != nil {
 				return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
 			}
 		}
