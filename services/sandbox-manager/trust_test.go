@@ -268,3 +268,47 @@ func TestFailedSnapshotNotesArePerTenant(t *testing.T) {
 		}
 	}
 }
+
+// A note stays on disk while its workspace is here and says whether the
+// workspace is ahead of its snapshot: a node restarted after a call's
+// snapshot was taken reads it as up to date, one restarted before as
+// ahead; the note goes with the workspace.
+func TestNoteSaysWhetherTheWorkspaceIsAhead(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	notes, workspaces := t.TempDir(), t.TempDir()
+	open := func() *snapshots {
+		t.Helper()
+		s, err := newSnapshots(context.Background(), js, notes, workspaces, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	session := uuid.Must(uuid.NewV7())
+	s := open()
+	s.ahead("acme", session, 4)
+	if rev, dirty := open().failedAt("acme", session); !dirty || rev != 4 {
+		t.Errorf("after a call began: failedAt = %d, %v; want 4, true", rev, dirty)
+	}
+	s.mu.Lock()
+	s.clean("acme", session)
+	s.mu.Unlock()
+	if rev, dirty := open().failedAt("acme", session); dirty {
+		t.Errorf("after its snapshot: failedAt = %d, %v; want the workspace up to date", rev, dirty)
+	}
+	s.ahead("acme", session, 4)
+	if rev, dirty := open().failedAt("acme", session); !dirty || rev != 4 {
+		t.Errorf("after the next call began: failedAt = %d, %v; want 4, true", rev, dirty)
+	}
+	s.ahead("acme", session, 7) // placed here again
+	if rev, dirty := open().failedAt("acme", session); !dirty || rev != 7 {
+		t.Errorf("placed afresh: failedAt = %d, %v; want 7, true", rev, dirty)
+	}
+	s.gone("acme", session)
+	if _, err := os.Stat(filepath.Join(notes, "acme", session.String())); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the note of a workspace gone: %v; want it gone", err)
+	}
+	if _, dirty := open().failedAt("acme", session); dirty {
+		t.Error("a workspace gone is still noted as ahead after a restart")
+	}
+}
