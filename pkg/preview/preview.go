@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -53,27 +52,22 @@ func Edit(name, content string, a *tool.EditArgs) (string, error) {
 	if len(content) > MaxBytes {
 		return "", fmt.Errorf("%s is %d bytes: previews are made of files of up to %d MiB", name, len(content), MaxBytes>>20)
 	}
-	if a.OldString == "" {
-		return "", errors.New("old_string is empty: the Edit will be refused")
-	}
-	n := strings.Count(content, a.OldString)
+	after, k, err := tool.ApplyEdit(name, content, a, MaxBytes)
+	var e *tool.EditError
 	switch {
-	case n == 0:
+	case errors.As(err, &e) && e.Kind == tool.EditNotFound:
 		return "", fmt.Errorf("old_string is not in %s as it is now: the Edit will be refused", name)
-	case n > 1 && !a.ReplaceAll:
-		return "", fmt.Errorf("old_string occurs %d times in %s and replace_all is not set: the Edit will be refused", n, name)
-	}
-	k := 1
-	if a.ReplaceAll {
-		k = n
-	}
-	if size := len(content) + k*(len(a.NewString)-len(a.OldString)); size > MaxBytes {
-		return "", fmt.Errorf("the Edit would make %s %d bytes: previews are made of files of up to %d MiB", name, size, MaxBytes>>20)
+	case errors.As(err, &e) && e.Kind == tool.EditNotUnique:
+		return "", fmt.Errorf("old_string occurs %d times in %s and replace_all is not set: the Edit will be refused", e.Occurrences, name)
+	case errors.As(err, &e) && e.Kind == tool.EditTooLarge:
+		return "", fmt.Errorf("the Edit would make %s %d bytes: previews are made of files of up to %d MiB", name, e.Size, MaxBytes>>20)
+	case err != nil:
+		return "", err
 	}
 	if k > maxEdits {
 		return "", fmt.Errorf("the Edit replaces %d occurrences in %s: previews show up to %d", k, name, maxEdits)
 	}
-	d := udiff.Unified("a"+name, "b"+name, content, strings.Replace(content, a.OldString, a.NewString, k))
+	d := udiff.Unified("a"+name, "b"+name, content, after)
 	if len(d) > MaxBytes {
 		return "", fmt.Errorf("the diff the Edit makes to %s is %d bytes: previews show up to %d MiB", name, len(d), MaxBytes>>20)
 	}

@@ -312,25 +312,20 @@ func (s *Service) checkContent(p, content string) *result {
 	return &r
 }
 
-// edit applies an Edit to content, as the sandbox's Edit does. limit is
-// the largest file it may make: the new content is not built past it.
+// edit applies an Edit to content ([tool.ApplyEdit]). limit is the
+// largest file it may make.
 func edit(content string, a *tool.EditArgs, limit int) (string, *result) {
-	n := strings.Count(content, a.OldString)
+	out, _, err := tool.ApplyEdit(a.FilePath, content, a, limit)
+	var e *tool.EditError
 	switch {
-	case n == 0:
-		r := failf("old_string not found in %s: read the file again and copy the text exactly, including whitespace and indentation", a.FilePath)
+	case errors.As(err, &e) && e.Kind == tool.EditTooLarge:
+		r := failf("%v; memory and skill files may hold at most %d", err, limit)
 		return "", &r
-	case n > 1 && !a.ReplaceAll:
-		r := failf("old_string occurs %d times in %s: add surrounding lines to make it unique, or set replace_all to replace every occurrence", n, a.FilePath)
-		return "", &r
-	case len(content)+n*(len(a.NewString)-len(a.OldString)) > limit:
-		r := failf("the edit would make %s %d bytes; memory and skill files may hold at most %d", a.FilePath, len(content)+n*(len(a.NewString)-len(a.OldString)), limit)
+	case err != nil:
+		r := failf("%v", err)
 		return "", &r
 	}
-	if a.ReplaceAll {
-		return strings.ReplaceAll(content, a.OldString, a.NewString), nil
-	}
-	return strings.Replace(content, a.OldString, a.NewString, 1), nil
+	return out, nil
 }
 
 func (s *Service) glob(ctx context.Context, c *event.ToolCall, a *tool.GlobArgs) (result, error) {

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"strings"
 
 	"corral.dev/pkg/tool"
 )
@@ -72,25 +71,13 @@ func editFile(root *os.Root, a *tool.EditArgs, o *owner) Result {
 	if len(data) > editMaxBytes {
 		return errorf("%s grew past %d MiB while being read: Edit changes files of up to %d MiB", show, editMaxBytes>>20, editMaxBytes>>20)
 	}
-	content := string(data)
-	n := strings.Count(content, a.OldString)
-	k := n // occurrences to replace
-	if !a.ReplaceAll {
-		k = min(n, 1)
-	}
-	if size := len(content) + k*(len(a.NewString)-len(a.OldString)); size > editMaxBytes {
-		return errorf("the edit would make %s %d bytes; Edit makes files of up to %d MiB", show, size, editMaxBytes>>20)
-	}
+	content, n, err := tool.ApplyEdit(show, string(data), a, editMaxBytes)
+	var e *tool.EditError
 	switch {
-	case n == 0:
-		return errorf("old_string not found in %s: read the file again and copy the text exactly, including whitespace and indentation", show)
-	case n > 1 && !a.ReplaceAll:
-		return errorf("old_string occurs %d times in %s: add surrounding lines to make it unique, or set replace_all to replace every occurrence", n, show)
-	}
-	if a.ReplaceAll {
-		content = strings.ReplaceAll(content, a.OldString, a.NewString)
-	} else {
-		content = strings.Replace(content, a.OldString, a.NewString, 1)
+	case errors.As(err, &e) && e.Kind == tool.EditTooLarge:
+		return errorf("%v; Edit makes files of up to %d MiB", err, editMaxBytes>>20)
+	case err != nil:
+		return errorf("%v", err)
 	}
 	if err := writeAtomic(root, rel, []byte(content), fi.Mode().Perm(), o); err != nil {
 		return errorf("cannot write %s: %v", show, unwrapPath(err))
