@@ -21,9 +21,12 @@ type Call struct {
 	ToolUseID string    `json:"tool_use_id"`
 	Name      string    `json:"name"`
 	// Service, when set, is the tool service ("sandbox", "memory") the
-	// call was dispatched to with the response: it needs no
-	// [ToolDispatched] event. A call the policy held for a reviewer, or
-	// refused, has none, and one dispatched later gets its event then.
+	// call was dispatched to with the response. Only earlier versions
+	// wrote it, for the calls they dispatched with the response, which
+	// then had no [ToolDispatched] event; read it as one (see
+	// [ModelResponded.Dispatches]). A dispatch is now always recorded by
+	// a tool.dispatched event, in the same atomic batch as the response
+	// when the call may run at once.
 	Service string `json:"service,omitempty"`
 }
 
@@ -45,19 +48,33 @@ type ModelResponded struct {
 }
 
 // Dispatches returns the calls e dispatched itself (those with a
-// [Call].Service), each as the [ToolDispatched] event that says so
-// elsewhere, so that readers treat both alike.
+// [Call].Service, which only responses recorded by earlier versions
+// have), each as the [ToolDispatched] event that says so today, under
+// e's header, so that readers treat both alike.
 func (e *ModelResponded) Dispatches() []*ToolDispatched {
 	var out []*ToolDispatched
 	for _, c := range e.Calls {
-		if c.Service == "" {
-			continue
+		if c.Service != "" {
+			d := NewToolDispatched(e, c, c.Service)
+			d.Header = e.Header
+			d.Type = TypeToolDispatched
+			out = append(out, d)
 		}
-		d := &ToolDispatched{Header: e.Header, Call: c.ID, Turn: e.Turn, Name: c.Name, Summary: Summary(e.Input(c)), Service: c.Service}
-		d.Type = TypeToolDispatched
-		out = append(out, d)
 	}
 	return out
+}
+
+// NewToolDispatched returns the record that call c of response resp was
+// dispatched to service.
+func NewToolDispatched(resp *ModelResponded, c Call, service string) *ToolDispatched {
+	return &ToolDispatched{
+		Header:  NewHeader(TypeToolDispatched, resp.Tenant, resp.Session),
+		Call:    c.ID,
+		Turn:    resp.Turn,
+		Name:    c.Name,
+		Summary: Summary(resp.Input(c)),
+		Service: service,
+	}
 }
 
 // Summary is the start of a call's input, for people watching.

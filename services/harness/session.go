@@ -108,7 +108,7 @@ func (s *Service) keep(st *state) {
 // is marked stale: the session's next step reads the log again. An event
 // recorded already under msgID counts as recorded (and is not folded in).
 func (s *Service) append(ctx context.Context, st *state, ev event.Event, msgID string) error {
-	if err := s.appendNew(ctx, st, ev, msgID, nil); err != nil && !errors.Is(err, sessionlog.ErrDuplicate) {
+	if err := s.appendNew(ctx, st, ev, msgID); err != nil && !errors.Is(err, sessionlog.ErrDuplicate) {
 		return err
 	}
 	return nil
@@ -116,34 +116,51 @@ func (s *Service) append(ctx context.Context, st *state, ev event.Event, msgID s
 
 // appendNew is [Service.append] for an event that must be new: one
 // recorded already under msgID returns an error wrapping
-// [sessionlog.ErrDuplicate]. unless, if set, changes ev before it is recorded
-// without the condition: ev then says less, having not followed what st
-// was folded from.
-func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgID string, unless func()) error {
+// [sessionlog.ErrDuplicate]. The events of also, if any, are recorded
+// with ev, right after it and atomically, on the same condition; should
+// it fail, ev is recorded alone, and they are left to the step, which
+// looks again at what they record.
+func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgID string, also ...sessionlog.ToAppend) error {
 	if !s.cfg.Speedups.ConditionalAppend {
 		// The state no longer surely stands for the log: the next step
 		// reads it again.
 		st.stale = true
 	}
 	if !st.stale {
-		seq, err := s.logs.Append(ctx, ev, msgID, st.Seq)
+		err := s.appendAll(ctx, st, append([]sessionlog.ToAppend{{Event: ev, MsgID: msgID}}, also...))
 		if err == nil {
-			st.fold(seq, ev)
 			return nil
 		}
 		// Whatever happened, st no longer surely stands for the log.
 		st.stale = true
-		if !errors.Is(err, sessionlog.ErrNotLast) {
+		if !errors.Is(err, sessionlog.ErrNotLast) && !errors.Is(err, sessionlog.ErrBusy) {
 			return err
 		}
-	}
-	if unless != nil {
-		unless()
 	}
 	if err := s.logs.Record(ctx, ev, msgID); err != nil {
 		return err
 	}
 	st.fold(st.Seq, ev)
+	return nil
+}
+
+// appendAll records evs after the event st was folded to, and folds them
+// in.
+func (s *Service) appendAll(ctx context.Context, st *state, evs []sessionlog.ToAppend) error {
+	if len(evs) == 1 {
+		seq, err := s.logs.Append(ctx, evs[0].Event, evs[0].MsgID, st.Seq)
+		if err == nil {
+			st.fold(seq, evs[0].Event)
+		}
+		return err
+	}
+	seqs, err := s.logs.AppendAll(ctx, evs, st.Seq)
+	if err != nil {
+		return err
+	}
+	for i, e := range evs {
+		st.fold(seqs[i], e.Event)
+	}
 	return nil
 }
 

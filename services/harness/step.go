@@ -13,6 +13,7 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/model"
+	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/tool"
 	"corral.dev/services/harness/internal/core"
 )
@@ -230,25 +231,24 @@ func (s *Service) ask(ctx context.Context, st *state, env core.Env, messages []m
 		ev.Calls = append(ev.Calls, event.Call{ID: uuid.Must(uuid.NewV7()), ToolUseID: b.ID, Name: b.Name})
 	}
 	s.log.DebugContext(ctx, "model responded", "session", st.Session, "turn", ev.Turn, "calls", len(ev.Calls))
-	// The calls the policy allows are dispatched with the response, which
-	// records so: on the condition that nothing came in between, which a
-	// stop would have. Should something have, the response is recorded
-	// without them, and they are dispatched once the step has looked.
+	// The calls the policy allows are recorded as dispatched with the
+	// response, in one atomic batch: on the condition that nothing came
+	// in between, which a stop would have. Should something have, the
+	// response is recorded alone, and the step decides about its calls
+	// once it has looked.
+	var dispatches []sessionlog.ToAppend
 	if s.cfg.Speedups.DispatchWithResponse {
-		for i, c := range ev.Calls {
-			ev.Calls[i].Service = core.Dispatchable(st.State, env, ev, c)
-		}
-	}
-	undispatch := func() {
-		for i := range ev.Calls {
-			ev.Calls[i].Service = ""
+		for _, c := range ev.Calls {
+			if service := core.Dispatchable(st.State, env, ev, c); service != "" {
+				dispatches = append(dispatches, dispatched(ev, c, service))
+			}
 		}
 	}
 	// Recorded before anything acts on it: a harness that dies after this
 	// reuses the response instead of asking again. A duplicate means
 	// another response was recorded for this turn first; acting on this one
 	// would run calls the log does not hold, so the step starts over.
-	if err := s.appendNew(ctx, st, ev, fmt.Sprintf("%s:turn:%d", st.Session, ev.Turn), undispatch); err != nil {
+	if err := s.appendNew(ctx, st, ev, fmt.Sprintf("%s:turn:%d", st.Session, ev.Turn), dispatches...); err != nil {
 		return nil, err
 	}
 	s.days.spent(st.Tenant, st.User, ev)
@@ -315,15 +315,14 @@ func requeueAfter(ctx context.Context) uint64 {
 }
 
 func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call, service string) error {
-	d := event.ToolDispatched{
-		Header:  event.NewHeader(event.TypeToolDispatched, st.Tenant, st.Session),
-		Call:    c.ID,
-		Turn:    st.Pending.Turn,
-		Name:    c.Name,
-		Summary: event.Summary(st.Pending.Input(c)),
-		Service: service,
-	}
-	return s.append(ctx, st, &d, c.ID.String()+":dispatched")
+	d := dispatched(st.Pending, c, service)
+	return s.append(ctx, st, d.Event, d.MsgID)
+}
+
+// dispatched is the record that call c of response resp was dispatched
+// to service, under the message ID that makes it the only one.
+func dispatched(resp *event.ModelResponded, c event.Call, service string) sessionlog.ToAppend {
+	return sessionlog.ToAppend{Event: event.NewToolDispatched(resp, c, service), MsgID: c.ID.String() + ":dispatched"}
 }
 
 // askApproval asks a reviewer about a call the policy holds.

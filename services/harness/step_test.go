@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -396,5 +397,68 @@ func TestDuplicateRequestStartsOneSession(t *testing.T) {
 	}
 	if n := len(fake.Requests()); n != 1 {
 		t.Errorf("the model was asked %d times, want once", n)
+	}
+}
+
+// A dispatch is recorded one way, whether the speed-ups are on or off: a
+// tool.dispatched event per call, right after the response that made it
+// and before its result; the response names no service. With
+// dispatch-with-response on, the response and its dispatches are one
+// atomic batch, stored one right after the other.
+func TestDispatchIsRecordedOneWay(t *testing.T) {
+	kinds := map[string][]string{}
+	for _, speedups := range []string{"all", "none"} {
+		t.Run(speedups, func(t *testing.T) {
+			_, _, js := natstest.Run(t)
+			fake := modeltest.New(t, echo([]modeltest.Call{bashCall("echo hi"), fileCall("Read", "/memories/notes.md")}))
+			runHarnessWith(t, js, fake, map[string]string{"CORRAL_HARNESS_SPEEDUPS": speedups})
+			startTools(t, js, func(string, *event.ToolCall) *event.ToolCompleted { return &event.ToolCompleted{Output: "ok"} })
+			session := ask(t, js, "acme", "ada", uuid.Must(uuid.NewV7()), "", "two calls")
+			ended(t, js, "acme", session, 1)
+			entries, _, err := sessionlog.New(js, sessionlog.Options{Reader: "test"}).ReadAll(context.Background(), "acme", session)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var responded uint64
+			dispatched := map[uuid.UUID]uint64{}
+			for _, e := range entries {
+				switch ev := e.Event.(type) {
+				case *event.ModelResponded:
+					for _, c := range ev.Calls {
+						if c.Service != "" {
+							t.Errorf("the response names %s's service %q", c.Name, c.Service)
+						}
+					}
+					if len(ev.Calls) > 0 {
+						responded = e.Seq
+					}
+				case *event.ToolDispatched:
+					if _, ok := dispatched[ev.Call]; ok {
+						t.Errorf("call %s recorded as dispatched twice", ev.Call)
+					}
+					dispatched[ev.Call] = e.Seq
+				case *event.ToolCompleted:
+					if d, ok := dispatched[ev.Call]; !ok || d > e.Seq {
+						t.Errorf("the result of %s comes before its dispatch", ev.Call)
+					}
+				}
+				if e.Type != event.TypeToolCompleted { // results come in either order
+					kinds[speedups] = append(kinds[speedups], event.Kind(e.Type))
+				}
+			}
+			if len(dispatched) != 2 {
+				t.Fatalf("%d calls recorded as dispatched, want 2", len(dispatched))
+			}
+			if speedups == "all" {
+				for call, seq := range dispatched {
+					if seq != responded+1 && seq != responded+2 {
+						t.Errorf("call %s recorded as dispatched at %d, not right after its response at %d", call, seq, responded)
+					}
+				}
+			}
+		})
+	}
+	if !slices.Equal(kinds["all"], kinds["none"]) {
+		t.Errorf("the logs differ with the speed-ups on and off:\n  on:  %v\n  off: %v", kinds["all"], kinds["none"])
 	}
 }
