@@ -18,6 +18,8 @@
 # sessions one node holds.
 #   scripts/bench.sh [N]    # N iterations per latency benchmark (default 500)
 #   IDLE_SESSIONS=10000     # sessions of the idle-sessions benchmark
+#   CORRAL_HARNESS_SPEEDUPS # the harness's speed-ups in the benchmarks
+#                           # that run it (default all; see README)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-500}"

@@ -247,10 +247,6 @@ var streams = []jetstream.StreamConfig{
 		Storage:     jetstream.FileStorage,
 		Duplicates:  10 * time.Minute,
 		AllowDirect: true,
-		// A model response is recorded with the dispatch of its calls
-		// that may run at once, in one atomic batch (sessionlog's
-		// AppendAll): one round trip, and never one without the other.
-		AllowAtomicPublish: true,
 		// Every reader of a session log (a harness folding a session it
 		// has no cache of, clients following, the approval service) uses
 		// a short-lived ordered consumer, gone 5 s after its last read;

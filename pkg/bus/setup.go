@@ -266,6 +266,5 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 		have.Storage == want.Storage && (want.Duplicates == 0 || have.Duplicates == want.Duplicates) &&
 		unlimited(have.MaxMsgSize) == unlimited(want.MaxMsgSize) && have.AllowDirect == want.AllowDirect &&
 		have.MaxAge == want.MaxAge && have.Description == want.Description &&
-		(want.MaxConsumers == 0 || have.MaxConsumers == want.MaxConsumers) &&
-		have.AllowAtomicPublish == want.AllowAtomicPublish
+		(want.MaxConsumers == 0 || have.MaxConsumers == want.MaxConsumers)
 }

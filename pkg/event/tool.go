@@ -25,8 +25,7 @@ type Call struct {
 	// wrote it, for the calls they dispatched with the response, which
 	// then had no [ToolDispatched] event; read it as one (see
 	// [ModelResponded.Dispatches]). A dispatch is now always recorded by
-	// a tool.dispatched event, in the same atomic batch as the response
-	// when the call may run at once.
+	// a tool.dispatched event.
 	Service string `json:"service,omitempty"`
 }
 

@@ -6,13 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
@@ -303,77 +300,6 @@ var ErrNotLast = errors.New("not the last event of the session")
 // ErrDuplicate is returned by [Log.Record] when the server already has an
 // event under the same message ID.
 var ErrDuplicate = errors.New("recorded already")
-
-// ToAppend is one event of [Log.AppendAll], with its message ID as
-// [Log.Record] takes it.
-type ToAppend struct {
-	Event event.Event
-	MsgID string
-}
-
-// AppendAll is [Log.Append] for several events of one session, recorded
-// atomically in one round trip: all of them, one right after the other,
-// or none. It returns the sequence each was stored at. When any of them
-// was recorded before under its message ID, none is recorded and the
-// error wraps [ErrDuplicate]; when another event came after the one at
-// sequence after, it wraps [ErrNotLast]; when the server has too many
-// atomic batches open at the moment, it wraps [ErrBusy], and the caller
-// may record them one by one.
-func (l *Log) AppendAll(ctx context.Context, evs []ToAppend, after uint64) ([]uint64, error) {
-	if len(evs) == 0 {
-		return nil, nil
-	}
-	ctx, cancel := bus.Bound(ctx)
-	defer cancel()
-	first := evs[0].Event.Head()
-	msgs := make([]*nats.Msg, len(evs))
-	for i, e := range evs {
-		h := e.Event.Head()
-		if h.Tenant != first.Tenant || h.Session != first.Session {
-			return nil, fmt.Errorf("append %s/%s: an event of %s/%s in the same batch", first.Tenant, first.Session, h.Tenant, h.Session)
-		}
-		subject, data, err := l.encode(ctx, e.Event)
-		if err != nil {
-			return nil, err
-		}
-		msgs[i] = &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-		msgs[i].Header.Set(jetstream.MsgIDHeader, bus.SessionKey(h.Tenant, h.Session)+":"+e.MsgID)
-	}
-	// The condition is the first message's: the batch is stored whole
-	// or not at all.
-	msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(after, 10))
-	msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, bus.SessionEvents(first.Tenant, first.Session))
-	// No ack of the first message: one round trip, the commit's.
-	ack, err := jetstreamext.PublishMsgBatch(ctx, l.js, msgs, jetstreamext.BatchFlowControl{})
-	var apiErr *jetstream.APIError
-	switch {
-	case bus.Conflict(err):
-		return nil, fmt.Errorf("%w: %w", ErrNotLast, err)
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeBatchDuplicate:
-		return nil, fmt.Errorf("%w: %s: %w", ErrDuplicate, msgs[0].Subject, err)
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeBatchBusy:
-		return nil, fmt.Errorf("%w: %w", ErrBusy, err)
-	case err != nil:
-		return nil, fmt.Errorf("publish %s and %d more: %w", msgs[0].Subject, len(msgs)-1, err)
-	}
-	// A batch is stored as consecutive messages, ending at the commit.
-	seqs := make([]uint64, len(msgs))
-	for i := range seqs {
-		seqs[i] = ack.Sequence - uint64(len(msgs)-1-i)
-	}
-	return seqs, nil
-}
-
-// The JetStream API's error codes for a batch holding a message ID
-// stored before, and for too many batches open on the server at once.
-const (
-	errCodeBatchDuplicate = 10201
-	errCodeBatchBusy      = 10210
-)
-
-// ErrBusy is returned by [Log.AppendAll] when the server could not take
-// the batch at the moment; nothing was recorded.
-var ErrBusy = errors.New("too many atomic batches open on the server")
 
 // encode returns the subject and payload of ev as the Log writes it: the
 // event, or the stub of it stored in the payloads store.

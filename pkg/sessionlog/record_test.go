@@ -128,65 +128,6 @@ func TestAppend(t *testing.T) {
 	}
 }
 
-// AppendAll records its events together, one right after the other, or
-// none of them: not when the log moved on, and not when one was recorded
-// before.
-func TestAppendAll(t *testing.T) {
-	t.Parallel()
-	_, _, js := natstest.Run(t)
-	ctx := context.Background()
-	l := newLog(js, sessionlog.Harness)
-	a, b := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
-	batch := func(session uuid.UUID, reasons ...string) []sessionlog.ToAppend {
-		var out []sessionlog.ToAppend
-		for _, r := range reasons {
-			out = append(out, sessionlog.ToAppend{Event: failed("acme", session, r), MsgID: r})
-		}
-		return out
-	}
-	first, err := l.Append(ctx, failed("acme", a, "a1"), "a1", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Another session's event in between does not count, but moves the
-	// stream on: the batch's sequences are not first+1...
-	if err := l.Record(ctx, failed("acme", b, "b1"), "b1"); err != nil {
-		t.Fatal(err)
-	}
-	seqs, err := l.AppendAll(ctx, batch(a, "a2", "a3", "a4"), first)
-	if err != nil {
-		t.Fatalf("append a batch after the last event: %v", err)
-	}
-	if _, err := l.AppendAll(ctx, batch(a, "stale", "stale2"), first); !errors.Is(err, sessionlog.ErrNotLast) {
-		t.Errorf("a batch behind the log: %v, want ErrNotLast", err)
-	}
-	if _, err := l.AppendAll(ctx, batch(a, "a5", "a3"), seqs[2]); !errors.Is(err, sessionlog.ErrDuplicate) {
-		t.Errorf("a batch holding an event recorded before: %v, want ErrDuplicate", err)
-	}
-	mixed := append(batch(a, "a6"), batch(b, "b2")...)
-	if _, err := l.AppendAll(ctx, mixed, seqs[2]); err == nil {
-		t.Error("a batch of two sessions' events was recorded")
-	}
-	entries, _, err := l.ReadAll(ctx, "acme", a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"a1", "a2", "a3", "a4"}; !slices.Equal(reasons(entries), want) {
-		t.Fatalf("session a's log holds %v, want %v", reasons(entries), want)
-	}
-	for i, e := range entries[1:] {
-		if e.Seq != seqs[i] {
-			t.Errorf("%s at %d, AppendAll said %d", reasons(entries)[i+1], e.Seq, seqs[i])
-		}
-	}
-	if seqs[0] == first+1 {
-		t.Errorf("the batch starts right after a1 (%d), though b1 came in between", first)
-	}
-	if entries, _, err := l.ReadAll(ctx, "acme", b); err != nil || !slices.Equal(reasons(entries), []string{"b1"}) {
-		t.Errorf("session b's log holds %v (%v), want only b1", reasons(entries), err)
-	}
-}
-
 // Message IDs are a session's own: another tenant's session of the same ID
 // recording under the same message ID is not a duplicate of it.
 func TestRecordMsgIDsPerSession(t *testing.T) {

@@ -58,7 +58,7 @@ func benchPlatform(b testing.TB, script modeltest.Script) (*server.Server, jetst
 // and no limit on a session's turns.
 func benchSettings(b testing.TB) map[string]string {
 	b.Helper()
-	return map[string]string{"CORRAL_MODEL": "openai:bench", "CORRAL_MAX_TURNS": "1000000", "CORRAL_POLICY_FILE": benchPolicy(b)}
+	return map[string]string{"CORRAL_MODEL": "openai:bench", "CORRAL_MAX_TURNS": "1000000", "CORRAL_POLICY_FILE": benchPolicy(b), "CORRAL_HARNESS_SPEEDUPS": os.Getenv("CORRAL_HARNESS_SPEEDUPS")}
 }
 
 // benchClient is the client a benchmark starts sessions with: its

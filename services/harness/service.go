@@ -200,7 +200,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.skills.run(ctx) })
 	g.Go(func() error { return s.serveLeases(ctx) })
 	s.log.InfoContext(ctx, "harness started", "instance", s.cfg.Instance, "default_model", s.cfg.DefaultModel)
-	if s.cfg.Speedups != (Speedups{true, true, true, true, true}) {
+	if s.cfg.Speedups != (Speedups{true, true, true, true}) {
 		s.log.InfoContext(ctx, "some speed-ups are off", "speedups", fmt.Sprintf("%+v", s.cfg.Speedups))
 	}
 	if s.providers.OpenAI == nil && s.providers.Anthropic == nil {

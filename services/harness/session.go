@@ -116,24 +116,22 @@ func (s *Service) append(ctx context.Context, st *state, ev event.Event, msgID s
 
 // appendNew is [Service.append] for an event that must be new: one
 // recorded already under msgID returns an error wrapping
-// [sessionlog.ErrDuplicate]. The events of also, if any, are recorded
-// with ev, right after it and atomically, on the same condition; should
-// it fail, ev is recorded alone, and they are left to the step, which
-// looks again at what they record.
-func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgID string, also ...sessionlog.ToAppend) error {
+// [sessionlog.ErrDuplicate].
+func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgID string) error {
 	if !s.cfg.Speedups.ConditionalAppend {
 		// The state no longer surely stands for the log: the next step
 		// reads it again.
 		st.stale = true
 	}
 	if !st.stale {
-		err := s.appendAll(ctx, st, append([]sessionlog.ToAppend{{Event: ev, MsgID: msgID}}, also...))
+		seq, err := s.logs.Append(ctx, ev, msgID, st.Seq)
 		if err == nil {
+			st.fold(seq, ev)
 			return nil
 		}
 		// Whatever happened, st no longer surely stands for the log.
 		st.stale = true
-		if !errors.Is(err, sessionlog.ErrNotLast) && !errors.Is(err, sessionlog.ErrBusy) {
+		if !errors.Is(err, sessionlog.ErrNotLast) {
 			return err
 		}
 	}
@@ -141,26 +139,6 @@ func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgI
 		return err
 	}
 	st.fold(st.Seq, ev)
-	return nil
-}
-
-// appendAll records evs after the event st was folded to, and folds them
-// in.
-func (s *Service) appendAll(ctx context.Context, st *state, evs []sessionlog.ToAppend) error {
-	if len(evs) == 1 {
-		seq, err := s.logs.Append(ctx, evs[0].Event, evs[0].MsgID, st.Seq)
-		if err == nil {
-			st.fold(seq, evs[0].Event)
-		}
-		return err
-	}
-	seqs, err := s.logs.AppendAll(ctx, evs, st.Seq)
-	if err != nil {
-		return err
-	}
-	for i, e := range evs {
-		st.fold(seqs[i], e.Event)
-	}
 	return nil
 }
 

@@ -24,14 +24,10 @@ type Speedups struct {
 	// Linger keeps a running session's lease after its step, for its next
 	// step here to take without a write (lease.go).
 	Linger bool
-	// DispatchWithResponse records the calls the policy allows as
-	// dispatched with the response that makes them, rather than by a
-	// tool.dispatched event each (step.go: ask).
-	DispatchWithResponse bool
 }
 
 // speedupNames are the names of the speed-ups in CORRAL_HARNESS_SPEEDUPS.
-var speedupNames = []string{"fold-cache", "follower", "conditional-append", "linger", "dispatch-with-response"}
+var speedupNames = []string{"fold-cache", "follower", "conditional-append", "linger"}
 
 // parseSpeedups reads CORRAL_HARNESS_SPEEDUPS: "all" (or unset), "none",
 // or the names of those to use, separated by commas.
@@ -53,10 +49,9 @@ func parseSpeedups(s string) (Speedups, error) {
 		}
 	}
 	return Speedups{
-		FoldCache:            on["fold-cache"],
-		Follower:             on["follower"],
-		ConditionalAppend:    on["conditional-append"],
-		Linger:               on["linger"],
-		DispatchWithResponse: on["dispatch-with-response"],
+		FoldCache:         on["fold-cache"],
+		Follower:          on["follower"],
+		ConditionalAppend: on["conditional-append"],
+		Linger:            on["linger"],
 	}, nil
 }

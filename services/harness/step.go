@@ -13,7 +13,6 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/model"
-	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/tool"
 	"corral.dev/services/harness/internal/core"
 )
@@ -124,8 +123,8 @@ func (s *Service) step(ctx context.Context, st *state) error {
 				return err
 			}
 		}
-		// The calls the response recorded as dispatched are this step's
-		// to queue.
+		// Calls recorded as dispatched after the response are this
+		// step's to queue.
 		env.Asked = true
 		env.RequeueAfter = min(env.RequeueAfter, before)
 	}
@@ -231,24 +230,11 @@ func (s *Service) ask(ctx context.Context, st *state, env core.Env, messages []m
 		ev.Calls = append(ev.Calls, event.Call{ID: uuid.Must(uuid.NewV7()), ToolUseID: b.ID, Name: b.Name})
 	}
 	s.log.DebugContext(ctx, "model responded", "session", st.Session, "turn", ev.Turn, "calls", len(ev.Calls))
-	// The calls the policy allows are recorded as dispatched with the
-	// response, in one atomic batch: on the condition that nothing came
-	// in between, which a stop would have. Should something have, the
-	// response is recorded alone, and the step decides about its calls
-	// once it has looked.
-	var dispatches []sessionlog.ToAppend
-	if s.cfg.Speedups.DispatchWithResponse {
-		for _, c := range ev.Calls {
-			if service := core.Dispatchable(st.State, env, ev, c); service != "" {
-				dispatches = append(dispatches, dispatched(ev, c, service))
-			}
-		}
-	}
 	// Recorded before anything acts on it: a harness that dies after this
 	// reuses the response instead of asking again. A duplicate means
 	// another response was recorded for this turn first; acting on this one
 	// would run calls the log does not hold, so the step starts over.
-	if err := s.appendNew(ctx, st, ev, fmt.Sprintf("%s:turn:%d", st.Session, ev.Turn), dispatches...); err != nil {
+	if err := s.appendNew(ctx, st, ev, fmt.Sprintf("%s:turn:%d", st.Session, ev.Turn)); err != nil {
 		return nil, err
 	}
 	s.days.spent(st.Tenant, st.User, ev)
@@ -315,14 +301,7 @@ func requeueAfter(ctx context.Context) uint64 {
 }
 
 func (s *Service) recordDispatched(ctx context.Context, st *state, c event.Call, service string) error {
-	d := dispatched(st.Pending, c, service)
-	return s.append(ctx, st, d.Event, d.MsgID)
-}
-
-// dispatched is the record that call c of response resp was dispatched
-// to service, under the message ID that makes it the only one.
-func dispatched(resp *event.ModelResponded, c event.Call, service string) sessionlog.ToAppend {
-	return sessionlog.ToAppend{Event: event.NewToolDispatched(resp, c, service), MsgID: c.ID.String() + ":dispatched"}
+	return s.append(ctx, st, event.NewToolDispatched(st.Pending, c, service), c.ID.String()+":dispatched")
 }
 
 // askApproval asks a reviewer about a call the policy holds.

@@ -17,9 +17,8 @@ import (
 // goldenLine is one event of a golden log, as the chaos test writes them
 // (go test -run 'TestChaos$' ./services/corral -args -chaos.golden=DIR).
 // The logs v1-* were written by an earlier version, which marked the
-// calls it dispatched with a response in the response itself; batch-*
-// record every dispatch as a tool.dispatched event, in the response's
-// atomic batch. Both are read alike.
+// calls it dispatched with a response in the response itself; v2-*
+// record every dispatch as a tool.dispatched event. Both are read alike.
 type goldenLine struct {
 	Seq     uint64          `json:"seq"`
 	Subject string          `json:"subject"`

@@ -202,14 +202,6 @@ func backfill(st *State, env Env) []Action {
 	return acts
 }
 
-// Dispatchable returns the service that may run call c of the response
-// resp now, which the harness records with the response, or "" if it may
-// not run yet or at all.
-func Dispatchable(st *State, env Env, resp *event.ModelResponded, c event.Call) string {
-	service, _, _ := allowed(st, env, c, resp.Input(c))
-	return service
-}
-
 // allowed returns the service that runs call c with input, and the memory
 // or skill file it names, if it may run now as it is: it can run as
 // written, is no Edit of a file the session has not read, and the policy

@@ -263,22 +263,3 @@ func mustParse(t *testing.T, yaml string) *policy.Policy {
 	}
 	return p
 }
-
-// A call is dispatched with its response only if it may run as it is: an
-// Edit of a file the session has not read is not, whatever the policy.
-func TestDispatchable(t *testing.T) {
-	pol, err := policy.Parse([]byte(testPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := Env{Policy: pol, ApprovalKey: approvalPub, MaxTurns: 3, Now: t0, RequeueAfter: NoRequeue}
-	l := new(log).request("hi").respond("", "a:Bash:"+bashTrue, "e:Edit:"+editUnread, "r:Bash:"+bashRm, "p:Bash:"+bashPush)
-	st := l.fold()
-	resp := l.events[len(l.events)-1].(*event.ModelResponded)
-	want := map[string]string{"a": "sandbox", "e": "", "r": "", "p": ""}
-	for _, c := range resp.Calls {
-		if got := Dispatchable(st, env, resp, c); got != want[c.ToolUseID] {
-			t.Errorf("call %s dispatched to %q, want %q", c.ToolUseID, got, want[c.ToolUseID])
-		}
-	}
-}
