@@ -10,6 +10,7 @@ package preview
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,6 +73,29 @@ func Edit(name, content string, a *tool.EditArgs) (string, error) {
 		return "", fmt.Errorf("the diff the Edit makes to %s is %d bytes: previews show up to %d MiB", name, len(d), MaxBytes>>20)
 	}
 	return d, nil
+}
+
+// Decode decodes and checks a request for a preview that service
+// received, sent on subject (where the harness sent it, even when another
+// node forwarded it): signed by the harness's key for a preview by
+// service ([bus.DecodePreview]), of an Edit whose file service keeps.
+func Decode(subject string, data []byte, harness ed25519.PublicKey, service string) (*event.ToolCall, *tool.EditArgs, error) {
+	c, err := bus.DecodePreview(bus.Msg{Subject: subject, Data: data}, harness)
+	if err != nil {
+		return nil, nil, err
+	}
+	args, err := tool.Parse(c.Name, c.Input)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, ok := args.(*tool.EditArgs)
+	if !ok {
+		return nil, nil, fmt.Errorf("previews are of Edits, not of this %s call", c.Name)
+	}
+	if to, _, err := tool.Route(c.Name, c.Input); err != nil || to != service {
+		return nil, nil, fmt.Errorf("the %s makes previews of Edits of its own files, not of %s", service, a.FilePath)
+	}
+	return c, a, nil
 }
 
 // NoDiff is the line a preview is instead of a diff, saying why there is

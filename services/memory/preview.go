@@ -9,7 +9,6 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/preview"
-	"corral.dev/pkg/tool"
 )
 
 // servePreviews answers the harness's requests for previews of the Edits
@@ -26,18 +25,10 @@ func (s *Service) servePreviews(ctx context.Context) error {
 // sign for a preview by the memory service is refused: no one else may
 // have the service show a tenant's file.
 func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) (string, error) {
-	c, err := bus.DecodePreview(bus.Msg{Subject: m.Subject, Data: m.Data}, s.cfg.CallKey)
+	c, a, err := preview.Decode(m.Subject, m.Data, s.cfg.CallKey, bus.ServiceMemory)
 	if err != nil {
 		s.log.WarnContext(ctx, "preview refused", "subject", m.Subject, "err", err)
 		return "", err
-	}
-	args, err := tool.Parse(c.Name, c.Input)
-	if err != nil {
-		return "", err
-	}
-	a, ok := args.(*tool.EditArgs)
-	if !ok || !tool.ForMemory(args) {
-		return "", fmt.Errorf("previews are of Edits of memory and skill files, not of this %s call", c.Name)
 	}
 	k, bad := keyOf(c, a.FilePath)
 	if bad != nil {

@@ -40,7 +40,7 @@ func (s *Service) servePreviews(ctx context.Context) error {
 // request the harness did not sign for a preview by the sandbox is
 // refused: no one else may have a node show a session's file.
 func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) (string, error) {
-	c, a, err := s.decodePreview(ctx, m.Subject, m)
+	c, a, err := s.decodePreview(ctx, m.Subject, m.Data)
 	if err != nil {
 		return "", err
 	}
@@ -64,7 +64,7 @@ func (s *Service) answerPreview(ctx context.Context, m *nats.Msg) (string, error
 // that node checked it. It is answered only if the session is placed
 // here, and never forwarded again.
 func (s *Service) answerForwardedPreview(ctx context.Context, m *nats.Msg) (string, error) {
-	c, a, err := s.decodePreview(ctx, m.Header.Get(subjectHeader), m)
+	c, a, err := s.decodePreview(ctx, m.Header.Get(subjectHeader), m.Data)
 	if err != nil {
 		return "", err
 	}
@@ -76,26 +76,6 @@ func (s *Service) answerForwardedPreview(ctx context.Context, m *nats.Msg) (stri
 		return "", fmt.Errorf("session %s is not placed on node %s", c.Session, s.place.node)
 	}
 	return s.driver.Preview(c.Tenant, c.Session, a)
-}
-
-// decodePreview decodes and checks a request for a preview sent on
-// subject: an Edit of a workspace file, which the harness signed for a
-// preview by the sandbox.
-func (s *Service) decodePreview(ctx context.Context, subject string, m *nats.Msg) (*event.ToolCall, *tool.EditArgs, error) {
-	c, err := bus.DecodePreview(bus.Msg{Subject: subject, Data: m.Data}, s.cfg.CallKey)
-	if err != nil {
-		s.log.WarnContext(ctx, "preview refused", "subject", subject, "err", err)
-		return nil, nil, err
-	}
-	args, err := tool.Parse(c.Name, c.Input)
-	if err != nil {
-		return nil, nil, err
-	}
-	a, ok := args.(*tool.EditArgs)
-	if !ok || tool.ForMemory(args) {
-		return nil, nil, fmt.Errorf("previews are of Edits of workspace files, not of this %s call", c.Name)
-	}
-	return c, a, nil
 }
 
 // where returns the node a session is placed on ("" for none), without
@@ -116,4 +96,14 @@ func (p *placement) where(ctx context.Context, tenant string, session uuid.UUID)
 		return "", fmt.Errorf("look up the placement of session %s: %w", session, err)
 	}
 	return string(e.Value()), nil
+}
+
+// decodePreview decodes and checks a request for a preview sent on
+// subject ([preview.Decode]), and logs a refusal.
+func (s *Service) decodePreview(ctx context.Context, subject string, data []byte) (*event.ToolCall, *tool.EditArgs, error) {
+	c, a, err := preview.Decode(subject, data, s.cfg.CallKey, bus.ServiceSandbox)
+	if err != nil {
+		s.log.WarnContext(ctx, "preview refused", "subject", subject, "err", err)
+	}
+	return c, a, err
 }
