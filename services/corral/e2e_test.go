@@ -281,9 +281,9 @@ func TestRunWritesReadsEditsAndAnswers(t *testing.T) {
 			for _, ev := range evs {
 				counts[ev.(event.Event).Head().Type]++
 			}
-			// Each call is dispatched with the response that made it.
+			// Each call is recorded as dispatched by an event of its own.
 			want := map[string]int{
-				event.TypeSessionRequested: 1, event.TypeModelResponded: 5, event.TypeToolDispatched: 0,
+				event.TypeSessionRequested: 1, event.TypeModelResponded: 5, event.TypeToolDispatched: 4,
 				event.TypeToolCompleted: 4, event.TypeSessionCompleted: 1,
 			}
 			for typ, n := range want {
