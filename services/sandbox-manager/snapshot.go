@@ -287,23 +287,30 @@ func (s *snapshots) note(tenant string, session uuid.UUID, rev uint64) {
 	if have, ok := s.noted[key]; ok && have == rev && s.setNote(tenant, session, rev, noteAhead) {
 		return
 	}
+	delete(s.noted, key)
 	p := s.failedFile(tenant, session)
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err == nil {
-		if os.WriteFile(p, []byte(strconv.FormatUint(rev, 10)+"\n"+string(noteAhead)), 0o644) == nil {
+		if os.WriteFile(p, noteText(rev, noteAhead), 0o644) == nil {
 			s.noted[key] = rev
 		}
 	}
 }
 
-// setNote writes the state byte of the note of session, which names
-// revision rev, in place, and reports whether it could. The caller holds
-// s.mu.
+// noteText is a note on disk: rev, a newline, and state.
+func noteText(rev uint64, state byte) []byte {
+	return append(strconv.AppendUint(nil, rev, 10), '\n', state)
+}
+
+// setNote writes the note of session, which names revision rev, with
+// state in place: over a note of rev, which is of the same length or, as
+// an older version wrote it, shorter. It reports whether it could. The
+// caller holds s.mu.
 func (s *snapshots) setNote(tenant string, session uuid.UUID, rev uint64, state byte) bool {
 	f, err := os.OpenFile(s.failedFile(tenant, session), os.O_WRONLY, 0)
 	if err != nil {
 		return false
 	}
-	_, err = f.WriteAt([]byte{state}, int64(len(strconv.FormatUint(rev, 10))+1))
+	_, err = f.WriteAt(noteText(rev, state), 0)
 	return errors.Join(err, f.Close()) == nil
 }
 

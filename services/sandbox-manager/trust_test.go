@@ -304,6 +304,26 @@ func TestNoteSaysWhetherTheWorkspaceIsAhead(t *testing.T) {
 	if rev, dirty := open().failedAt("acme", session); !dirty || rev != 7 {
 		t.Errorf("placed afresh: failedAt = %d, %v; want 7, true", rev, dirty)
 	}
+	// A note an older version wrote, the revision alone, is a workspace
+	// ahead; it comes and goes as any other.
+	old := uuid.Must(uuid.NewV7())
+	if err := os.WriteFile(filepath.Join(notes, "acme", old.String()), []byte("12"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s = open()
+	if rev, dirty := s.failedAt("acme", old); !dirty || rev != 12 {
+		t.Errorf("an older version's note: failedAt = %d, %v; want 12, true", rev, dirty)
+	}
+	s.mu.Lock()
+	s.clean("acme", old)
+	s.mu.Unlock()
+	if rev, dirty := open().failedAt("acme", old); dirty {
+		t.Errorf("an older version's note, after a snapshot: failedAt = %d, %v; want the workspace up to date", rev, dirty)
+	}
+	s.ahead("acme", old, 12)
+	if rev, dirty := open().failedAt("acme", old); !dirty || rev != 12 {
+		t.Errorf("an older version's note, after the next call began: failedAt = %d, %v; want 12, true", rev, dirty)
+	}
 	s.gone("acme", session)
 	if _, err := os.Stat(filepath.Join(notes, "acme", session.String())); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the note of a workspace gone: %v; want it gone", err)
