@@ -34,9 +34,10 @@ type Bucket struct {
 	// TTL is the bucket's: a lease lasts at least this long after the
 	// last write that renewed it was sent.
 	TTL time.Duration
-	// Timeout bounds each request on a lease; zero means a third of
-	// TTL (the time between two renewals: a renewal slower than that has
-	// failed anyway), at most [bus.RequestTimeout].
+	// Timeout bounds each operation on a lease (a renewal whole, however
+	// many requests it makes); zero means a third of TTL (the time
+	// between two renewals: a renewal slower than that has failed
+	// anyway), at most [bus.RequestTimeout].
 	Timeout time.Duration
 }
 
@@ -126,7 +127,8 @@ func (l *Lease) Sure() bool {
 
 // Renew writes the lease again on its revision. If the write fails, the
 // key is read back: a write whose answer was lost may have applied, and
-// the lease is still held if the key names its holder. It returns an error
+// the lease is still held if the key names its holder at a later revision,
+// where it is written again. It returns an error
 // wrapping [ErrLost] when the lease is surely lost, and another error when
 // it could not tell (the server is out of reach): the lease then stays
 // held until [Lease.SureUntil], unless a later renewal succeeds.
@@ -135,22 +137,28 @@ func (l *Lease) Renew(ctx context.Context) error {
 	rev := l.rev
 	l.mu.Unlock()
 	sent := time.Now()
+	// One bound for the whole renewal, however many requests it makes.
 	rctx, cancel := l.bound(ctx)
+	defer cancel()
 	r, err := l.b.KV.Update(rctx, l.key, l.holder, rev)
-	cancel()
 	if err == nil {
 		l.renewed(r, sent)
 		return nil
 	}
-	rctx, cancel = l.bound(ctx)
 	e, gerr := l.b.KV.Get(rctx, l.key)
-	cancel()
 	switch {
+	case gerr == nil && string(e.Value()) == string(l.holder) && e.Revision() != rev:
+		// A write of ours applied, its answer lost (maybe an earlier
+		// renewal's, sent before this one): write again on it, so that
+		// the lease counts from a write sent now.
+		sent = time.Now()
+		if r, err = l.b.KV.Update(rctx, l.key, l.holder, e.Revision()); err == nil {
+			l.renewed(r, sent)
+			return nil
+		}
 	case gerr == nil && string(e.Value()) == string(l.holder):
-		l.renewed(e.Revision(), sent)
-		return nil
-	case gerr == nil, errors.Is(gerr, jetstream.ErrKeyNotFound),
-		bus.Conflict(err), errors.Is(err, jetstream.ErrKeyNotFound):
+		// Nothing was written: the server did not answer in time.
+	case gerr == nil, errors.Is(gerr, jetstream.ErrKeyNotFound):
 		l.lost()
 		return fmt.Errorf("lease %s: %w: %w", l.key, ErrLost, err)
 	}
@@ -173,11 +181,11 @@ func (l *Lease) lost() {
 	l.written = time.Time{}
 }
 
-// Keep renews the lease every period until ctx is done, when it returns
+// Keep renews the lease every period after its last write until ctx is done, when it returns
 // nil, or until a renewal fails, whose error it returns: a holder that
 // cannot renew its lease must take it for lost.
 func (l *Lease) Keep(ctx context.Context, every time.Duration) error {
-	t := time.NewTicker(every)
+	t := time.NewTimer(l.untilRenewal(every))
 	defer t.Stop()
 	for {
 		select {
@@ -191,7 +199,17 @@ func (l *Lease) Keep(ctx context.Context, every time.Duration) error {
 			}
 			return err
 		}
+		t.Reset(l.untilRenewal(every))
 	}
+}
+
+// untilRenewal returns how long until the lease is due for renewal, every
+// after its last write: a lease kept from an earlier holding (a lingering
+// one) is renewed on time, not every after it is kept again.
+func (l *Lease) untilRenewal(every time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(time.Until(l.written.Add(every)), 0)
 }
 
 // Hold keeps the lease (see [Lease.Keep]) while the holder works with the

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
@@ -88,6 +89,56 @@ func TestRenewAfterALostAnswer(t *testing.T) {
 	}
 	if err := a.Renew(ctx); err != nil {
 		t.Fatalf("the next renewal: %v", err)
+	}
+}
+
+// A lease kept again, written a while ago, is renewed every period after
+// that write, not every period after it is kept again.
+func TestKeepRenewsFromTheLastWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBucket(t, 5*time.Second)
+	a, err := b.Create(ctx, "k", []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	every := b.TTL / 3
+	kept := b.At("k", []byte("a"), a.Rev(), time.Now().Add(-every+100*time.Millisecond))
+	_, stop := kept.Hold(ctx, every)
+	defer stop()
+	time.Sleep(every / 2)
+	if kept.Rev() == a.Rev() {
+		t.Errorf("not renewed %v after it was kept, though written %v before", every/2, every-100*time.Millisecond)
+	}
+}
+
+// unanswered is a bucket whose writes never reach the server, as when
+// the server does not answer in time.
+type unanswered struct{ jetstream.KeyValue }
+
+func (unanswered) Update(context.Context, string, []byte, uint64) (uint64, error) {
+	return 0, nats.ErrTimeout
+}
+
+// A renewal that wrote nothing is no renewal: it fails, not as lost, and
+// the lease is surely held no longer than its last write allows.
+func TestRenewThatWroteNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBucket(t, 5*time.Second)
+	a, err := b.Create(ctx, "k", []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := lease.Bucket{KV: unanswered{b.KV}, TTL: b.TTL, Timeout: b.Timeout}
+	stale := cut.At("k", []byte("a"), a.Rev(), time.Now())
+	until := stale.SureUntil()
+	time.Sleep(10 * time.Millisecond)
+	if err := stale.Renew(ctx); err == nil || errors.Is(err, lease.ErrLost) {
+		t.Errorf("a renewal that wrote nothing: %v, want an error, not ErrLost", err)
+	}
+	if got := stale.SureUntil(); got.After(until) {
+		t.Errorf("after a renewal that wrote nothing, sure until %v, past %v that the last write allows", got, until)
 	}
 }
 
