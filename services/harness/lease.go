@@ -51,6 +51,7 @@ func (s *Service) acquireLease(ctx context.Context, tenant string, session uuid.
 	key := bus.SessionKey(tenant, session)
 	me := []byte(s.cfg.Instance)
 	rctx, rcancel := bus.Bound(ctx)
+	reconnects := s.reconnects()
 	l, owned, err := s.holdLease(rctx, key, me)
 	rcancel()
 	if err != nil {
@@ -63,7 +64,7 @@ func (s *Service) acquireLease(ctx context.Context, tenant string, session uuid.
 		case lost != nil:
 			s.log.WarnContext(ctx, "lease lost", "session", key, "err", lost)
 		case linger:
-			s.held.put(key, l)
+			s.held.put(key, lingering{l, reconnects})
 			if s.stopping.Load() {
 				// Stopped meanwhile, after the leases held were freed.
 				s.freeHeld(ctx, key)
@@ -79,9 +80,15 @@ func (s *Service) acquireLease(ctx context.Context, tenant string, session uuid.
 // surely valid still, or one written now. owned reports that no other
 // harness held it since this one last did: the lease lingered here, or
 // was written on the revision this harness last wrote.
+//
+// A lingering lease is surely valid only while this harness's connection
+// stayed up since it was taken: while it was down, this harness did not
+// answer on its lease subject, and another may have taken the lease for
+// a dead harness's (see [Service.takeLease]).
 func (s *Service) holdLease(ctx context.Context, key string, me []byte) (_ *lease.Lease, owned bool, _ error) {
-	if l, ok := s.held.take(key); ok {
-		if l.Sure() {
+	if h, ok := s.held.take(key); ok {
+		l := h.l
+		if l.Sure() && h.reconnects == s.reconnects() {
 			return l, true, nil
 		}
 		if renewed, err := s.leases.Update(ctx, key, me, l.Rev()); err == nil {
@@ -259,8 +266,8 @@ func (s *Service) freeLingering(ctx context.Context, key string) bool {
 // freeHeld frees the session's lease if it lingers here. A step that
 // looks for it meanwhile does not find it, and takes the lease anew.
 func (s *Service) freeHeld(ctx context.Context, key string) {
-	if l, ok := s.held.take(key); ok {
-		s.freeLease(context.WithoutCancel(ctx), l)
+	if h, ok := s.held.take(key); ok {
+		s.freeLease(context.WithoutCancel(ctx), h.l)
 	}
 }
 
@@ -291,15 +298,26 @@ func (h *leaseMap[V]) take(key string) (V, bool) {
 }
 
 // heldLeases are the leases lingering here, by session.
-type heldLeases struct{ leaseMap[*lease.Lease] }
+type heldLeases struct{ leaseMap[lingering] }
+
+// lingering is a lease lingering here, and how many times this harness's
+// connection had reconnected when the lease was taken.
+type lingering struct {
+	l          *lease.Lease
+	reconnects uint64
+}
+
+// reconnects returns how many times this harness's connection has
+// reconnected.
+func (s *Service) reconnects() uint64 { return s.js.Conn().Stats().Reconnects }
 
 // due returns the sessions whose leases are not surely valid after t.
 func (h *heldLeases) due(t time.Time) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []string
-	for key, l := range h.m {
-		if l.SureUntil().Before(t) {
+	for key, h := range h.m {
+		if h.l.SureUntil().Before(t) {
 			out = append(out, key)
 		}
 	}

@@ -219,6 +219,42 @@ func TestLeaseLingers(t *testing.T) {
 	}
 }
 
+// A lingering lease is not taken again unwritten once the harness's
+// connection went down meanwhile: another harness may have taken it then,
+// for a dead one's, when no one answered on its lease subject.
+func TestLingeringLeaseAfterAReconnect(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	hs, holder := newLeaseHarnesses(t, js, 1)
+	a := hs[0]
+	session := uuid.Must(uuid.NewV7())
+	_, release, _, err := a.acquireLease(ctx, "acme", session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(true)
+	_, rev := holder(session)
+	before := a.reconnects()
+	if err := js.Conn().ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if a.reconnects() == before || !js.Conn().IsConnected() {
+			return errors.New("not reconnected yet")
+		}
+		return nil
+	})
+	_, release, owned, err := a.acquireLease(ctx, "acme", session)
+	if err != nil || !owned {
+		t.Fatalf("taken again after a reconnect: owned %v, %v", owned, err)
+	}
+	defer release(false)
+	if who, again := holder(session); who != a.cfg.Instance || again == rev {
+		t.Errorf("taken again after a reconnect: %q at revision %d, want a written anew (not at %d)", who, again, rev)
+	}
+}
+
 // A harness that is stopping still answers for the leases of the steps it
 // lets finish: another harness does not take them for a dead one's.
 func TestStoppingHarnessKeepsItsLeases(t *testing.T) {
