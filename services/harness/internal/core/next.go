@@ -69,8 +69,8 @@ type Dispatch struct {
 }
 
 // RecordDispatched records that a call was dispatched to Service, which a
-// harness that died put on the queue without recording it: every call that
-// ran shows in the log as dispatched.
+// harness of an earlier version put on the queue and died before recording
+// it: every call that ran shows in the log as dispatched.
 type RecordDispatched struct {
 	Call    event.Call
 	Service string
@@ -186,13 +186,18 @@ func dispatch(st *State, env Env, calls []event.Call) []Action {
 }
 
 // backfill records the dispatch of the pending calls that the policy
-// allows and that have results but were never recorded as dispatched:
-// a harness put them on the queue and died before recording it. Calls
-// refused by [tool.Route] or the policy were never dispatched.
+// allows and that have a tool service's results but were never recorded
+// as dispatched: a harness of an earlier version put them on the queue
+// and died before recording it. Calls the harness refused (by
+// [tool.Route] or the policy, then) were never dispatched, whatever the
+// policy says now: their results are the harness's own.
 func backfill(st *State, env Env) []Action {
 	var acts []Action
 	for _, c := range st.Pending.Calls {
 		if _, ok := st.Dispatched[c.ID]; ok {
+			continue
+		}
+		if r := st.Results[c.ID]; r == nil || r.Service == "" {
 			continue
 		}
 		if service, _, ok := allowed(st, env, c, st.input(c)); ok {

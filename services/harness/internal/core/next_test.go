@@ -92,6 +92,11 @@ func (l *log) result(id, output string) *log {
 	return l.add(&event.ToolCompleted{Header: header(event.TypeToolCompleted), Call: l.calls[id].ID, Name: l.calls[id].Name, Output: output, Service: "sandbox"})
 }
 
+// refused records the harness's own result of a call it refused.
+func (l *log) refused(id, output string) *log {
+	return l.add(&event.ToolCompleted{Header: header(event.TypeToolCompleted), Call: l.calls[id].ID, Name: l.calls[id].Name, Output: output, IsError: true})
+}
+
 func (l *log) asked(id string) *log {
 	return l.add(&event.ApprovalRequested{Header: header(event.TypeApprovalRequested), Call: l.calls[id].ID})
 }
@@ -191,6 +196,8 @@ func TestNext(t *testing.T) {
 			"ask(3 messages, last user: A|also)"},
 		{"results of calls never recorded as dispatched are backfilled", new(log).request("hi").respond("", "a:Bash:"+bashTrue, "r:Bash:"+bashRm).result("a", "A").result("r", "refused"), nil,
 			"record dispatched a; ask(3 messages, last user: A|refused)"},
+		{"a call the harness refused is not backfilled as dispatched, though the policy allows it now", new(log).request("hi").respond("", "a:Bash:"+bashTrue).refused("a", "refused then"), nil,
+			"ask(3 messages, last user: refused then)"},
 		{"a refused Edit of an unread file is not backfilled as dispatched", new(log).request("hi").respond("", "a:Bash:"+bashTrue, "e:Edit:"+editUnread).result("a", "A").result("e", "refused"), nil,
 			"record dispatched a; ask(3 messages, last user: A|refused)"},
 		{"a call the policy denies is refused", new(log).request("hi").respond("", "r:Bash:"+bashRm), nil,
