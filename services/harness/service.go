@@ -124,7 +124,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		js:      js,
 		logs:    s.logs,
 		usage:   usage,
-		leases:  lease.Bucket{KV: leases, TTL: bus.LeaseTTL},
+		leases:  sessionLeases(leases),
 		me:      []byte(cfg.Instance),
 		log:     log,
 		price:   days.price,
@@ -200,7 +200,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.skills.run(ctx) })
 	g.Go(func() error { return s.serveLeases(ctx) })
 	s.log.InfoContext(ctx, "harness started", "instance", s.cfg.Instance, "default_model", s.cfg.DefaultModel)
-	if s.cfg.Speedups != (Speedups{true, true, true, true}) {
+	if all, _ := parseSpeedups("all"); s.cfg.Speedups != all {
 		s.log.InfoContext(ctx, "some speed-ups are off", "speedups", fmt.Sprintf("%+v", s.cfg.Speedups))
 	}
 	if s.providers.OpenAI == nil && s.providers.Anthropic == nil {

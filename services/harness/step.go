@@ -110,7 +110,6 @@ func (s *Service) step(ctx context.Context, st *state) error {
 		if ask == nil {
 			return nil
 		}
-		before := st.Seq
 		if ev, err := s.ask(ctx, st, env, ask.Messages); err != nil || ev == nil {
 			return err
 		}
@@ -123,10 +122,7 @@ func (s *Service) step(ctx context.Context, st *state) error {
 				return err
 			}
 		}
-		// Calls recorded as dispatched after the response are this
-		// step's to queue.
 		env.Asked = true
-		env.RequeueAfter = min(env.RequeueAfter, before)
 	}
 }
 
@@ -242,8 +238,8 @@ func (s *Service) ask(ctx context.Context, st *state, env core.Env, messages []m
 }
 
 // queue puts calls on the work queues of the services that run them, each
-// signed, in the order decided. A call is recorded as dispatched (with its
-// response, or by a tool.dispatched event) before it goes on the queue, so
+// signed, in the order decided. A call is recorded as dispatched (by a
+// tool.dispatched event) before it goes on the queue, so
 // that its result follows every event this step records: the call names
 // the last of them (After), and its result is recorded right after it when
 // nothing else came in between, which the next step folds in without

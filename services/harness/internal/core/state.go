@@ -150,8 +150,8 @@ func (st *State) Apply(seq uint64, ev any) {
 		u.OutputTokens += e.Usage.OutputTokens
 		st.ByModel[e.Model] = u
 		st.Messages = append(st.Messages, model.Message{Role: model.Assistant, Content: e.Content})
-		// A response may record the dispatch of its calls itself: the
-		// same record as a tool.dispatched event's.
+		// A response of an earlier version may record the dispatch of
+		// its calls itself: the same record as a tool.dispatched event's.
 		for _, d := range e.Dispatches() {
 			st.Dispatched[d.Call] = Where{d.Service, seq}
 		}
