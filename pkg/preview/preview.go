@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +81,9 @@ func Edit(name, content string, a *tool.EditArgs) (string, error) {
 // node forwarded it): signed by the harness's key for a preview by
 // service ([bus.DecodePreview]), of an Edit whose file service keeps.
 func Decode(subject string, data []byte, harness ed25519.PublicKey, service string) (*event.ToolCall, *tool.EditArgs, error) {
+	if !strings.HasPrefix(subject, strings.TrimSuffix(bus.PreviewFilter(service), ">")) {
+		return nil, nil, fmt.Errorf("%s is not a subject of the %s's previews", subject, service)
+	}
 	c, err := bus.DecodePreview(bus.Msg{Subject: subject, Data: data}, harness)
 	if err != nil {
 		return nil, nil, err

@@ -2,6 +2,8 @@ package preview_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -105,5 +107,47 @@ func TestAskAndServe(t *testing.T) {
 	}
 	if d := time.Since(start); d > preview.Timeout+time.Second {
 		t.Errorf("Ask with no one serving took %s", d)
+	}
+}
+
+// A service decodes only requests for its own previews, of Edits of its
+// own files, signed by the harness for that service.
+func TestDecode(t *testing.T) {
+	pub, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	session := uuid.Must(uuid.NewV7())
+	request := func(service, file string) (string, []byte) {
+		c := event.ToolCall{Header: event.NewHeader(event.TypeToolCall, "acme", session), Call: uuid.Must(uuid.NewV7()), User: "ada",
+			Name: tool.Edit, Input: json.RawMessage(`{"file_path":"` + file + `","old_string":"a","new_string":"b"}`)}
+		c.SignPreview(key, service)
+		data, err := json.Marshal(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bus.PreviewSubject(service, "acme", session), data
+	}
+	tests := []struct {
+		name, signedFor, file, decodedBy string
+		ok                               bool
+	}{
+		{"a workspace Edit, by the sandbox-manager", bus.ServiceSandbox, "/workspace/f", bus.ServiceSandbox, true},
+		{"a memory Edit, by the memory service", bus.ServiceMemory, "/memories/f.md", bus.ServiceMemory, true},
+		{"a memory Edit's request, by the sandbox-manager", bus.ServiceMemory, "/memories/f.md", bus.ServiceSandbox, false},
+		{"a memory Edit signed for the sandbox-manager", bus.ServiceSandbox, "/memories/f.md", bus.ServiceSandbox, false},
+		{"a workspace Edit's request, by the memory service", bus.ServiceSandbox, "/workspace/f", bus.ServiceMemory, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			subject, data := request(tc.signedFor, tc.file)
+			_, a, err := preview.Decode(subject, data, pub, tc.decodedBy)
+			if tc.ok && (err != nil || a.FilePath != tc.file) {
+				t.Errorf("= %+v, %v; want the Edit of %s", a, err, tc.file)
+			}
+			if !tc.ok && err == nil {
+				t.Errorf("decoded, want it refused")
+			}
+		})
 	}
 }
