@@ -209,7 +209,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	} {
 		if s := getenv(v.name); s != "" {
 			n, err := strconv.ParseFloat(s, 64)
-			if err != nil || n < 0.01 || math.IsInf(n, 0) {
+			if err != nil || !(n >= 0.01) || math.IsInf(n, 0) { // NaN is no number of CPUs
 				return Config{}, fmt.Errorf("%s=%q: want a number of CPUs, at least 0.01", v.name, s)
 			}
 			*v.to = n
