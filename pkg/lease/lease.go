@@ -265,7 +265,12 @@ func (l *Lease) Delete(ctx context.Context) error {
 		return err
 	}
 	e, gerr := l.b.KV.Get(ctx, l.key)
-	if gerr != nil || string(e.Value()) != string(l.holder) {
+	switch {
+	case errors.Is(gerr, jetstream.ErrKeyNotFound):
+		return nil // gone
+	case gerr != nil:
+		return fmt.Errorf("delete lease %s: %w", l.key, gerr)
+	case string(e.Value()) != string(l.holder):
 		return nil // not ours any more
 	}
 	return l.b.KV.Delete(ctx, l.key, jetstream.LastRevision(e.Revision()))

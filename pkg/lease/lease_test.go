@@ -243,8 +243,10 @@ func TestHold(t *testing.T) {
 	}
 	rev := c.Rev()
 	time.Sleep(100 * time.Millisecond) // renewals would show meanwhile
-	if e, err := b.KV.Get(ctx, "c"); err != nil || e.Revision() != rev {
-		t.Errorf("renewed after stop: %v", err)
+	if e, err := b.KV.Get(ctx, "c"); err != nil {
+		t.Fatal(err)
+	} else if e.Revision() != rev {
+		t.Errorf("renewed after stop: at revision %d, was %d", e.Revision(), rev)
 	}
 }
 
