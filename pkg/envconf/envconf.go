@@ -24,74 +24,52 @@ func NATSURL(getenv func(string) string) string {
 
 // Int returns the positive whole number the variable name holds, or def.
 func Int(getenv func(string) string, name string, def int) (int, error) {
-	s := getenv(name)
-	if s == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%s=%q: want a positive whole number", name, s)
-	}
-	return n, nil
+	return parse(getenv, name, def, strconv.Atoi, func(n int) bool { return n > 0 }, "a positive whole number")
 }
 
 // Count returns the whole number, 0 or more, the variable name holds, or
 // def: for a count where 0 means none.
 func Count(getenv func(string) string, name string, def int) (int, error) {
-	s := getenv(name)
-	if s == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%s=%q: want a whole number, 0 for none", name, s)
-	}
-	return n, nil
+	return parse(getenv, name, def, strconv.Atoi, func(n int) bool { return n >= 0 }, "a whole number, 0 for none")
 }
 
 // Bytes returns the positive number of bytes the variable name holds, or
 // def.
 func Bytes(getenv func(string) string, name string, def int64) (int64, error) {
-	s := getenv(name)
-	if s == "" {
-		return def, nil
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%s=%q: want a positive number of bytes", name, s)
-	}
-	return n, nil
+	return parse(getenv, name, def, func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) },
+		func(n int64) bool { return n > 0 }, "a positive number of bytes")
 }
 
 // Duration returns the positive Go duration (such as 10s) the variable
 // name holds, or def.
 func Duration(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
-	s := getenv(name)
-	if s == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%s=%q: want a positive duration such as %s", name, s, example(def))
-	}
-	return d, nil
+	return parse(getenv, name, def, time.ParseDuration, func(d time.Duration) bool { return d > 0 },
+		"a positive duration such as "+example(def))
 }
 
 // DurationAtLeast returns the Go duration of at least least the variable
 // name holds, or def. A least of 0 allows 0.
 func DurationAtLeast(getenv func(string) string, name string, def, least time.Duration) (time.Duration, error) {
+	want := fmt.Sprintf("a duration of at least %s, such as %s", least, example(def))
+	if least == 0 {
+		want = "a duration such as " + example(def)
+	}
+	return parse(getenv, name, def, time.ParseDuration, func(d time.Duration) bool { return d >= least }, want)
+}
+
+// parse returns the value the variable name holds, read by read and
+// accepted by ok, or def; want says what it wants, in the error.
+func parse[T any](getenv func(string) string, name string, def T, read func(string) (T, error), ok func(T) bool, want string) (T, error) {
 	s := getenv(name)
 	if s == "" {
 		return def, nil
 	}
-	d, err := time.ParseDuration(s)
-	if err == nil && d >= least {
-		return d, nil
+	v, err := read(s)
+	if err != nil || !ok(v) {
+		var zero T
+		return zero, fmt.Errorf("%s=%q: want %s", name, s, want)
 	}
-	if least == 0 {
-		return 0, fmt.Errorf("%s=%q: want a duration such as %s", name, s, example(def))
-	}
-	return 0, fmt.Errorf("%s=%q: want a duration of at least %s, such as %s", name, s, least, example(def))
+	return v, nil
 }
 
 // Switch returns whether the variable name, on or off, is on, or def.
