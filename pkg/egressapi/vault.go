@@ -1,0 +1,90 @@
+package egressapi
+
+import (
+	"time"
+
+	"corral.dev/pkg/bus"
+)
+
+// Operations of the vault API.
+const (
+	OpCreate = "create"
+	OpList   = "ls"
+	OpRotate = "rotate"
+	OpRemove = "rm"
+)
+
+// TenantScope is the token that stands for the user in the subjects of
+// the tenant's own vaults (a user's token always starts with "u-", see
+// [bus.UserToken]). Only a reviewer's credential may publish there.
+const TenantScope = "tenant"
+
+// VaultSubject is where a client acting as user of tenant asks for op on
+// the user's own vaults:
+//
+//	corral.vault.<tenant>.<user token>.<op>
+//
+// The service takes tenant and user from the subject, never from the
+// body; the NATS permissions let a client publish only as itself. Listing
+// there shows the tenant's vaults too.
+func VaultSubject(tenant, user, op string) string {
+	return "corral.vault." + tenant + "." + bus.UserToken(user) + "." + op
+}
+
+// TenantVaultSubject is where a reviewer of tenant asks for op on the
+// vaults every session of the tenant may use:
+//
+//	corral.vault.<tenant>.tenant.<op>
+func TenantVaultSubject(tenant, op string) string {
+	return "corral.vault." + tenant + "." + TenantScope + "." + op
+}
+
+// Vault is one credential as anyone but the egress service sees it: never
+// its secret.
+type Vault struct {
+	Name string `json:"name"`
+	// User is the user whose sessions may use it, "" for every session of
+	// the tenant.
+	User string `json:"user,omitempty"`
+	// Hosts are the hosts it may be sent to: exact names, or "*.example.com"
+	// for any name under example.com.
+	Hosts []string `json:"hosts"`
+	// Paths, when set, bound it further to requests whose path starts
+	// with one of them.
+	Paths  []string  `json:"paths,omitempty"`
+	Inject Injection `json:"inject"`
+	// Version counts its secrets: 1 when created, one more per rotation.
+	Version   int       `json:"version"`
+	CreatedAt time.Time `json:"created_at"`
+	RotatedAt time.Time `json:"rotated_at,omitzero"`
+}
+
+// Injection says how a secret goes into a request. Exactly one of Header
+// and BasicUser is set.
+type Injection struct {
+	// Header is a header set to Prefix followed by the secret, replacing
+	// any the sandbox sent ("Authorization" with "Bearer ", say).
+	Header string `json:"header,omitempty"`
+	Prefix string `json:"prefix,omitempty"`
+	// BasicUser makes the secret the password of HTTP basic
+	// authentication as this user (git over HTTPS takes a token so).
+	BasicUser string `json:"basic_user,omitempty"`
+}
+
+// VaultRequest is a request of the vault API. Create names a new vault
+// with its bindings and secret; rotate names one and its new secret; rm
+// names one; ls names none.
+type VaultRequest struct {
+	Vault
+	Secret string `json:"secret,omitempty"`
+}
+
+// VaultReply answers a [VaultRequest]: the vault made, rotated or
+// removed, or the vaults listed. Error says why a request failed, with a
+// code: "invalid", "not_found", "exists" or "internal".
+type VaultReply struct {
+	Vault  *Vault  `json:"vault,omitempty"`
+	Vaults []Vault `json:"vaults,omitempty"`
+	Error  string  `json:"error,omitempty"`
+	Code   string  `json:"code,omitempty"`
+}
