@@ -12,8 +12,10 @@ import (
 
 // FuzzParse checks that a policy Parse accepts caps and prices with
 // finite, non-negative numbers (a NaN cap is no cap: every comparison
-// with it is false), and decides every call with one of its three
-// decisions.
+// with it is false), decides every call with one of its three decisions,
+// and decides every egress request with one of them too, or says it needs
+// the request read: never once it was read, and never allowing a tenant
+// it gives no network.
 func FuzzParse(f *testing.F) {
 	deploy, err := os.ReadFile("../../deploy/policy.yaml")
 	if err != nil {
@@ -25,10 +27,18 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("tenants:\n  acme:\n    rules:\n      - when: path.startsWith(\"/skills/\")\n        decision: approve\n    budgets:\n      session: {steps: 3, wall_time: 1m}\n"))
 	f.Add([]byte("budgets:\n  session: {tokens: 1000, cost_usd: 0.5, sandbox_seconds: 60}\nprices:\n  \"*\": {input: 3, output: 15}\n"))
 	f.Add([]byte("rules:\n  - when: 1\n    decision: allow\n"))
+	f.Add([]byte("egress:\n  - name: git-push\n    when: method == \"POST\" && path.endsWith(\"/git-receive-pack\")\n    decision: approve\n  - presets: [pypi, github]\n    decision: allow\n"))
+	f.Add([]byte("tenants:\n  acme:\n    egress:\n      - presets: [npm]\n        when: method == \"GET\" || host.endsWith(\".example\")\n        decision: allow\n      - when: int(path) > 1\n        decision: deny\n"))
 	calls := []Call{
 		{Tenant: "acme", User: "alice", Tool: "Bash", Input: json.RawMessage(`{"command":"git push"}`)},
 		{Tenant: "acme", User: "alice", Tool: "Write", Input: json.RawMessage(`{"file_path":"/skills/x/SKILL.md","content":""}`)},
 		{Tenant: "initech", Tool: "Read", Input: json.RawMessage(`"not an object"`)},
+	}
+	requests := []EgressRequest{
+		{Tenant: "acme", User: "alice", Scheme: "https", Host: "github.com", Port: 443},
+		{Tenant: "acme", User: "alice", Scheme: "https", Host: "GitHub.com.", Port: 443, Visible: true, Method: "POST", Path: "/a/b.git/git-receive-pack"},
+		{Tenant: "initech", Scheme: "http", Host: "files.pythonhosted.org", Port: 80, Visible: true, Method: "GET", Path: "/"},
+		{Tenant: "initech", Scheme: "https", Host: "::1", Port: 22},
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := Parse(data)
@@ -40,6 +50,18 @@ func FuzzParse(f *testing.F) {
 			case Allow, Approve, Deny:
 			default:
 				t.Fatalf("policy %q decides %+v on %+v", data, d, c)
+			}
+		}
+		for _, r := range requests {
+			d, known := p.Egress(r)
+			switch {
+			case !known && (r.Visible || d != Decision{}):
+				t.Fatalf("policy %q decides %+v, unknown, on %+v", data, d, r)
+			case !known:
+			case d.Decision == Allow && !p.Networked(r.Tenant):
+				t.Fatalf("policy %q allows %+v, but gives %q no network", data, r, r.Tenant)
+			case d.Decision != Allow && d.Decision != Approve && d.Decision != Deny:
+				t.Fatalf("policy %q decides %+v on %+v", data, d, r)
 			}
 		}
 		tenants := []string{"", "acme"}

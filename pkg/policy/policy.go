@@ -1,10 +1,15 @@
-// Package policy decides what the agent may do. A policy is data: ordered
-// rules, per tenant and for all tenants, each a CEL expression over the
-// tool call and deciding allow, approve (a person must approve the call)
-// or deny, with a reason. The first rule whose condition holds decides; a
-// call no rule matches is allowed.
+// Package policy decides what the agent may do: which tool calls run, and
+// where a sandbox may connect. A policy is data: ordered rules, per tenant
+// and for all tenants, each a CEL expression deciding allow, approve (a
+// person must approve) or deny, with a reason. The first rule whose
+// condition holds, a tenant's own before the common ones, decides. A
+// condition that fails to evaluate (an argument it reads is missing, say)
+// does not hold.
 //
-// A condition sees these variables:
+// # Tool rules
+//
+// Tool rules (rules: in the file) judge the agent's tool calls; a call no
+// rule matches is allowed. A condition sees these variables:
 //
 //	tool    string  the tool's name: "Bash", "Read", "Write", "Edit", "Glob", "Grep"
 //	args    map     the call's arguments as the model gave them
@@ -17,8 +22,48 @@
 //
 // For example:
 //
-//	tool == "Bash" && args.command.matches("git push|rm -rf|curl|ssh")
+//	tool == "Bash" && args.command.matches("rm -rf|ssh")
 //	tool in ["Write", "Edit"] && path.startsWith("/skills/")
+//
+// # Egress rules
+//
+// Egress rules (egress:) judge the requests a sandbox sends out through
+// the egress service, its only way to the network. A request no rule
+// allows is refused, and a tenant whose rules allow nothing gets no
+// network at all ([Policy.Networked]). A condition sees these variables:
+//
+//	host         string  the host, lowercase, without the port or a trailing dot
+//	port         int     the port
+//	scheme       string  "http" or "https"
+//	method       string  the request's method: "GET", "POST", ...
+//	path         string  the request's path, decoded, without the query
+//	tenant       string  the session's tenant
+//	user         string  the session's user
+//	session      string  the session's ID
+//	environment  string  the session's environment, "" for none
+//
+// Method and path are known only once the egress service reads the request
+// itself: plain HTTP, or HTTPS whose TLS it terminates. Of a tunnel it
+// knows only the host and port, so a rule whose outcome turns on method or
+// path cannot decide it yet; [Policy.Egress] says so, and the service looks
+// inside the connection and asks again.
+//
+// A rule may name presets, the hosts of a package registry or a service
+// ([Presets]): it then holds only for a request to one of those hosts on
+// port 80 or 443 and, if it has a condition as well, only when that holds
+// too. A rule needs a condition, presets or both. For example:
+//
+//	egress:
+//	  - name: git-push
+//	    when: method == "POST" && path.endsWith("/git-receive-pack")
+//	    decision: approve
+//	    reason: a git push publishes code; a reviewer approves it
+//	tenants:
+//	  acme:
+//	    egress:
+//	      - name: packages
+//	        presets: [pypi, npm, go]
+//	        decision: allow
 package policy
 
 import (
@@ -49,10 +94,14 @@ const (
 type File struct {
 	// Rules apply to every tenant, after the tenant's own.
 	Rules []Rule `yaml:"rules"`
-	// Tenants holds each tenant's own rules, tried first, and budgets.
+	// Egress rules apply to every tenant's requests, after the tenant's own.
+	Egress []EgressRule `yaml:"egress"`
+	// Tenants holds each tenant's own rules and egress rules, tried first,
+	// and budgets.
 	Tenants map[string]struct {
-		Rules   []Rule  `yaml:"rules"`
-		Budgets Budgets `yaml:"budgets"`
+		Rules   []Rule       `yaml:"rules"`
+		Egress  []EgressRule `yaml:"egress"`
+		Budgets Budgets      `yaml:"budgets"`
 	} `yaml:"tenants"`
 	// Budgets cap every tenant's spending, unless its own say otherwise.
 	Budgets Budgets `yaml:"budgets"`
@@ -69,8 +118,8 @@ type Rule struct {
 	Reason   string `yaml:"reason"`
 }
 
-// Decision is what a policy says of a call, and which rule said it (""
-// when none matched).
+// Decision is what a policy says of a call or a request, and which rule
+// said it ("" when none matched).
 type Decision struct {
 	Decision string `json:"decision"`
 	Rule     string `json:"rule,omitempty"`
@@ -81,6 +130,8 @@ type Decision struct {
 type Policy struct {
 	common        []compiled
 	tenants       map[string][]compiled
+	egress        []egressCompiled
+	tenantEgress  map[string][]egressCompiled
 	budgets       Budgets
 	tenantBudgets map[string]Budgets
 	prices        map[string]Price
@@ -122,9 +173,15 @@ func Parse(data []byte) (*Policy, error) {
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) { // empty: no rules
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	p := &Policy{tenants: make(map[string][]compiled), tenantBudgets: make(map[string]Budgets), budgets: f.Budgets, prices: f.Prices}
+	p := &Policy{
+		tenants: make(map[string][]compiled), tenantEgress: make(map[string][]egressCompiled),
+		tenantBudgets: make(map[string]Budgets), budgets: f.Budgets, prices: f.Prices,
+	}
 	var err error
 	if p.common, err = compile("rules", f.Rules); err != nil {
+		return nil, err
+	}
+	if p.egress, err = compileEgress("egress", f.Egress); err != nil {
 		return nil, err
 	}
 	if err := checkBudgets("budgets", f.Budgets); err != nil {
@@ -132,6 +189,9 @@ func Parse(data []byte) (*Policy, error) {
 	}
 	for t, tr := range f.Tenants {
 		if p.tenants[t], err = compile("tenants."+t, tr.Rules); err != nil {
+			return nil, err
+		}
+		if p.tenantEgress[t], err = compileEgress("tenants."+t+".egress", tr.Egress); err != nil {
 			return nil, err
 		}
 		if err := checkBudgets("tenants."+t+".budgets", tr.Budgets); err != nil {
@@ -177,30 +237,50 @@ func Load(file string) (*Policy, error) {
 func compile(where string, rules []Rule) ([]compiled, error) {
 	out := make([]compiled, 0, len(rules))
 	for i, r := range rules {
-		name := r.Name
-		if name == "" {
-			name = fmt.Sprintf("%s[%d]", where, i)
-			r.Name = name
+		r.Name = ruleName(where, i, r.Name)
+		if err := checkDecision(r); err != nil {
+			return nil, err
 		}
-		switch r.Decision {
-		case Allow, Approve, Deny:
-		default:
-			return nil, fmt.Errorf("policy: rule %s: decision %q: want allow, approve or deny", name, r.Decision)
-		}
-		ast, iss := env.Compile(r.When)
-		if iss.Err() != nil {
-			return nil, fmt.Errorf("policy: rule %s: %w", name, iss.Err())
-		}
-		if ast.OutputType() != cel.BoolType {
-			return nil, fmt.Errorf("policy: rule %s: condition is %s, want a bool", name, ast.OutputType())
-		}
-		prg, err := env.Program(ast)
+		prg, err := program(env, r)
 		if err != nil {
-			return nil, fmt.Errorf("policy: rule %s: %w", name, err)
+			return nil, err
 		}
 		out = append(out, compiled{Rule: r, prg: prg})
 	}
 	return out, nil
+}
+
+// ruleName is a rule's name, or where it stands in the file when it has
+// none ("tenants.acme.egress[2]").
+func ruleName(where string, i int, name string) string {
+	if name == "" {
+		return fmt.Sprintf("%s[%d]", where, i)
+	}
+	return name
+}
+
+func checkDecision(r Rule) error {
+	switch r.Decision {
+	case Allow, Approve, Deny:
+		return nil
+	}
+	return fmt.Errorf("policy: rule %s: decision %q: want allow, approve or deny", r.Name, r.Decision)
+}
+
+// program compiles the condition of rule r in e, which must be a bool.
+func program(e *cel.Env, r Rule, opts ...cel.ProgramOption) (cel.Program, error) {
+	ast, iss := e.Compile(r.When)
+	if iss.Err() != nil {
+		return nil, fmt.Errorf("policy: rule %s: %w", r.Name, iss.Err())
+	}
+	if ast.OutputType() != cel.BoolType {
+		return nil, fmt.Errorf("policy: rule %s: condition is %s, want a bool", r.Name, ast.OutputType())
+	}
+	prg, err := e.Program(ast, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("policy: rule %s: %w", r.Name, err)
+	}
+	return prg, nil
 }
 
 // Decide returns the decision of the first rule, the tenant's first, whose

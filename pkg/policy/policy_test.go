@@ -41,9 +41,10 @@ func TestDefaultPolicy(t *testing.T) {
 		rule     string
 	}{
 		{"plain shell", "Bash", map[string]any{"command": "go test ./..."}, policy.Allow, ""},
-		{"git push", "Bash", map[string]any{"command": "git push origin main"}, policy.Approve, "risky-shell"},
+		// Egress, not a tool rule, holds a push and refuses a curl.
+		{"git push", "Bash", map[string]any{"command": "git push origin main"}, policy.Allow, ""},
 		{"rm -rf", "Bash", map[string]any{"command": "cd /workspace && rm -rf build"}, policy.Approve, "risky-shell"},
-		{"curl", "Bash", map[string]any{"command": "curl https://example.com"}, policy.Approve, "risky-shell"},
+		{"curl", "Bash", map[string]any{"command": "curl https://example.com"}, policy.Allow, ""},
 		{"ssh", "Bash", map[string]any{"command": "ssh host"}, policy.Approve, "risky-shell"},
 		{"write a skill", "Write", map[string]any{"file_path": "/skills/deploy/SKILL.md", "content": "x"}, policy.Approve, "skill-changes"},
 		{"edit a skill", "Edit", map[string]any{"file_path": "/skills/deploy/run.sh", "old_string": "a", "new_string": "b"}, policy.Approve, "skill-changes"},
