@@ -48,6 +48,18 @@ func ApprovalAPI(tenant, user, op string) string {
 	return "corral.approval." + tenant + "." + user + "." + op
 }
 
+// VaultAPI is the subject of operation op of the egress service's vault
+// API, as [MemoryAPI]'s; user may also be [VaultTenantScope], for the
+// tenant's own vaults, which only a reviewer's credential may reach.
+func VaultAPI(tenant, user, op string) string {
+	return "corral.vault." + tenant + "." + user + "." + op
+}
+
+// VaultTenantScope stands for the user in the vault API's subjects of the
+// tenant's own vaults. A [UserToken] always starts with "u-": no user's
+// token is this.
+const VaultTenantScope = "tenant"
+
 // KV and object store bucket names.
 const (
 	BucketLeases      = "leases"
@@ -59,6 +71,12 @@ const (
 	BucketWorkspaces  = "workspaces"
 	BucketNodes       = "nodes"
 	BucketPlacements  = "placements"
+	// BucketVaults holds the tenants' credentials, encrypted with the
+	// egress service's key; only the egress service may read or write it.
+	BucketVaults = "vaults"
+	// BucketEgress holds the requests egress held for a reviewer and
+	// their state, by what a decision is bound to.
+	BucketEgress = "egress"
 	// BucketSlack is the Slack bridge's threads, each under its tenant
 	// (<tenant>.thread.<session>): a bot's credential reaches its own
 	// tenant's keys alone. The bridge's package sets it up.
@@ -67,7 +85,9 @@ const (
 
 // EventDurables are the services' durable consumers of the EVENTS stream:
 // no client may create, pull from or delete a consumer of theirs.
-func EventDurables() []string { return []string{ConsumerHarnessSteps, ConsumerApprovals} }
+func EventDurables() []string {
+	return []string{ConsumerHarnessSteps, ConsumerApprovals, ConsumerEgressDecisions}
+}
 
 // Durable consumer names, <service>-<purpose>.
 const (
@@ -76,6 +96,9 @@ const (
 	ConsumerSandboxCalls    = "sandbox-manager-calls"
 	ConsumerMemoryCalls     = "memory-calls"
 	ConsumerApprovals       = "approval-requests"
+	// ConsumerEgressDecisions is the egress services' consumer of the
+	// reviewers' decisions, on the requests they held.
+	ConsumerEgressDecisions = "egress-decisions"
 )
 
 // Tool services, the second token of a tool call's subject (see
@@ -359,6 +382,26 @@ var buckets = []jetstream.KeyValueConfig{
 		// history; the session logs keep them for good.
 		Bucket:      BucketApprovals,
 		Description: "approvals: call ID -> the call, its context and its decision",
+		TTL:         ApprovalHistoryTTL,
+		Storage:     jetstream.FileStorage,
+		History:     1,
+	},
+	{
+		// The tenants' vaults: <tenant>.t.<name> for the tenant's own,
+		// <tenant>.u.<user, base64url>.<name> for a user's. Each holds
+		// its bindings and its secret sealed with the egress service's
+		// key; no one else may read the bucket (deploy/nats.conf).
+		Bucket:      BucketVaults,
+		Description: "vault credentials, sealed: <tenant>.t|u.<user>.<name> -> bindings and secret",
+		Storage:     jetstream.FileStorage,
+		History:     1,
+	},
+	{
+		// Requests the egress service held for a reviewer, by tenant,
+		// session and the hash of what a decision binds: pending,
+		// approved (it may pass once), used or denied.
+		Bucket:      BucketEgress,
+		Description: "held egress requests: <tenant>.<session>.<binding> -> approval and state",
 		TTL:         ApprovalHistoryTTL,
 		Storage:     jetstream.FileStorage,
 		History:     1,

@@ -18,6 +18,7 @@ import (
 var every = []string{bus.StreamRequests, bus.StreamEvents, bus.StreamTools, bus.StreamDeadLetter, bus.StreamPayloads,
 	"KV_" + bus.BucketLeases, "KV_" + bus.BucketCalls, "KV_" + bus.BucketApprovals, "KV_" + bus.BucketUsage,
 	"KV_" + bus.BucketNodes, "KV_" + bus.BucketPlacements, "KV_" + bus.BucketCredentials,
+	"KV_" + bus.BucketVaults, "KV_" + bus.BucketEgress,
 	"OBJ_" + bus.BucketSkills, "OBJ_" + bus.BucketWorkspaces}
 
 // replicas returns the replicas of each of [every] on the server, and of

@@ -17,6 +17,8 @@ type Permissions struct {
 //   - requests (prompts, stops, raises) on requests.<tenant>.*.<user>;
 //   - the memory API as that user, and the approval API (a reviewer
 //     decides);
+//   - the vault API for that user's vaults, and a reviewer's and an
+//     operator's for the tenant's own;
 //   - the tenant's session logs, read with single-filter consumers under
 //     events.<tenant>. (the server refuses a consumer whose filter is not
 //     the one its create subject names), pulls, and direct gets of the
@@ -44,6 +46,7 @@ func (c Credential) Permissions() Permissions {
 			"requests." + t + ".*." + u,
 			bus.MemoryAPI(t, u, ">"),
 			bus.ApprovalAPI(t, u, bus.OpList),
+			bus.VaultAPI(t, u, ">"),
 			"$JS.API.CONSUMER.CREATE." + bus.StreamEvents + ".*.events." + t + ".>",
 			"$JS.API.CONSUMER.MSG.NEXT." + bus.StreamEvents + ".*",
 			"$JS.API.CONSUMER.DELETE." + bus.StreamEvents + ".*",
@@ -62,6 +65,10 @@ func (c Credential) Permissions() Permissions {
 		p.Publish = append(p.Publish, bus.ApprovalAPI(t, bus.UserToken(c.User), bus.OpDecide))
 	case RoleOperator:
 		p.Publish = append(p.Publish, bus.ApprovalAPI(t, u, bus.OpDecide))
+	default:
+		// A bot speaks for any user, whose token the wildcard above
+		// matches, and so would the tenant's own vaults' token.
+		p.Deny = append(p.Deny, bus.VaultAPI(t, bus.VaultTenantScope, ">"))
 	}
 	if c.Role != RoleUser {
 		p.Publish = append(p.Publish, slackKeys(t)...)

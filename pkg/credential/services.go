@@ -26,6 +26,7 @@ const (
 	UserSandbox  = "sandbox-manager"
 	UserMemory   = "memory"
 	UserApproval = "approval"
+	UserEgress   = "egress"
 	// UserAuth answers the server's questions about client connections.
 	UserAuth = "auth"
 	// UserAdmin runs corral setup and manages credentials; it may do
@@ -48,7 +49,7 @@ var jsRead = []string{
 // delete them.
 func denyConsumers(own ...string) []string {
 	var out []string
-	for _, d := range []string{bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps, bus.ConsumerSandboxCalls, bus.ConsumerMemoryCalls, bus.ConsumerApprovals} {
+	for _, d := range []string{bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps, bus.ConsumerSandboxCalls, bus.ConsumerMemoryCalls, bus.ConsumerApprovals, bus.ConsumerEgressDecisions} {
 		mine := false
 		for _, o := range own {
 			mine = mine || o == d
@@ -61,6 +62,14 @@ func denyConsumers(own ...string) []string {
 			"$JS.API.CONSUMER.*.*.*."+d, "$JS.ACK.*."+d+".>")
 	}
 	return out
+}
+
+// denyVaults denies a service every JetStream API subject of the vaults'
+// stream: its info, direct and stored gets, and consumers, which would
+// read the sealed secrets. Only the egress service reads it.
+var denyVaults = []string{
+	"$JS.API.*.*.KV_" + bus.BucketVaults, "$JS.API.*.*.KV_" + bus.BucketVaults + ".>",
+	"$JS.API.*.*.*.KV_" + bus.BucketVaults, "$JS.API.*.*.*.KV_" + bus.BucketVaults + ".>",
 }
 
 // events returns the subjects on which writer may publish the session
@@ -97,7 +106,7 @@ func Services() []Service {
 				Publish: concat(jsRead, []string{"$KV.leases.>", "$KV.usage.>", "tools.>", "payloads.>", "harness.lease.>", "preview.>"},
 					events("harness", "session.requested", "model.responded", "tool.dispatched", "tool.completed",
 						"approval.requested", "session.completed", "session.failed", "session.stopped", "budget.raise")),
-				Deny: denyConsumers(bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps),
+				Deny: concat(denyConsumers(bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps), denyVaults),
 				// Harnesses ask each other for the session leases
 				// lingering after a step.
 				Subscribe: []string{bus.InboxPrefix(UserHarness) + ".>", "harness.lease.>"},
@@ -115,7 +124,7 @@ func Services() []Service {
 					// node a session is placed on.
 					"sandbox.node.>",
 				}, events("sandbox", "tool.completed")),
-				Deny:      denyConsumers(bus.ConsumerSandboxCalls),
+				Deny:      concat(denyConsumers(bus.ConsumerSandboxCalls), denyVaults),
 				Subscribe: []string{bus.InboxPrefix(UserSandbox) + ".>", "sandbox.node.>", bus.PreviewFilter(bus.ServiceSandbox)},
 			},
 			Responds: true,
@@ -129,7 +138,7 @@ func Services() []Service {
 					"$JS.API.STREAM.MSG.DELETE.KV_memories",
 					"$KV.memories.>", "$O.skills.>", "payloads.>",
 				}, events("memory", "tool.completed")),
-				Deny:      denyConsumers(bus.ConsumerMemoryCalls),
+				Deny:      concat(denyConsumers(bus.ConsumerMemoryCalls), denyVaults),
 				Subscribe: []string{bus.InboxPrefix(UserMemory) + ".>", "corral.memory.>", "$SRV.>", bus.PreviewFilter(bus.ServiceMemory)},
 			},
 			Responds: true,
@@ -138,8 +147,21 @@ func Services() []Service {
 			User: UserApproval,
 			Permissions: Permissions{
 				Publish:   concat(jsRead, []string{"$KV.approvals.>", "payloads.>"}, events("approval", "approval.decided")),
-				Deny:      denyConsumers(bus.ConsumerApprovals),
+				Deny:      concat(denyConsumers(bus.ConsumerApprovals), denyVaults),
 				Subscribe: []string{bus.InboxPrefix(UserApproval) + ".>", "corral.approval.>", "$SRV.>"},
+			},
+			Responds: true,
+		},
+		{
+			// On every sandbox node: it alone reads and writes the vaults,
+			// asks reviewers about the requests it holds and hears their
+			// decisions, and answers the vault API.
+			User: UserEgress,
+			Permissions: Permissions{
+				Publish: concat(jsRead, []string{"$KV." + bus.BucketVaults + ".>", "$KV." + bus.BucketEgress + ".>"},
+					events("egress", "approval.requested")),
+				Deny:      denyConsumers(bus.ConsumerEgressDecisions),
+				Subscribe: []string{bus.InboxPrefix(UserEgress) + ".>", bus.VaultAPI("*", "*", ">"), "$SRV.>"},
 			},
 			Responds: true,
 		},

@@ -17,7 +17,7 @@ const (
 // TenantScope is the token that stands for the user in the subjects of
 // the tenant's own vaults (a user's token always starts with "u-", see
 // [bus.UserToken]). Only a reviewer's credential may publish there.
-const TenantScope = "tenant"
+const TenantScope = bus.VaultTenantScope
 
 // VaultSubject is where a client acting as user of tenant asks for op on
 // the user's own vaults:
@@ -28,7 +28,7 @@ const TenantScope = "tenant"
 // body; the NATS permissions let a client publish only as itself. Listing
 // there shows the tenant's vaults too.
 func VaultSubject(tenant, user, op string) string {
-	return "corral.vault." + tenant + "." + bus.UserToken(user) + "." + op
+	return bus.VaultAPI(tenant, bus.UserToken(user), op)
 }
 
 // TenantVaultSubject is where a reviewer of tenant asks for op on the
@@ -36,7 +36,7 @@ func VaultSubject(tenant, user, op string) string {
 //
 //	corral.vault.<tenant>.tenant.<op>
 func TenantVaultSubject(tenant, op string) string {
-	return "corral.vault." + tenant + "." + TenantScope + "." + op
+	return bus.VaultAPI(tenant, TenantScope, op)
 }
 
 // Vault is one credential as anyone but the egress service sees it: never
@@ -80,11 +80,18 @@ type VaultRequest struct {
 }
 
 // VaultReply answers a [VaultRequest]: the vault made, rotated or
-// removed, or the vaults listed. Error says why a request failed, with a
-// code: "invalid", "not_found", "exists" or "internal".
+// removed, or the vaults listed. A refused request is answered with a
+// NATS service error instead (its code in the Nats-Service-Error-Code
+// header): one of the Code constants.
 type VaultReply struct {
 	Vault  *Vault  `json:"vault,omitempty"`
 	Vaults []Vault `json:"vaults,omitempty"`
-	Error  string  `json:"error,omitempty"`
-	Code   string  `json:"code,omitempty"`
 }
+
+// Error codes of the vault API.
+const (
+	CodeBadRequest = "400"
+	CodeNotFound   = "404"
+	CodeExists     = "409"
+	CodeInternal   = "500"
+)

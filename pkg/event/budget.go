@@ -25,3 +25,9 @@ type BudgetRaise struct {
 // BudgetTool is the tool name a raise is approved under: its ArgsHash is
 // ArgsHash(BudgetTool, Limits).
 const BudgetTool = "budget"
+
+// EgressTool is the tool name a request the egress service held is
+// approved under (a git push, say): its input names the request (method,
+// URL, and a push's ref updates or the body's hash), and its ArgsHash is
+// ArgsHash(EgressTool, input).
+const EgressTool = "egress"

@@ -23,6 +23,7 @@ const (
 	Sandbox  Writer = bus.ServiceSandbox
 	Memory   Writer = bus.ServiceMemory
 	Approval Writer = "approval"
+	Egress   Writer = "egress"
 )
 
 // writers says who may write each kind of event: the table of the README's
@@ -31,7 +32,8 @@ var writers = map[string][]Writer{
 	event.TypeSessionRequested:  {Harness},
 	event.TypeModelResponded:    {Harness},
 	event.TypeToolDispatched:    {Harness},
-	event.TypeApprovalRequested: {Harness},
+	// The egress service asks about the requests it holds (a git push).
+	event.TypeApprovalRequested: {Harness, Egress},
 	event.TypeSessionCompleted:  {Harness},
 	event.TypeSessionFailed:     {Harness},
 	// The harness records the results of calls it refused itself.

@@ -20,7 +20,7 @@ var allowed = map[string][]sessionlog.Writer{
 	event.TypeSessionRequested:  {sessionlog.Harness},
 	event.TypeModelResponded:    {sessionlog.Harness},
 	event.TypeToolDispatched:    {sessionlog.Harness},
-	event.TypeApprovalRequested: {sessionlog.Harness},
+	event.TypeApprovalRequested: {sessionlog.Harness, sessionlog.Egress},
 	event.TypeSessionCompleted:  {sessionlog.Harness},
 	event.TypeSessionFailed:     {sessionlog.Harness},
 	event.TypeToolCompleted:     {sessionlog.Harness, sessionlog.Sandbox, sessionlog.Memory},
@@ -32,7 +32,7 @@ var allowed = map[string][]sessionlog.Writer{
 // tokens are writer tokens a subject may carry: the services', a user's
 // (clients write nothing to the logs) and nonsense.
 var tokens = []sessionlog.Writer{
-	sessionlog.Harness, sessionlog.Sandbox, sessionlog.Memory, sessionlog.Approval,
+	sessionlog.Harness, sessionlog.Sandbox, sessionlog.Memory, sessionlog.Approval, sessionlog.Egress,
 	sessionlog.Writer(bus.UserToken("alice")), "client", "auth", "",
 }
 
