@@ -174,7 +174,7 @@ func Join(ctx context.Context, url, name string, getenv func(string) string, log
 	}
 	js, err := jetstream.New(nc)
 	if err == nil {
-		err = Setup(ctx, js, setup...)
+		err = Setup(ctx, js, append(setup, As(name))...)
 	}
 	if err != nil {
 		nc.Close()

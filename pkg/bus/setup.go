@@ -24,6 +24,19 @@ type setupOptions struct {
 	replicas int // 0: new ones get one, existing ones keep theirs
 	// storeBytes are the bounds asked for of object stores, by bucket.
 	storeBytes map[string]int64
+	// as is the service setting up, "" for the administrator.
+	as string
+}
+
+// privateBuckets are the KV buckets only one service may read, by that
+// service's user: every other is denied even their info.
+var privateBuckets = map[string]string{BucketVaults: "egress"}
+
+// As makes [Setup] check only what the service (by its NATS user) may
+// read: it leaves out the buckets private to another service. Without it,
+// Setup sets up everything, as the administrator does.
+func As(service string) SetupOption {
+	return func(o *setupOptions) { o.as = service }
 }
 
 // StoreBytes makes [Setup] bound object store bucket to n bytes, and
@@ -189,6 +202,9 @@ func setup(ctx context.Context, js jetstream.JetStream, opts ...SetupOption) err
 		}
 	}
 	for _, cfg := range buckets {
+		if owner, ok := privateBuckets[cfg.Bucket]; ok && o.as != "" && o.as != owner {
+			continue
+		}
 		cfg.Replicas = o.replicas
 		kv, err := js.KeyValue(ctx, cfg.Bucket)
 		switch {
