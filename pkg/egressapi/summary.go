@@ -1,102 +1,15 @@
 package egressapi
 
-import (
-	"fmt"
-	"strings"
+import "corral.dev/pkg/event"
 
-	"github.com/google/uuid"
+// The per-call summary of what a sandbox sent, as the control protocol's
+// drain returns it: the types of the tool.completed event that records
+// it.
+type (
+	Summary = event.EgressSummary
+	Traffic = event.EgressTraffic
+	Refusal = event.EgressRefusal
 )
 
-// Summary is what a sandbox's requests did during one tool call: the
-// requests grouped by where they went and how they ended, and the
-// refusals. It is recorded with the call's result, so that the session
-// log holds one summary per call rather than an event per request.
-type Summary struct {
-	Requests []Traffic `json:"requests,omitempty"`
-	Refused  []Refusal `json:"refused,omitempty"`
-}
-
-// Traffic is every request of one kind: to one host and port, with one
-// scheme, method and status. Method and Paths are known for requests the
-// egress service read (plain HTTP, or HTTPS it terminated); a tunnelled
-// connection has method CONNECT and no paths.
-type Traffic struct {
-	Scheme string `json:"scheme"`
-	Host   string `json:"host"`
-	Port   int    `json:"port"`
-	Method string `json:"method"`
-	Status int    `json:"status"`
-	Count  int    `json:"count"`
-	// Sent and Received count the bytes of the bodies (or, for a tunnel,
-	// of the connection) each way.
-	Sent     int64 `json:"sent"`
-	Received int64 `json:"received"`
-	// Paths are the first few distinct paths, without the query.
-	Paths []string `json:"paths,omitempty"`
-	// Rule is the rule that allowed the requests, "" for an approved one.
-	Rule string `json:"rule,omitempty"`
-}
-
 // MaxPaths is how many paths a [Traffic] keeps.
-const MaxPaths = 10
-
-// Refusal is a request the egress service refused, with why.
-type Refusal struct {
-	Scheme string `json:"scheme"`
-	Host   string `json:"host"`
-	Port   int    `json:"port"`
-	Method string `json:"method,omitempty"`
-	Path   string `json:"path,omitempty"`
-	// Rule is the rule that refused it, "" when none allowed it.
-	Rule   string `json:"rule,omitempty"`
-	Reason string `json:"reason"`
-	// Approval is set when the request waits for a reviewer: the same
-	// request, retried once it is approved, passes once.
-	Approval uuid.UUID `json:"approval,omitzero"`
-	Count    int       `json:"count"`
-}
-
-// Empty reports whether nothing went out or was refused.
-func (s *Summary) Empty() bool {
-	return s == nil || len(s.Requests) == 0 && len(s.Refused) == 0
-}
-
-// maxNoted is how many refusals a note names.
-const maxNoted = 5
-
-// Note is the short note a Bash result ends with when requests were
-// refused: which hosts, by which rule and why, so that the model stops
-// retrying or asks for what it needs. It is "" when none were.
-func (s *Summary) Note() string {
-	if s == nil || len(s.Refused) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString("[egress] requests refused:")
-	for i, r := range s.Refused {
-		if i == maxNoted {
-			fmt.Fprintf(&b, "\n- and %d more", len(s.Refused)-i)
-			break
-		}
-		target := r.Host
-		if r.Port != 0 && r.Port != 80 && r.Port != 443 {
-			target = fmt.Sprintf("%s:%d", r.Host, r.Port)
-		}
-		if r.Method != "" && r.Method != "CONNECT" {
-			target = r.Method + " " + r.Scheme + "://" + target + r.Path
-		}
-		b.WriteString("\n- " + target)
-		if r.Count > 1 {
-			fmt.Fprintf(&b, " (%d times)", r.Count)
-		}
-		switch {
-		case r.Approval != uuid.Nil:
-			fmt.Fprintf(&b, ": held for a reviewer (approval %s, rule %s): retry the same request once it is approved", r.Approval, r.Rule)
-		case r.Rule != "":
-			fmt.Fprintf(&b, ": refused by rule %s: %s", r.Rule, r.Reason)
-		default:
-			fmt.Fprintf(&b, ": %s", r.Reason)
-		}
-	}
-	return b.String()
-}
+const MaxPaths = event.EgressMaxPaths

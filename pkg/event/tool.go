@@ -221,6 +221,10 @@ type ToolCompleted struct {
 	// condition. A reader that has folded the log up to After folds this
 	// event in without reading the log.
 	After uint64 `json:"after,omitempty"`
+	// Egress is, for a Bash call of a sandbox with network, what the
+	// call sent out and had refused. Absent when nothing went out or was
+	// refused.
+	Egress *EgressSummary `json:"egress,omitempty"`
 }
 
 // Offloaded stands in the log for an event too large to carry inline: the

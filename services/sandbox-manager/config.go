@@ -126,6 +126,11 @@ type Config struct {
 	// harness's signature of it. Nil runs unsigned calls, for tests of the
 	// service alone.
 	CallKey ed25519.PublicKey
+	// EgressSocket is the control socket of the node's egress service
+	// (CORRAL_EGRESS_SOCKET, an absolute path; default none): each
+	// session's sandbox gets network through it where the service's
+	// policy may let it reach a host. Without it no sandbox has network.
+	EgressSocket string
 	// Metrics is where the service's metrics are registered (none are
 	// served when nil).
 	Metrics prometheus.Registerer
@@ -237,6 +242,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}
 	if cfg.CallKey, err = event.LoadCallKey(getenv); err != nil {
 		return Config{}, err
+	}
+	if cfg.EgressSocket = getenv("CORRAL_EGRESS_SOCKET"); cfg.EgressSocket != "" && !filepath.IsAbs(cfg.EgressSocket) {
+		return Config{}, fmt.Errorf("CORRAL_EGRESS_SOCKET=%q: want an absolute path", cfg.EgressSocket)
 	}
 	return cfg, nil
 }

@@ -3,6 +3,8 @@ package sandboxmanager
 import (
 	"strings"
 	"testing"
+
+	"corral.dev/pkg/event"
 )
 
 // A number of CPUs that is no number of CPUs is refused, naming its
@@ -20,5 +22,21 @@ func TestConfigRefusesBadCPUs(t *testing.T) {
 				t.Errorf("%s=%s: %v, want an error naming it", name, v, err)
 			}
 		}
+	}
+}
+
+// The egress service's control socket must be named by an absolute path.
+func TestConfigRefusesRelativeEgressSocket(t *testing.T) {
+	_, err := LoadConfig(func(k string) string {
+		switch k {
+		case "CORRAL_EGRESS_SOCKET":
+			return "run/egress.sock"
+		case "CORRAL_CALL_PUBLIC_KEY":
+			return event.EncodeKey(callPub)
+		}
+		return ""
+	})
+	if err == nil || !strings.Contains(err.Error(), "CORRAL_EGRESS_SOCKET") {
+		t.Errorf("a relative CORRAL_EGRESS_SOCKET: %v, want an error naming it", err)
 	}
 }

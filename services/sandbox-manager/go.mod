@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	corral.dev/pkg v0.0.0
+	corral.dev/schemas v0.0.0
 	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/google/uuid v1.6.0
 	github.com/hashicorp/golang-lru/v2 v2.0.7

@@ -85,7 +85,7 @@ func (s *Service) reapOne(ctx context.Context, tenant string, session uuid.UUID,
 	if why == "" {
 		return false
 	}
-	if err := s.driver.Destroy(tenant, session); err != nil {
+	if err := s.driver.Destroy(ctx, tenant, session); err != nil {
 		s.log.WarnContext(ctx, "reap workspace", "tenant", tenant, "session", session, "err", err)
 		return false
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/egressapi"
 	"corral.dev/pkg/lock"
 	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
@@ -93,6 +94,10 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	}
 	s.metrics = newMetrics(reg, s)
 	workspaces := filepath.Join(cfg.DataDir, "workspaces")
+	var egress sandbox.Egress // nil: no sandbox has network
+	if cfg.EgressSocket != "" {
+		egress = &egressapi.Client{Socket: cfg.EgressSocket}
+	}
 	d, err := sandbox.New(sandbox.Config{
 		Dir:             workspaces,
 		Bwrap:           cfg.Bwrap,
@@ -114,6 +119,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		NodeCPUs:        cfg.NodeCPUs,
 		User:            cfg.SandboxUID,
 		Group:           cfg.SandboxGID,
+		Egress:          egress,
+		Logger:          s.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)

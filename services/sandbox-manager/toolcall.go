@@ -12,10 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/egressapi"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/tool"
+	"corral.dev/services/sandbox-manager/internal/sandbox"
 )
 
 // interrupted is the result of a call that may have partly run before its
@@ -144,7 +146,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		s.snaps.ahead(c.Tenant, c.Session, at.rev)
 	}
 	start := time.Now()
-	r, err := s.driver.Run(callCtx, c.Tenant, c.Session, args)
+	r, err := s.driver.Run(callCtx, egressapi.Identity{Tenant: c.Tenant, User: c.User, Session: c.Session}, args)
 	if errors.Is(context.Cause(callCtx), errStopped) && ctx.Err() == nil {
 		s.metrics.calls.WithLabelValues(metrics.Tool(c.Name), "killed").Observe(time.Since(start).Seconds())
 		res.Output, res.IsError = "Killed: the session was stopped while this call ran.", true
@@ -163,9 +165,15 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		return fmt.Errorf("run %s call %s: %w", c.Name, c.Call, ctx.Err())
 	}
 	if err != nil {
+		if errors.Is(err, sandbox.ErrNotRun) && !repeatable(c.Name) {
+			// Certainly not run: unmarked, so that its next delivery runs
+			// it rather than report it interrupted.
+			err = errors.Join(err, s.unmark(ctx, c))
+		}
 		return fmt.Errorf("run %s call %s: %w", c.Name, c.Call, err)
 	}
 	res.Output, res.IsError, res.ExitCode = r.Output, r.IsError, r.ExitCode
+	res.Egress = r.Egress
 	if c.Name == tool.Bash {
 		res.Output = noteSkillsWrite(res.Output)
 	}
@@ -181,6 +189,17 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 	res.Truncated, res.TimedOut, res.DurationMS = r.Truncated, r.TimedOut, r.Duration.Milliseconds()
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", r.IsError, "duration", r.Duration)
 	return s.record(ctx, c, &res, moved)
+}
+
+// unmark forgets that call c was started, so that its next delivery runs
+// it: only for a call that certainly did not run.
+func (s *Service) unmark(ctx context.Context, c *event.ToolCall) error {
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	if err := s.calls.Delete(rctx, bus.CallKey(c.Tenant, c.Session, c.Call)); err != nil {
+		return fmt.Errorf("unmark call %s: %w", c.Call, err)
+	}
+	return nil
 }
 
 // recorded reports whether the call's result is in its session's log:
@@ -319,7 +338,7 @@ func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, at place
 	}
 	start := time.Now()
 	// The sandbox here, if any, ran on a workspace that is out of date.
-	if err := s.driver.Destroy(c.Tenant, c.Session); err != nil {
+	if err := s.driver.Destroy(ctx, c.Tenant, c.Session); err != nil {
 		return "", err
 	}
 	if _, err := s.snaps.restore(ctx, c.Tenant, c.Session, s.driver.Workspace(c.Tenant, c.Session)); err != nil {

@@ -13,6 +13,12 @@ import (
 	"corral.dev/pkg/tool"
 )
 
+// ErrNotRun is returned, wrapped, by [Driver.Run] when a Bash call could
+// not start: its sandbox could not be started (the egress service could
+// not be opened for it, say), or its executor could not start the
+// command. None of the call ran, so it may simply be run again.
+var ErrNotRun = errors.New("call not run")
+
 // callBackstop is how long past a call's timeout the manager waits for the
 // executor, which enforces the timeout itself, before it gives up on the
 // sandbox and kills it.
@@ -26,7 +32,20 @@ const callBackstop = 10 * time.Second
 // and when the command exits. Output is stdout and stderr interleaved as
 // written, capped at the output limit. If ctx ends first, the sandbox is
 // killed and bash returns ctx's error.
+//
+// After a call of a sandbox with network, what it sent out is drained from
+// the egress service into the result (see [Driver.drainEgress]).
 func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result, error) {
+	res, network, err := d.runBash(ctx, s, a)
+	if err == nil && network {
+		d.drainEgress(ctx, s, &res)
+	}
+	return res, err
+}
+
+// runBash is bash without the drain, reporting whether the sandbox the
+// call ran in has network.
+func (d *Driver) runBash(ctx context.Context, s *session, a *tool.BashArgs) (Result, bool, error) {
 	timeout := d.cfg.DefaultTimeout
 	if a.Timeout > 0 {
 		timeout = time.Duration(a.Timeout) * time.Millisecond
@@ -35,12 +54,13 @@ func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result
 	req := d.request(a.Command, timeout)
 
 	var resp response
-	var oom bool
+	var oom, network bool
 	for attempt := 0; ; attempt++ {
 		b, fresh, err := d.liveBox(ctx, s, s.key)
 		if err != nil {
-			return Result{}, fmt.Errorf("bash: %w", err)
+			return Result{}, false, fmt.Errorf("bash: %w: %w", ErrNotRun, err)
 		}
+		network = b.network
 		callCtx, cancel := context.WithTimeout(ctx, timeout+callBackstop)
 		stop := context.AfterFunc(callCtx, b.kill)
 		resp, err = b.call(req)
@@ -58,20 +78,21 @@ func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result
 		}
 		switch {
 		case ctx.Err() != nil:
-			return Result{IsError: true}, fmt.Errorf("bash: %w", ctx.Err())
+			return Result{IsError: true}, false, fmt.Errorf("bash: %w", ctx.Err())
 		case expired:
-			return Result{TimedOut: true, IsError: true, Output: fmt.Sprintf("Command timed out after %s", timeout)}, nil
+			return Result{TimedOut: true, IsError: true, Output: fmt.Sprintf("Command timed out after %s", timeout)}, network, nil
 		case errors.Is(err, errNotSent) && !fresh && attempt == 0:
 			// The sandbox died while idle and the command never reached
 			// it: run it in a new one.
 			continue
 		case !b.greeted:
-			return Result{}, fmt.Errorf("bash: start sandbox: %w: %s", err, complaint)
+			// The executor reads no request before its hello.
+			return Result{}, false, fmt.Errorf("bash: start sandbox: %w: %w: %s", ErrNotRun, err, complaint)
 		}
-		return Result{}, fmt.Errorf("bash: %w: %s", err, complaint)
+		return Result{}, false, fmt.Errorf("bash: %w: %s", err, complaint)
 	}
 	if resp.Error != "" {
-		return Result{}, fmt.Errorf("bash: %s", resp.Error)
+		return Result{}, false, fmt.Errorf("bash: %w: %s", ErrNotRun, resp.Error)
 	}
 
 	out := &cappedBuffer{buf: resp.Output, limit: d.cfg.OutputLimit, omitted: resp.Omitted}
@@ -90,7 +111,7 @@ func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result
 		newline(&b)
 		fmt.Fprintf(&b, "Command timed out after %s", timeout)
 		res.Output = b.String()
-		return res, nil
+		return res, network, nil
 	}
 	code := resp.ExitCode
 	res.ExitCode = &code
@@ -104,7 +125,7 @@ func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result
 		}
 	}
 	res.Output = b.String()
-	return res, nil
+	return res, network, nil
 }
 
 // outOfMemory is what the model is told when the kernel killed a process

@@ -211,7 +211,7 @@ func TestBashContextCancelled(t *testing.T) {
 	d := newDriver(t, Config{})
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	res, err := d.Run(ctx, tenant, uuid.New(), &tool.BashArgs{Command: "echo started; sleep 60"})
+	res, err := d.Run(ctx, who(tenant, uuid.New()), &tool.BashArgs{Command: "echo started; sleep 60"})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run = %+v, %v; want an error wrapping context.DeadlineExceeded", res, err)
 	}

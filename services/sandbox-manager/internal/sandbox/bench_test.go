@@ -74,7 +74,7 @@ func BenchmarkForkExecBash(b *testing.B) {
 // /bin/true, which is what every Bash call cost before the executor.
 func BenchmarkBwrapTrue(b *testing.B) {
 	d := newDriver(b, Config{})
-	args := append(d.sandboxArgs(d.cfg.Dir, ""), "--", "/bin/true")
+	args := append(d.sandboxArgs(d.cfg.Dir, "", ""), "--", "/bin/true")
 	var ds []time.Duration
 	for b.Loop() {
 		start := time.Now()
@@ -116,7 +116,7 @@ func warmCalls(b *testing.B, pause time.Duration) {
 	d := newDriver(b, Config{IdleTimeout: time.Hour})
 	session := uuid.New()
 	args := &tool.BashArgs{Command: "true"}
-	if _, err := d.Run(b.Context(), tenant, session, args); err != nil {
+	if _, err := d.Run(b.Context(), who(tenant, session), args); err != nil {
 		b.Fatal(err)
 	}
 	var ds []time.Duration
@@ -138,7 +138,7 @@ func BenchmarkColdStart(b *testing.B) {
 		session := uuid.New()
 		ds = append(ds, timedRun(b, d, tenant, session, args))
 		b.StopTimer()
-		if err := d.Destroy(tenant, session); err != nil {
+		if err := d.Destroy(b.Context(), tenant, session); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
@@ -156,7 +156,7 @@ func BenchmarkResumeSuspended(b *testing.B) {
 	}
 	session := uuid.New()
 	args := &tool.BashArgs{Command: "true"}
-	if _, err := d.Run(b.Context(), tenant, session, args); err != nil {
+	if _, err := d.Run(b.Context(), who(tenant, session), args); err != nil {
 		b.Fatal(err)
 	}
 	var ds []time.Duration
@@ -180,7 +180,7 @@ func BenchmarkThaw(b *testing.B) {
 		b.Skip("no pids cgroup here")
 	}
 	session := uuid.New()
-	if _, err := d.Run(b.Context(), tenant, session, &tool.BashArgs{Command: "true"}); err != nil {
+	if _, err := d.Run(b.Context(), who(tenant, session), &tool.BashArgs{Command: "true"}); err != nil {
 		b.Fatal(err)
 	}
 	box := liveSandbox(d, session)
@@ -214,7 +214,7 @@ func BenchmarkSuspendedMemory(b *testing.B) {
 	var n int
 	for b.Loop() {
 		session := uuid.New()
-		if _, err := d.Run(b.Context(), tenant, session, args); err != nil {
+		if _, err := d.Run(b.Context(), who(tenant, session), args); err != nil {
 			b.Fatal(err)
 		}
 		box := liveSandbox(d, session)
@@ -261,7 +261,7 @@ func BenchmarkIdleSessions(b *testing.B) {
 	var sessions []uuid.UUID
 	for b.Loop() {
 		session := uuid.New()
-		res, err := d.Run(b.Context(), tenant, session, &tool.BashArgs{Command: "echo " + session.String() + " > id"})
+		res, err := d.Run(b.Context(), who(tenant, session), &tool.BashArgs{Command: "echo " + session.String() + " > id"})
 		if err != nil || res.IsError {
 			b.Fatalf("Run = %+v, %v", res, err)
 		}
@@ -281,7 +281,7 @@ func BenchmarkIdleSessions(b *testing.B) {
 		b.Fatalf("%d workspaces for %d sessions", len(dirs), len(sessions))
 	}
 	for i := 0; i < len(sessions); i += max(1, len(sessions)/10) {
-		res, err := d.Run(b.Context(), tenant, sessions[i], &tool.BashArgs{Command: "cat id"})
+		res, err := d.Run(b.Context(), who(tenant, sessions[i]), &tool.BashArgs{Command: "cat id"})
 		if err != nil || strings.TrimSpace(res.Output) != sessions[i].String() {
 			b.Fatalf("resume of session %d = %+v, %v", i, res, err)
 		}
@@ -321,7 +321,7 @@ func hostProcessCount(marker string) int {
 func BenchmarkColdStartPooled(b *testing.B) {
 	d := newDriver(b, Config{IdleTimeout: time.Hour, PoolSize: 1})
 	args := &tool.BashArgs{Command: "true"}
-	if _, err := d.Run(b.Context(), tenant, uuid.New(), args); err != nil {
+	if _, err := d.Run(b.Context(), who(tenant, uuid.New()), args); err != nil {
 		b.Fatal(err)
 	}
 	var ds []time.Duration
@@ -334,7 +334,7 @@ func BenchmarkColdStartPooled(b *testing.B) {
 		b.StartTimer()
 		ds = append(ds, timedRun(b, d, tenant, session, args))
 		b.StopTimer()
-		if err := d.Destroy(tenant, session); err != nil {
+		if err := d.Destroy(b.Context(), tenant, session); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
@@ -347,7 +347,7 @@ func BenchmarkColdStartPooled(b *testing.B) {
 func timedRun(b *testing.B, d *Driver, tenant string, session uuid.UUID, args any) time.Duration {
 	b.Helper()
 	start := time.Now()
-	res, err := d.Run(b.Context(), tenant, session, args)
+	res, err := d.Run(b.Context(), who(tenant, session), args)
 	if err != nil || res.IsError {
 		b.Fatalf("Run = %+v, %v", res, err)
 	}

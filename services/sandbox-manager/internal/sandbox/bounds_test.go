@@ -48,7 +48,7 @@ func runWithin(t *testing.T, ctx context.Context, d *Driver, session uuid.UUID, 
 	}
 	done := make(chan ran, 1)
 	go func() {
-		res, err := d.Run(ctx, tenant, session, args)
+		res, err := d.Run(ctx, who(tenant, session), args)
 		done <- ran{res, err}
 	}()
 	select {

@@ -50,6 +50,7 @@ type box struct {
 	greeted bool          // the executor's hello has been read
 	nextID  uint64
 	maxResp int
+	network bool // it reaches the egress service: its calls are drained
 
 	// cgroups holds the sandbox's cgroups, cgroup, when it has them;
 	// ooms counts its processes killed for want of memory so far.
@@ -65,9 +66,11 @@ type box struct {
 }
 
 // startBox starts a sandbox around workspace, with our own executable as
-// its executor. It returns once bwrap is running, without waiting for the
-// executor: the first call pipelines its request behind the startup.
-func (d *Driver) startBox(workspace, skills string) (*box, error) {
+// its executor, and with network through the egress directory egress
+// unless that is "" (see [Driver.sandboxArgs]). It returns once bwrap is
+// running, without waiting for the executor: the first call pipelines its
+// request behind the startup.
+func (d *Driver) startBox(workspace, skills, egress string) (*box, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("stdin pipe: %w", err)
@@ -78,7 +81,7 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 		inW.Close()
 		return nil, fmt.Errorf("stdout pipe: %w", err)
 	}
-	args := d.sandboxArgs(workspace, skills)
+	args := d.sandboxArgs(workspace, skills, egress)
 	args = append(args, "--", executorPath, ExecutorArg)
 	b := &box{
 		in:      inW,
@@ -86,6 +89,7 @@ func (d *Driver) startBox(workspace, skills string) (*box, error) {
 		br:      bufio.NewReaderSize(outR, 64<<10),
 		stderr:  newCappedBuffer(stderrLimit),
 		maxResp: d.cfg.OutputLimit*4/3 + 64<<10, // base64 output and the rest
+		network: egress != "",
 		done:    make(chan struct{}),
 	}
 	b.cmd = exec.Command(d.bwrap, args...)

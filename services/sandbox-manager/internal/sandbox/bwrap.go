@@ -112,13 +112,15 @@ func systemArgs() ([]string, error) {
 
 // sandboxArgs returns the bwrap options that build a session's sandbox around
 // the host directory workspace, with the host directory skills (if any)
-// read-only at /skills, and our own binary at executorPath; the
-// caller appends "--" and the command, which runs as PID 1 of the sandbox.
+// read-only at /skills, the host directory egress (if any) read-only at
+// [egressapi.SandboxDir] with the proxy's variables (see egressArgs), and
+// our own binary at executorPath; the caller appends "--" and the command,
+// which runs as PID 1 of the sandbox.
 //
 // /tmp and /dev/shm are tmpfs of TmpSize bytes each and the rest of /dev is
 // read-only, so what a command leaves outside /workspace is bounded and
 // lives only as long as the sandbox.
-func (d *Driver) sandboxArgs(workspace, skills string) []string {
+func (d *Driver) sandboxArgs(workspace, skills, egress string) []string {
 	args := []string{
 		// --unshare-all only tries a user namespace; demand one.
 		"--unshare-all", "--unshare-user",
@@ -156,6 +158,9 @@ func (d *Driver) sandboxArgs(workspace, skills string) []string {
 		args = append(args, "--ro-bind", skills, "/skills")
 	} else {
 		args = append(args, "--dir", "/skills")
+	}
+	if egress != "" {
+		args = append(args, egressArgs(egress)...)
 	}
 	args = append(args,
 		"--chdir", "/workspace",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,6 +103,15 @@ type Config struct {
 	// OnStart, if set, is told of every sandbox started or resumed and how
 	// long it took: see [StartCold], [StartResume] and [StartRestart].
 	OnStart func(kind string, took time.Duration)
+	// Egress, if set, is the node's egress service, which gives sandboxes
+	// their only way out (see egress.go); nil gives no sandbox any
+	// network. The directories it binds into sandboxes, and their
+	// ancestors, must let the sandbox user (see User) through, and their
+	// sockets must accept its connections.
+	Egress Egress
+	// Logger is told what the Driver handles without failing a call (an
+	// egress summary it could not get, say); nil discards it.
+	Logger *slog.Logger
 }
 
 // Kinds of sandbox start told to [Config.OnStart].
@@ -186,6 +196,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxSuspended == 0 {
 		c.MaxSuspended = DefaultSuspended
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Dir != "" {
 		abs, err := filepath.Abs(c.Dir)

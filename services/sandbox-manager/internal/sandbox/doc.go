@@ -5,9 +5,10 @@
 // Each session has a workspace, a host directory Dir/<tenant>/<session> that
 // the sandbox sees as /workspace, its only writable tree apart from a
 // private /tmp and /dev/shm. The sandbox has new user, PID, mount, IPC, UTS
-// and network namespaces (no network at all), a read-only view of /usr,
-// /etc and the library directories, a private /proc and a read-only /dev,
-// no capabilities, a seccomp filter (see seccomp.go), and an empty
+// and network namespaces (its own loopback and nothing else: no route to
+// the host or beyond; see below for its one way out), a read-only view of
+// /usr, /etc and the library directories, a private /proc and a read-only
+// /dev, no capabilities, a seccomp filter (see seccomp.go), and an empty
 // environment apart from a few fixed variables. Where the manager may make
 // cgroups, each sandbox has pids, memory and cpu cgroups of its own (see
 // cgroup.go). Nothing else of the host is visible: not /root, /home, /var,
@@ -25,6 +26,28 @@
 // [Driver.Destroy] and by [Driver.Close], and it dies with the manager
 // process. /tmp and /dev/shm live as long as the sandbox; only /workspace
 // persists beyond it.
+//
+// A sandbox's only way out is the node's egress service ([Config.Egress];
+// without it no sandbox has network). Before a session's sandbox starts,
+// the Driver opens the service for the session's identity (tenant, user,
+// session and environment, as [Driver.Run] is given them). Where the
+// service's policy may let the sandbox reach some host, it answers with a
+// host directory holding a Unix socket that speaks for this sandbox alone
+// and a CA bundle; the Driver binds it read-only at /run/corral/egress and
+// adds the proxy's and the CA bundle's variables to the environment
+// (HTTP_PROXY, SSL_CERT_FILE and the like: [egressapi.SandboxEnv]). The
+// executor then listens on the sandbox's own 127.0.0.1:3128 before any
+// command runs, and relays each connection to that socket (see relay.go);
+// the service applies the policy and may inject credentials the sandbox
+// never sees. A sandbox without network has none of this: no directory,
+// no variables, nothing on port 3128. A sandbox with network never comes
+// from the pool (see pool.go), whose sandboxes are made before anyone
+// knows whose they will be. After each Bash call of a sandbox with
+// network, the Driver drains what the call sent out into the call's
+// [Result].Egress, and ends its output with a note on what was refused;
+// [Driver.Destroy] closes the session's socket. A service that cannot be
+// opened fails the call before anything runs ([ErrNotRun]); one that
+// cannot be drained or closed is logged and the call goes on.
 //
 // The file tools never enter the sandbox: they open the workspace with
 // [os.Root], which refuses any path or symlink that leads outside it.

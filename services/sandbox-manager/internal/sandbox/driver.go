@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"corral.dev/pkg/egressapi"
 	"corral.dev/pkg/lock"
 	"corral.dev/pkg/tool"
 	"github.com/google/uuid"
@@ -69,6 +70,10 @@ type Result struct {
 	TimedOut bool
 	// Duration is how long the call took, excluding waiting for the session.
 	Duration time.Duration
+	// Egress is what a Bash call of a sandbox with network sent out and
+	// had refused, as the egress service summed it up; nil when nothing
+	// went out or was refused, or the summary could not be had.
+	Egress *egressapi.Summary
 }
 
 // New returns a Driver for cfg, with defaults filled in. It creates cfg.Dir
@@ -170,7 +175,7 @@ func (d *Driver) probe() error {
 		return fmt.Errorf("%w: %v: %s", ErrSandboxUnavailable, err, bytes.TrimSpace(out))
 	}
 
-	b, err := d.startBox(d.cfg.Dir, "")
+	b, err := d.startBox(d.cfg.Dir, "", "")
 	if err != nil {
 		return fmt.Errorf("probe sandbox: %w", err)
 	}
@@ -215,14 +220,18 @@ func (d *Driver) workspace(tenant string, session uuid.UUID) (string, error) {
 }
 
 // Run executes one tool call — args is one of the pointers [tool.Parse]
-// returns — in the session's workspace, creating the workspace on first use.
-// It waits for the session's previous call to finish; ctx bounds that wait
-// and the call itself. Everything the model should see, failures included,
-// comes back in the [Result]; an error means the call could not be carried
-// out (invalid tenant, unknown args type, workspace or sandbox could not be
-// set up, sandbox lost mid-call ([ErrSandboxLost]), Driver closed, ctx
-// cancelled).
-func (d *Driver) Run(ctx context.Context, tenant string, sessionID uuid.UUID, args any) (Result, error) {
+// returns — in the workspace of the session id names, creating the
+// workspace on first use. id is also who the session's sandbox speaks for
+// to the egress service: its tenant, session and user, and its
+// environment. Run waits for the session's previous call to finish; ctx
+// bounds that wait and the call itself. Everything the model should see,
+// failures included, comes back in the [Result]; an error means the call
+// could not be carried out (invalid tenant, unknown args type, workspace
+// or sandbox could not be set up, the egress service could not be opened
+// (these last wrap [ErrNotRun]), sandbox lost mid-call ([ErrSandboxLost]),
+// Driver closed, ctx cancelled).
+func (d *Driver) Run(ctx context.Context, id egressapi.Identity, args any) (Result, error) {
+	tenant, sessionID := id.Tenant, id.Session
 	// A workspace is made by the first call that may write to it; until
 	// then, a call that only reads finds it empty (see [Driver.fileTool]).
 	var call func(ctx context.Context, s *session) (Result, error)
@@ -262,7 +271,7 @@ func (d *Driver) Run(ctx context.Context, tenant string, sessionID uuid.UUID, ar
 			return Result{}, fmt.Errorf("create workspace: %w", err)
 		}
 	}
-	s.tenant = tenant
+	s.id = id
 	start := time.Now()
 	res, err := call(ctx, s)
 	res.Duration = time.Since(start)
@@ -310,10 +319,13 @@ func (d *Driver) Stop(tenant string, session uuid.UUID) bool {
 	return true
 }
 
-// Destroy stops a session's sandbox and removes its workspace. It waits
-// for a running call of the session to end first, which its timeout
-// bounds. Destroying a session that has no workspace is not an error.
-func (d *Driver) Destroy(tenant string, session uuid.UUID) error {
+// Destroy stops a session's sandbox and removes its workspace, and has the
+// egress service, if any, remove the session's socket and directory. It
+// waits for a running call of the session to end first, which its timeout
+// bounds; ctx bounds only the request to the egress service, whose
+// failure is logged, not returned. Destroying a session that has no
+// workspace is not an error.
+func (d *Driver) Destroy(ctx context.Context, tenant string, session uuid.UUID) error {
 	dir, err := d.workspace(tenant, session)
 	if err != nil {
 		return err
@@ -327,6 +339,7 @@ func (d *Driver) Destroy(tenant string, session uuid.UUID) error {
 	if b != nil {
 		b.stop()
 	}
+	d.closeEgress(ctx, s.id, tenant, session)
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove workspace: %w", err)
 	}

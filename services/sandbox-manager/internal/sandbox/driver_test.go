@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"corral.dev/pkg/egressapi"
 	"corral.dev/pkg/tool"
 	"github.com/google/uuid"
 )
@@ -35,10 +36,15 @@ func newDriver(t testing.TB, cfg Config) *Driver {
 	return d
 }
 
+// who is a session of tenant as a call names it, with user ada.
+func who(tenant string, session uuid.UUID) egressapi.Identity {
+	return egressapi.Identity{Tenant: tenant, User: "ada", Session: session}
+}
+
 // run runs one call for tenant "acme" and fails the test on a Go error.
 func run(t *testing.T, d *Driver, session uuid.UUID, args any) Result {
 	t.Helper()
-	res, err := d.Run(t.Context(), tenant, session, args)
+	res, err := d.Run(t.Context(), who(tenant, session), args)
 	if err != nil {
 		t.Fatalf("Run(%#v): %v", args, err)
 	}
@@ -109,7 +115,7 @@ func TestRunRejectsBadCalls(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
-				if _, err := d.Run(t.Context(), tc.tenant, tc.session, tc.args); err == nil {
+				if _, err := d.Run(t.Context(), who(tc.tenant, tc.session), tc.args); err == nil {
 					t.Errorf("Run(%q, %s, %T) = nil error, want one", tc.tenant, tc.session, tc.args)
 				}
 			})
@@ -143,16 +149,16 @@ func TestWorkspaceCreatedAndDestroyed(t *testing.T) {
 	if fi, err := os.Stat(ws); err != nil || fi.Mode().Perm() != perm {
 		t.Fatalf("workspace after first call: %v, %v; want a %04o directory", fi, err, perm)
 	}
-	if err := d.Destroy(tenant, session); err != nil {
+	if err := d.Destroy(t.Context(), tenant, session); err != nil {
 		t.Fatalf("Destroy: %v", err)
 	}
 	if _, err := os.Stat(ws); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("workspace after Destroy: stat error %v, want not exist", err)
 	}
-	if err := d.Destroy(tenant, session); err != nil {
+	if err := d.Destroy(t.Context(), tenant, session); err != nil {
 		t.Errorf("second Destroy: %v", err)
 	}
-	if err := d.Destroy("Bad", session); err == nil {
+	if err := d.Destroy(t.Context(), "Bad", session); err == nil {
 		t.Error("Destroy with an invalid tenant: nil error")
 	}
 }
@@ -169,7 +175,7 @@ func TestSessionCallsSerialised(t *testing.T) {
 		"echo other >> log",
 	} {
 		wg.Go(func() {
-			if res, err := d.Run(t.Context(), tenant, session, &tool.BashArgs{Command: cmd}); err != nil || res.IsError {
+			if res, err := d.Run(t.Context(), who(tenant, session), &tool.BashArgs{Command: cmd}); err != nil || res.IsError {
 				t.Errorf("Run(%q) = %+v, %v", cmd, res, err)
 			}
 		})
@@ -193,7 +199,7 @@ func TestRunWaitRespectsContext(t *testing.T) {
 	defer unlock()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := d.Run(ctx, tenant, session, &tool.BashArgs{Command: "true"}); !errors.Is(err, context.Canceled) {
+	if _, err := d.Run(ctx, who(tenant, session), &tool.BashArgs{Command: "true"}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Run on a busy session with a cancelled context: got %v, want context.Canceled", err)
 	}
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -52,7 +53,9 @@ func RunExecutorIfRequested() {
 		os.Exit(2)
 	}
 	code := 0
-	if err := serve(os.Stdin, os.Stdout); err != nil {
+	// The executor's own main: nothing above it could cancel it.
+	ctx := context.Background()
+	if err := serve(ctx, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "sandbox executor: %v\n", err)
 		code = 1
 	}
@@ -63,8 +66,9 @@ func RunExecutorIfRequested() {
 }
 
 // serve says hello on out, then runs the requests read from in one at a
-// time until in ends.
-func serve(in io.Reader, out io.Writer) error {
+// time until in ends. In a sandbox with network it relays the proxy port
+// to the egress socket meanwhile (see relay.go).
+func serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	// As init of its PID namespace the executor receives, from inside the
 	// sandbox, only the signals it has a handler for, and the Go runtime
 	// has one for nearly all. Most it then drops, but it exits on these
@@ -90,6 +94,13 @@ func serve(in io.Reader, out io.Writer) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl: %w", err)
 	}
+	// Listening before any command runs, so that none can take the port
+	// first.
+	rl, err := relayIfNetwork(ctx)
+	if err != nil {
+		return err
+	}
+	defer rl.close()
 	x, err := newExecutor()
 	if err != nil {
 		return err
@@ -109,7 +120,9 @@ func serve(in io.Reader, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("read request: %w", err)
 		}
-		if err := writeMsg(out, x.run(req)); err != nil {
+		resp := x.run(req)
+		rl.drop() // their clients are dead: see [relay.drop]
+		if err := writeMsg(out, resp); err != nil {
 			return fmt.Errorf("write response: %w", err)
 		}
 		// The next call's shell starts while the sandbox waits for it.

@@ -217,7 +217,7 @@ func TestReadsMakeNoWorkspace(t *testing.T) {
 		&tool.GrepArgs{Pattern: "x"},
 		&tool.ReadArgs{FilePath: "/workspace/a"},
 	} {
-		res, err := d.Run(t.Context(), tenant, session, args)
+		res, err := d.Run(t.Context(), who(tenant, session), args)
 		if err != nil {
 			t.Fatalf("%T: %v", args, err)
 		}
@@ -225,10 +225,10 @@ func TestReadsMakeNoWorkspace(t *testing.T) {
 			t.Fatalf("%T made the workspace (%v): %+v", args, err, res)
 		}
 	}
-	if res, err := d.Run(t.Context(), tenant, session, &tool.ReadArgs{FilePath: "/workspace/a"}); err != nil || !res.IsError || !strings.Contains(res.Output, "does not exist") {
+	if res, err := d.Run(t.Context(), who(tenant, session), &tool.ReadArgs{FilePath: "/workspace/a"}); err != nil || !res.IsError || !strings.Contains(res.Output, "does not exist") {
 		t.Errorf("Read of a file in a workspace not made yet = %+v, %v", res, err)
 	}
-	if res, err := d.Run(t.Context(), tenant, session, &tool.WriteArgs{FilePath: "/workspace/a", Content: "x"}); err != nil || res.IsError {
+	if res, err := d.Run(t.Context(), who(tenant, session), &tool.WriteArgs{FilePath: "/workspace/a", Content: "x"}); err != nil || res.IsError {
 		t.Fatalf("Write = %+v, %v", res, err)
 	}
 	if b, err := os.ReadFile(filepath.Join(ws, "a")); err != nil || string(b) != "x" {
@@ -238,7 +238,7 @@ func TestReadsMakeNoWorkspace(t *testing.T) {
 	if err != nil || len(entries) != 0 {
 		t.Errorf("the empty directory holds %v (%v)", entries, err)
 	}
-	res, err := d.Run(t.Context(), tenant, session, &tool.GlobArgs{Pattern: "*"})
+	res, err := d.Run(t.Context(), who(tenant, session), &tool.GlobArgs{Pattern: "*"})
 	if err != nil || !strings.Contains(res.Output, "/workspace/a") {
 		t.Errorf("Glob after the write = %+v, %v", res, err)
 	}

@@ -150,7 +150,7 @@ func TestExecutorKilledDuringCall(t *testing.T) {
 	_, executor := sandboxPids(t, d, session)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := d.Run(t.Context(), tenant, session, &tool.BashArgs{Command: "sleep " + marker})
+		_, err := d.Run(t.Context(), who(tenant, session), &tool.BashArgs{Command: "sleep " + marker})
 		errc <- err
 	}()
 	natstest.WaitFor(t, 5*time.Second, func() error {
@@ -363,7 +363,7 @@ func TestDestroyAndCloseStopSandboxes(t *testing.T) {
 	bwrap1, executor1 := sandboxPids(t, d, one)
 	bwrap2, executor2 := sandboxPids(t, d, two)
 
-	if err := d.Destroy(tenant, one); err != nil {
+	if err := d.Destroy(t.Context(), tenant, one); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 5*time.Second, gone(bwrap1, executor1))
@@ -373,7 +373,7 @@ func TestDestroyAndCloseStopSandboxes(t *testing.T) {
 
 	d.Close()
 	natstest.WaitFor(t, 5*time.Second, gone(bwrap2, executor2))
-	if _, err := d.Run(t.Context(), tenant, two, &tool.BashArgs{Command: "true"}); err == nil {
+	if _, err := d.Run(t.Context(), who(tenant, two), &tool.BashArgs{Command: "true"}); err == nil {
 		t.Error("Run after Close: nil error")
 	}
 	d.Close()
@@ -501,7 +501,7 @@ func TestHelperManager(t *testing.T) {
 	}
 	fmt.Printf("pids %d %d\n", bwrap, executor)
 	// Busy, the executor does not notice its stdin closing when we die.
-	_, _ = d.Run(t.Context(), tenant, session, &tool.BashArgs{Command: "sleep " + os.Getenv(helperMarkerEnv)})
+	_, _ = d.Run(t.Context(), who(tenant, session), &tool.BashArgs{Command: "sleep " + os.Getenv(helperMarkerEnv)})
 	t.Fatal("the call returned")
 }
 

@@ -20,6 +20,10 @@ import (
 // name, so the sandbox sees the session's files at /workspace, and the
 // start costs a few renames instead of a bwrap start. The pool is filled
 // again in the background.
+//
+// A pooled sandbox has no network: its mounts are made before anyone
+// knows whose it will be. So a session that the egress service gives
+// network never takes one, and its starts fill no pool.
 
 // maxPooledTenants bounds the tenants the pool keeps sandboxes for.
 const maxPooledTenants = 8
@@ -129,7 +133,7 @@ func (d *Driver) fill(tenant, skills string) {
 	}
 	var b *box
 	if err == nil {
-		b, err = d.startBox(dir, skills)
+		b, err = d.startBox(dir, skills, "")
 	}
 	if err == nil {
 		// Ready before it is pooled: bwrap must have bound dir before

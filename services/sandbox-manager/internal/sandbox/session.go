@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"corral.dev/pkg/egressapi"
 )
 
 // session is the Driver's state for one workspace: its live sandbox, if
@@ -15,9 +17,10 @@ import (
 // [Driver.locks], by workspace path, one at a time.
 type session struct {
 	key string // the workspace path
-	// tenant is set by the holder of the lock, for the sandbox it starts;
-	// resumable, whether its workspace was there before the call.
-	tenant    string
+	// id is set by the holder of the lock, for the sandbox it starts and
+	// the egress service; resumable, whether its workspace was there
+	// before the call.
+	id        egressapi.Identity
 	resumable bool
 	// refill asks the holder of the lock to fill the pool for tenant and
 	// skills once its call is done.
@@ -178,7 +181,8 @@ func (d *Driver) stopAsync(s *session) {
 
 // liveBox returns the live sandbox of s, starting one around workspace if
 // it has none or its sandbox died since the last call. fresh reports a new
-// one. The caller holds the lock of s.
+// one. A new one has network if the egress service, opened for s, says
+// so; otherwise it may be a pooled one. The caller holds the lock of s.
 func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *box, fresh bool, err error) {
 	d.mu.Lock()
 	b = s.box
@@ -201,7 +205,7 @@ func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *
 	}
 	var skills string
 	if d.cfg.Skills != nil {
-		if skills, err = d.cfg.Skills(ctx, s.tenant); err != nil {
+		if skills, err = d.cfg.Skills(ctx, s.id.Tenant); err != nil {
 			return nil, false, fmt.Errorf("skills: %w", err)
 		}
 	}
@@ -211,15 +215,23 @@ func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *
 		}
 	}
 	start := time.Now()
-	b, err = d.take(s.tenant, skills, workspace)
+	egress, err := d.openEgress(ctx, s)
+	if err != nil {
+		return nil, false, err
+	}
+	b = nil
+	if egress == "" {
+		// A pooled sandbox has no network (see pool.go).
+		b, err = d.take(s.id.Tenant, skills, workspace)
+	}
 	if b == nil && err == nil {
-		b, err = d.startBox(workspace, skills)
+		b, err = d.startBox(workspace, skills, egress)
 	}
 	if err != nil {
 		return nil, false, err
 	}
 	// Filled again once the call is done, so as not to slow it down.
-	s.refill, s.skills = true, skills
+	s.refill, s.skills = egress == "", skills
 	if d.cfg.OnStart != nil {
 		kind := StartCold
 		if s.resumable {
