@@ -27,7 +27,7 @@ func TestApprovalSurvivesAKill(t *testing.T) {
 	}
 	// The deployed configuration, every service under its own user: the
 	// approval service's, in a process of its own.
-	d := startDeployment(t, byPrompt(map[string][]modeltest.Call{"push": {bash("echo git push ok")}}), nil, credential.UserApproval)
+	d := startDeployment(t, byPrompt(map[string][]modeltest.Call{"clean": {bash("echo rm -rf ok")}}), nil, credential.UserApproval)
 	p := d.platform
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "approval.log"))
 	if err != nil {
@@ -48,7 +48,7 @@ func TestApprovalSurvivesAKill(t *testing.T) {
 	}
 	svc := startApproval()
 
-	run := p.runBackground(t, "acme", "push")
+	run := p.runBackground(t, "acme", "clean")
 	id, _ := p.pending(t, "acme")
 	if err := svc.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -71,5 +71,5 @@ func TestApprovalSurvivesAKill(t *testing.T) {
 		b, _ := os.ReadFile(logFile.Name())
 		t.Fatalf("corral run exited %d:\n%s\napproval log:\n%s", r.code, r.stderr, b)
 	}
-	wantIn(t, "answer", r.stdout, "git push ok")
+	wantIn(t, "answer", r.stdout, "rm -rf ok")
 }

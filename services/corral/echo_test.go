@@ -52,7 +52,7 @@ func echo(t *testing.T, js jetstream.JetStream, tenant, target string, body []by
 // dead-lettered, and the approval stays pending until a reviewer decides.
 func TestServiceEcho(t *testing.T) {
 	d := startDeployment(t, byPrompt(map[string][]modeltest.Call{
-		"push": {bash("echo git push --force origin main")},
+		"clean": {bash("echo rm -rf /workspace")},
 	}), nil)
 	ctx := context.Background()
 	sjs := d.js[credential.UserSandbox]
@@ -64,7 +64,7 @@ func TestServiceEcho(t *testing.T) {
 	echo(t, sjs, "acme", memoryapi.Subject("acme", "ada", memoryapi.OpPut), put)
 
 	// A decision on a call waiting for a reviewer.
-	run := d.runBackground(t, "acme", "push")
+	run := d.runBackground(t, "acme", "clean")
 	id, _ := d.pending(t, "acme")
 	decide, _ := json.Marshal(approvalapi.DecideRequest{ID: id, Approve: true, Reason: "FORGED"})
 	echo(t, sjs, "acme", approvalapi.Subject("acme", "grace", bus.OpDecide), decide)

@@ -78,13 +78,13 @@ func TestSlackThreadIsASession(t *testing.T) {
 		asked := prompts(c)
 		switch {
 		case len(asked) == 1 && modeltest.Turns(c) == 0:
-			return modeltest.Turn{Calls: []modeltest.Call{bash("git push origin main 2>/dev/null; echo pushed the branch")}}, nil
+			return modeltest.Turn{Calls: []modeltest.Call{bash("rm -rf build; echo cleaned the build")}}, nil
 		case len(asked) == 1:
 			return modeltest.Turn{Text: "Done: " + strings.TrimSpace(modeltest.Results(c)[0].Content)}, nil
 		case len(modeltest.Results(c)) == 0:
-			return modeltest.Turn{Calls: []modeltest.Call{bash("git push --force origin main 2>/dev/null; echo forced the branch")}}, nil
+			return modeltest.Turn{Calls: []modeltest.Call{bash("rm -rf /workspace/*; echo wiped the workspace")}}, nil
 		default:
-			return modeltest.Turn{Text: fmt.Sprintf("You first asked me to %q. The forced push: %s", asked[0], strings.TrimSpace(modeltest.Results(c)[0].Content))}, nil
+			return modeltest.Turn{Text: fmt.Sprintf("You first asked me to %q. The wipe: %s", asked[0], strings.TrimSpace(modeltest.Results(c)[0].Content))}, nil
 		}
 	}
 	listen := natstest.FreeAddr(t)
@@ -112,8 +112,8 @@ func TestSlackThreadIsASession(t *testing.T) {
 		}
 	}
 
-	root := fake.Post("C1", "", "U1", "<@U0BOT> push the branch")
-	mention := app.AppMention("C1", "U1", "push the branch", root, "")
+	root := fake.Post("C1", "", "U1", "<@U0BOT> clean the build")
+	mention := app.AppMention("C1", "U1", "clean the build", root, "")
 	send(app.Event("Ev1", mention))
 	send(app.Event("Ev1", mention, "X-Slack-Retry-Num", "1", "X-Slack-Retry-Reason", "http_timeout"))
 	session := slackbridge.SessionID(slackTeam, "C1", root)
@@ -128,7 +128,7 @@ func TestSlackThreadIsASession(t *testing.T) {
 		}
 		return fmt.Errorf("no approval in the thread: %q", slacktest.Texts(appMessages(fake, "C1", root)))
 	})
-	if !strings.Contains(string(ask.Blocks), "git push origin main") {
+	if !strings.Contains(string(ask.Blocks), "rm -rf build") {
 		t.Errorf("the approval does not show the call: %s", ask.Blocks)
 	}
 	value := buttonValue(t, ask)
@@ -153,7 +153,7 @@ func TestSlackThreadIsASession(t *testing.T) {
 	natstest.WaitFor(t, 60*time.Second, func() error {
 		msgs := appMessages(fake, "C1", root)
 		texts := slacktest.Texts(msgs)
-		if len(texts) == 0 || texts[len(texts)-1] != "Done: pushed the branch" {
+		if len(texts) == 0 || texts[len(texts)-1] != "Done: cleaned the build" {
 			return fmt.Errorf("no answer in the thread: %q", texts)
 		}
 		return nil
@@ -198,8 +198,8 @@ func TestSlackThreadIsASession(t *testing.T) {
 
 	// A follow-up in the thread continues the same session; its call is
 	// held, and Grace denies it: it does not run, and the model is told.
-	reply := fake.Post("C1", root, "U1", "<@U0BOT> what did I ask first? and force it")
-	send(app.Event("Ev2", app.AppMention("C1", "U1", "what did I ask first? and force it", reply, root)))
+	reply := fake.Post("C1", root, "U1", "<@U0BOT> what did I ask first? and wipe it all")
+	send(app.Event("Ev2", app.AppMention("C1", "U1", "what did I ask first? and wipe it all", reply, root)))
 	var ask2 slacktest.Message
 	natstest.WaitFor(t, 30*time.Second, func() error {
 		for _, m := range appMessages(fake, "C1", root) {
@@ -211,7 +211,7 @@ func TestSlackThreadIsASession(t *testing.T) {
 		return fmt.Errorf("no second approval in the thread: %q", slacktest.Texts(appMessages(fake, "C1", root)))
 	})
 	send(app.Click("C1", "U0GRACE", ask2.TS, root, slackbridge.ActionDeny, buttonValue(t, ask2)))
-	want := `You first asked me to "push the branch". The forced push: `
+	want := `You first asked me to "clean the build". The wipe: `
 	var last string
 	natstest.WaitFor(t, 60*time.Second, func() error {
 		texts := slacktest.Texts(appMessages(fake, "C1", root))
@@ -220,7 +220,7 @@ func TestSlackThreadIsASession(t *testing.T) {
 		}
 		return nil
 	})
-	if !strings.Contains(last, "denied") || strings.Contains(last, "forced the branch") {
+	if !strings.Contains(last, "denied") || strings.Contains(last, "wiped the workspace") {
 		t.Errorf("the second answer = %q, want the call's refusal", last)
 	}
 	denied, _ := fake.Message("C1", ask2.TS)
@@ -236,7 +236,7 @@ func TestSlackThreadIsASession(t *testing.T) {
 		case *event.ApprovalDecided:
 			decisions = append(decisions, e)
 		case *event.ToolCompleted:
-			if strings.Contains(e.Output, "forced the branch") {
+			if strings.Contains(e.Output, "wiped the workspace") {
 				t.Errorf("the denied call ran: %q", e.Output)
 			}
 		}

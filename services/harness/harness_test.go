@@ -334,12 +334,12 @@ func TestFailedSessionCanBeContinued(t *testing.T) {
 func TestNoApprovalKeyRefusesHeldCalls(t *testing.T) {
 	js, _ := start(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
 		if modeltest.Turns(c) == 0 {
-			return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "git push"}}}}, nil
+			return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "rm -rf /workspace/build"}}}}, nil
 		}
 		return modeltest.Turn{Text: "got: " + modeltest.Results(c)[0].Content}, nil
 	})
 	session := uuid.Must(uuid.NewV7())
-	request(t, js, session, "push")
+	request(t, js, session, "clean")
 	done := completion(t, js, session)
 	if !strings.Contains(done.Answer, "takes no approvals, so it was not run") {
 		t.Errorf("answer = %q", done.Answer)

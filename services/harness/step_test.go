@@ -189,14 +189,14 @@ rules:
 // ignored; calls not held go on meanwhile.
 func TestHeldCallsWaitForASignedDecision(t *testing.T) {
 	_, _, js := natstest.Run(t)
-	fake := modeltest.New(t, echo([]modeltest.Call{bashCall("git push origin a"), bashCall("git push origin b"), bashCall("echo free")}))
+	fake := modeltest.New(t, echo([]modeltest.Call{bashCall("rm -rf /workspace/a"), bashCall("rm -rf /workspace/b"), bashCall("echo free")}))
 	pub, key, _ := ed25519.GenerateKey(nil)
 	_, otherKey, _ := ed25519.GenerateKey(nil)
 	runHarnessWith(t, js, fake, map[string]string{"CORRAL_APPROVAL_PUBLIC_KEY": event.EncodeKey(pub)})
 	ts := startTools(t, js, func(_ string, c *event.ToolCall) *event.ToolCompleted {
 		return &event.ToolCompleted{Output: "ran " + string(c.Input)}
 	})
-	session := ask(t, js, "acme", "ada", uuid.Must(uuid.NewV7()), "", "push both")
+	session := ask(t, js, "acme", "ada", uuid.Must(uuid.NewV7()), "", "clean both")
 
 	asked := map[string]*event.ApprovalRequested{}
 	natstest.WaitFor(t, 10*time.Second, func() error {
@@ -208,7 +208,7 @@ func TestHeldCallsWaitForASignedDecision(t *testing.T) {
 		}
 		return nil
 	})
-	a, b := asked[`{"command":"git push origin a"}`], asked[`{"command":"git push origin b"}`]
+	a, b := asked[`{"command":"rm -rf /workspace/a"}`], asked[`{"command":"rm -rf /workspace/b"}`]
 	if a == nil || b == nil || a.Rule != "risky-shell" || a.User != "ada" {
 		t.Fatalf("approvals asked for = %+v", asked)
 	}
@@ -246,7 +246,7 @@ func TestHeldCallsWaitForASignedDecision(t *testing.T) {
 	if len(done) != 1 {
 		t.Fatalf("the session did not complete: %+v", ofType[*event.SessionFailed](evs))
 	}
-	for _, want := range []string{`ran {"command":"git push origin a"}`, "a reviewer (grace) denied this call, held under policy rule risky-shell: not from here", `ran {"command":"echo free"}`} {
+	for _, want := range []string{`ran {"command":"rm -rf /workspace/a"}`, "a reviewer (grace) denied this call, held under policy rule risky-shell: not from here", `ran {"command":"echo free"}`} {
 		if !strings.Contains(done[0].Answer, want) {
 			t.Errorf("answer %q lacks %q", done[0].Answer, want)
 		}
