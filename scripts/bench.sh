@@ -8,6 +8,7 @@
 # and the deployed one (deploy/nats.conf, every service under its own
 # user, the client signed in with a credential), one after the other; what
 # judging an event read from a session log costs next to decoding it alone;
+# a request through egress, tunnelled and intercepted, next to one direct;
 # sandbox cold start and warm call; throughput with 64 sessions; resume
 # after SIGKILL, next to the same step with no kill; the steps of 64
 # sessions while each service restarts gracefully, next to those while
@@ -33,6 +34,13 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 (cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ModelRoundTrip|ToolCallRoundTrip|StepRoundTrip' -benchtime "${n}x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Throughput' -benchtime "$((n * 20))x" .) | tee -a "$out"
 (cd pkg && go test -run '^$' -bench 'Judge' -benchtime "$((n * 1000))x" ./sessionlog) | tee -a "$out"
+# Egress: a small HTTPS request on a fresh connection, direct on loopback,
+# tunnelled and intercepted through the proxy; a 100 MB download each way;
+# and the sandbox's relay from 127.0.0.1:3128 to its socket, next to
+# dialling the socket.
+(cd services/egress && go test -run '^$' -bench 'Direct$|Tunnel$|Intercept$' -benchtime "${n}x" ./internal/proxy) | tee -a "$out"
+(cd services/egress && go test -run '^$' -bench 'Download100MB' -benchtime 5x ./internal/proxy) | tee -a "$out"
+(cd services/sandbox-manager && go test -run '^$' -bench 'EgressRelay' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
 (cd pkg && go test -run '^$' -bench 'CallSignature' -benchtime "$((n * 10))x" ./bus) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Resume' -benchtime 20x .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'GracefulRestart' -benchtime 5x .) | tee -a "$out"
@@ -57,6 +65,7 @@ awk '/^Benchmark/ {
 		else if (unit == "ns/op") mean=$i
 		else if (unit !~ /^(B|allocs)\/op$/) other=other $i " " unit " "
 		if (unit == "calls/s") tp[name]=$i
+		if (unit == "MB/s") mbs[name]=$i
 	}
 	if (p50 == "" && mean != "" && (other == "" || other ~ /MB\/s/)) {
 		if (mean < 1e5) { p50=sprintf("%.2f µs (mean)", mean / 1e3); us[name]=mean / 1e3 }
@@ -85,6 +94,14 @@ END {
 		printf "| StepRoundTrip deployed/open | %.2f× | %.2f× | |\n", ms["StepRoundTrip/deployed"] / ms["StepRoundTrip/open"], ms99["StepRoundTrip/deployed"] / ms99["StepRoundTrip/open"]
 	if (("Throughput/open" in tp) && ("Throughput/deployed" in tp))
 		printf "| Throughput deployed/open | | | %.2f× |\n", tp["Throughput/deployed"] / tp["Throughput/open"]
+	if (("Tunnel" in ms) && ("Direct" in ms))
+		printf "| Tunnel - Direct (added by egress) | %.2f ms | | target ≤ 1 ms |\n", ms["Tunnel"] - ms["Direct"]
+	if (("Intercept" in ms) && ("Direct" in ms))
+		printf "| Intercept - Direct (added by egress) | %.2f ms | | target ≤ 3 ms |\n", ms["Intercept"] - ms["Direct"]
+	if (("Download100MBTunnel" in mbs) && ("Download100MBDirect" in mbs))
+		printf "| Download100MB tunnel/direct | | | %.0f%% (target ≥ 80%%) |\n", 100 * mbs["Download100MBTunnel"] / mbs["Download100MBDirect"]
+	if (("Download100MBIntercept" in mbs) && ("Download100MBDirect" in mbs))
+		printf "| Download100MB intercept/direct | | | %.0f%% (target ≥ 80%%) |\n", 100 * mbs["Download100MBIntercept"] / mbs["Download100MBDirect"]
 	if (("Judge/judge" in us) && ("Judge/parse" in us))
 		printf "| JudgeCost (Judge/judge - Judge/parse) | %.2f µs (mean) | | per event |\n", us["Judge/judge"] - us["Judge/parse"]
 }' "$out"

@@ -2,7 +2,7 @@
 # Runs go vet and the race-enabled tests of every module in go.work,
 # installing what the tests need first (bubblewrap, Chromium for the
 # reviewers' page's browser test, jq and the nats CLI for the publisher
-# example) when it is missing.
+# example, git, pip and npm for the egress tests) when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +21,13 @@ missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v jq >/dev/null 2>&1 || missing+=(jq) # scripts/examples/start-session.sh
+# The real clients the egress tests drive through the proxy, from a
+# sandbox, against local stand-ins for a forge and package registries.
+command -v git >/dev/null 2>&1 || missing+=(git)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+[ -x /usr/lib/git-core/git-http-backend ] || missing+=(git)
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
 # The nats CLI, which the publisher example runs (built from source, about
 # 40 s the first time).

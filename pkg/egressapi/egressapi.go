@@ -42,6 +42,9 @@ func SandboxEnv() [][2]string {
 		{"REQUESTS_CA_BUNDLE", ca},
 		{"PIP_CERT", ca},
 		{"NODE_EXTRA_CA_CERTS", ca},
+		// npm takes its own CA file over Node's, and a system npmrc
+		// (Debian's) may name one.
+		{"npm_config_cafile", ca},
 		{"GIT_SSL_CAINFO", ca},
 		{"CURL_CA_BUNDLE", ca},
 	}

@@ -29,9 +29,9 @@ const (
 // writers says who may write each kind of event: the table of the README's
 // "Who may write what", and of deploy/nats.conf.
 var writers = map[string][]Writer{
-	event.TypeSessionRequested:  {Harness},
-	event.TypeModelResponded:    {Harness},
-	event.TypeToolDispatched:    {Harness},
+	event.TypeSessionRequested: {Harness},
+	event.TypeModelResponded:   {Harness},
+	event.TypeToolDispatched:   {Harness},
 	// The egress service asks about the requests it holds (a git push).
 	event.TypeApprovalRequested: {Harness, Egress},
 	event.TypeSessionCompleted:  {Harness},

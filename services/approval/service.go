@@ -222,8 +222,10 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		return s.askCall(ctx, en, e)
 	case *event.BudgetRaise:
 		return s.askRaise(ctx, en, e)
-	case *event.SessionStopped, *event.SessionFailed, *event.SessionCompleted:
-		return s.cancel(ctx, en.Tenant, en.Session)
+	case *event.SessionStopped:
+		return s.cancel(ctx, en.Tenant, en.Session, true)
+	case *event.SessionFailed, *event.SessionCompleted:
+		return s.cancel(ctx, en.Tenant, en.Session, false)
 	}
 	return nil
 }
@@ -350,9 +352,9 @@ func clip(s string, n int) string {
 	return string(r[:len(r)-1]) + "…"
 }
 
-// cancel marks the pending call approvals of a session that ended as
-// cancelled.
-func (s *Service) cancel(ctx context.Context, tenant string, session uuid.UUID) error {
+// cancel marks the pending call approvals of a session that ended (was
+// stopped, when stopped is set) as cancelled.
+func (s *Service) cancel(ctx context.Context, tenant string, session uuid.UUID, stopped bool) error {
 	keys, err := s.kv.ListKeysFiltered(ctx, fmt.Sprintf("%s.%s.*", tenant, session))
 	if err != nil {
 		return fmt.Errorf("list approvals of %s: %w", session, err)
@@ -360,8 +362,10 @@ func (s *Service) cancel(ctx context.Context, tenant string, session uuid.UUID) 
 	for k := range keys.Keys() {
 		_, err := s.update(ctx, k, func(a *Approval) error {
 			// A raise of the caps is asked for a session that ended, to
-			// go on: it stays.
-			if a.Status != Pending || a.Tool == event.BudgetTool {
+			// go on: it stays. So does a request egress held (a push),
+			// which the model retries in a later turn, unless the
+			// session was stopped.
+			if a.Status != Pending || a.Tool == event.BudgetTool || a.Tool == event.EgressTool && !stopped {
 				return errUnchanged
 			}
 			a.Status, a.DecidedAt, a.Published = Cancelled, time.Now().UTC(), true

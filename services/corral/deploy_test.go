@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"io/fs"
 	"net/url"
@@ -30,6 +31,7 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/services/approval"
 	"corral.dev/services/auth"
+	"corral.dev/services/egress"
 	"corral.dev/services/harness"
 	"corral.dev/services/memory"
 	sandboxmanager "corral.dev/services/sandbox-manager"
@@ -44,6 +46,7 @@ const repoRoot = "../.."
 var loadConfigs = map[string]func(getenv func(string) string) error{
 	"harness":         func(g func(string) string) error { _, err := harness.LoadConfig(g); return err },
 	"sandbox-manager": func(g func(string) string) error { _, err := sandboxmanager.LoadConfig(g); return err },
+	"egress":          func(g func(string) string) error { _, err := egress.LoadConfig(g); return err },
 	"memory":          func(g func(string) string) error { _, err := memory.LoadConfig(g); return err },
 	"approval":        func(g func(string) string) error { _, err := approval.LoadConfig(g); return err },
 	"auth":            func(g func(string) string) error { _, err := auth.LoadConfig(g); return err },
@@ -64,6 +67,8 @@ func deployEnv(t *testing.T) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	vaultKey := make([]byte, 32)
+	rand.Read(vaultKey)
 	fill := map[string]string{
 		"CORRAL_AUTH_ISSUER":          issuer,
 		"CORRAL_AUTH_ISSUER_SEED":     seed,
@@ -73,6 +78,7 @@ func deployEnv(t *testing.T) map[string]string {
 		"CORRAL_APPROVAL_PUBLIC_KEY":  event.EncodeKey(pub),
 		"CORRAL_CALL_SIGNING_KEY":     event.EncodeKey(callKey),
 		"CORRAL_CALL_PUBLIC_KEY":      event.EncodeKey(callPub),
+		"CORRAL_EGRESS_VAULT_KEY":     base64.StdEncoding.EncodeToString(vaultKey),
 		"CORRAL_REVIEWER_TOKENS":      "grace=" + rand.Text(),
 		"CORRAL_SLACK_SIGNING_SECRET": rand.Text(),
 		"CORRAL_SLACK_BOT_TOKEN":      "xoxb-" + rand.Text(),
@@ -134,7 +140,7 @@ func TestDeployFiles(t *testing.T) {
 	for name, s := range p.DisabledServices {
 		all[name] = s
 	}
-	for _, want := range []string{"nats", "setup", "postgres", "harness", "sandbox-manager", "memory", "approval", "auth", "slack-bridge"} {
+	for _, want := range []string{"nats", "setup", "postgres", "harness", "sandbox-manager", "egress", "memory", "approval", "auth", "slack-bridge"} {
 		if _, ok := all[want]; !ok {
 			t.Errorf("docker-compose.yml has no %s service", want)
 		}
@@ -237,10 +243,67 @@ func TestDeployFiles(t *testing.T) {
 		}
 	}
 
+	checkEgress(t, all)
+
 	// The override for pids cgroups applies on top of it.
 	o := loadCompose(t, env, "docker-compose.yml", "deploy/compose.cgroups.yml")
 	if sm := o.Services["sandbox-manager"]; !sm.Privileged || sm.User != "root" {
 		t.Errorf("with deploy/compose.cgroups.yml the sandbox-manager is privileged=%v user=%q, want a privileged root", sm.Privileged, sm.User)
+	}
+}
+
+// checkEgress checks that the sandbox-manager can open its sandboxes' way
+// out: its CORRAL_EGRESS_SOCKET is the control socket in the egress
+// service's directory, which the two mount from the same volume at the
+// same path (the sandbox-manager binds the directories egress names, by
+// their paths, into the sandboxes), the sandbox-manager read-only; the
+// socket's mode lets the sandbox-manager open it when the two run as
+// different users; the sandbox-manager waits for egress to be healthy;
+// and egress publishes no port: nothing reaches it but through its
+// sockets.
+func checkEgress(t *testing.T, all map[string]types.ServiceConfig) {
+	t.Helper()
+	sm, eg := all["sandbox-manager"], all["egress"]
+	egEnv := containerEnv(eg)
+	cfg, err := egress.LoadConfig(func(k string) string { return egEnv[k] })
+	if err != nil {
+		return // TestDeployFiles said why
+	}
+	// The control socket's name in the directory (services/egress).
+	if got, want := containerEnv(sm)["CORRAL_EGRESS_SOCKET"], path.Join(cfg.Dir, "control.sock"); got != want {
+		t.Errorf("the sandbox-manager's CORRAL_EGRESS_SOCKET is %q, want %s", got, want)
+	}
+	mounted := func(s types.ServiceConfig) (types.ServiceVolumeConfig, bool) {
+		for _, v := range s.Volumes {
+			if v.Type == types.VolumeTypeVolume && (v.Target == cfg.Dir || strings.HasPrefix(cfg.Dir, v.Target+"/")) {
+				return v, true
+			}
+		}
+		return types.ServiceVolumeConfig{}, false
+	}
+	ev, ok := mounted(eg)
+	sv, sok := mounted(sm)
+	switch {
+	case !ok:
+		t.Errorf("egress keeps CORRAL_EGRESS_DIR=%s in no named volume", cfg.Dir)
+	case !sok:
+		t.Errorf("the sandbox-manager does not mount egress's directory %s", cfg.Dir)
+	case sv.Source != ev.Source || sv.Target != ev.Target:
+		t.Errorf("the sandbox-manager mounts %s at %s, egress %s at %s: want the same volume at the same path", sv.Source, sv.Target, ev.Source, ev.Target)
+	case !sv.ReadOnly:
+		// It only connects to sockets there and binds directories from
+		// it; run as root (deploy/compose.cgroups.yml) it could otherwise
+		// change what egress keeps there.
+		t.Errorf("the sandbox-manager mounts egress's directory writable")
+	}
+	if sm.User != eg.User && cfg.ControlMode&0o060 != 0o060 {
+		t.Errorf("egress runs as %q and the sandbox-manager as %q, with the control socket %#o: only egress may open it", eg.User, sm.User, cfg.ControlMode)
+	}
+	if d, ok := sm.DependsOn["egress"]; !ok || d.Condition != types.ServiceConditionHealthy {
+		t.Errorf("the sandbox-manager does not wait for egress to be healthy (%+v)", d)
+	}
+	if len(eg.Ports) > 0 {
+		t.Errorf("egress publishes ports %v", eg.Ports)
 	}
 }
 

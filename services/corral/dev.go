@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,6 +27,7 @@ import (
 	"corral.dev/pkg/process"
 	"corral.dev/services/approval"
 	"corral.dev/services/auth"
+	"corral.dev/services/egress"
 	"corral.dev/services/harness"
 	"corral.dev/services/memory"
 	sandboxmanager "corral.dev/services/sandbox-manager"
@@ -83,6 +85,7 @@ var components = map[string]process.Component{
 	credential.UserAuth:     process.Of(auth.LoadConfig, auth.Start),
 	credential.UserMemory:   process.Of(memory.LoadConfig, memory.Start),
 	credential.UserSandbox:  process.Of(sandboxmanager.LoadConfig, sandboxmanager.Start),
+	credential.UserEgress:   process.Of(egress.LoadConfig, egress.Start),
 	credential.UserApproval: process.Of(approval.LoadConfig, approval.Start),
 	credential.UserHarness:  process.Of(harness.LoadConfig, harness.Start),
 }
@@ -144,6 +147,11 @@ func (e *env) dev(ctx context.Context, o devOpts) error {
 			return dbURL
 		case "CORRAL_APPROVAL_LISTEN":
 			return approvals
+		case "CORRAL_EGRESS_DIR":
+			return cmp.Or(e.getenv(k), filepath.Join(data, "egress"))
+		case "CORRAL_EGRESS_SOCKET":
+			// The sandbox-manager opens its sandboxes' way out there.
+			return filepath.Join(cmp.Or(e.getenv("CORRAL_EGRESS_DIR"), filepath.Join(data, "egress")), "control.sock")
 		}
 		if v, ok := keys[k]; ok {
 			return v
@@ -220,8 +228,9 @@ func (e *env) dev(ctx context.Context, o devOpts) error {
 	}
 	// The harness, which asks the others for work, stops before them, and
 	// the sandbox-manager, whose calls in flight record their results,
-	// before the memory service.
-	order := []string{credential.UserMemory, credential.UserSandbox, credential.UserApproval, credential.UserHarness}
+	// before the memory service and egress, which its sandboxes reach
+	// out through.
+	order := []string{credential.UserMemory, credential.UserEgress, credential.UserSandbox, credential.UserApproval, credential.UserHarness}
 	runners := make([]process.Runner, len(order))
 	for i, name := range order {
 		if runners[i], err = components[name](ctx, env); err != nil {
@@ -384,6 +393,18 @@ func devKeys(data string, getenv func(string) string) (map[string]string, error)
 		if getenv(public) == "" {
 			out[public] = event.EncodeKey(key.Public().(ed25519.PublicKey))
 		}
+	}
+	// The key that seals the vaults' secrets.
+	if getenv("CORRAL_EGRESS_VAULT_KEY") == "" && getenv("CORRAL_EGRESS_VAULT_KEY_FILE") == "" {
+		k, err := keepSecret(filepath.Join(data, "egress-vault.key"), func() string {
+			key := make([]byte, 32)
+			rand.Read(key)
+			return base64.StdEncoding.EncodeToString(key)
+		})
+		if err != nil {
+			return nil, err
+		}
+		out["CORRAL_EGRESS_VAULT_KEY"] = k
 	}
 	if getenv("CORRAL_REVIEWER_TOKENS") == "" && getenv("CORRAL_REVIEWER_HEADER") == "" {
 		token, err := keepSecret(filepath.Join(data, "reviewer.token"), func() string { return rand.Text() })

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"corral.dev/pkg/egressapi"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
@@ -173,6 +174,14 @@ func TestEscapeSuite(t *testing.T) {
 		{"run past the timeout", bashCall("sleep 30"), func(r *event.ToolCompleted) (bool, string) {
 			return r.TimedOut, "killed at the timeout"
 		}},
+		// With egress on, the proxy is the one way out, and it reaches no
+		// address of the node, whatever the policy allows.
+		{"reach a host port through the proxy", bashCall("for u in http://127.0.0.1:" + tcpPort + "/ http://localhost:" + tcpPort + "/ https://127.0.0.1:" + tcpPort + "/ http://[::1]:" + tcpPort + "/ http://0.0.0.0:" + tcpPort + "/; do curl -sS -m 5 --noproxy '' -x " + egressapi.ProxyURL + " -o /dev/null -w \"code=%{http_code}\\n\" $u 2>&1; done"), func(r *event.ToolCompleted) (bool, string) {
+			return reached.Load() == 0 && !strings.Contains(r.Output, "code=200") && strings.Contains(r.Output, "code=403"), "refused by egress"
+		}},
+		{"read egress's CA key and sockets", bashCall("ls -a /run/corral/egress; cat " + data + "/egress/ca-key.pem /run/corral/egress/*key* 2>&1; ls " + data + "/egress 2>&1"), func(r *event.ToolCompleted) (bool, string) {
+			return !strings.Contains(r.Output, "PRIVATE KEY") && !strings.Contains(r.Output, "control.sock"), "out of sight"
+		}},
 		{"still works afterwards", bashCall("rm -f big f1 f2 f3 f4; echo alive"), func(r *event.ToolCompleted) (bool, string) {
 			return !r.IsError && strings.Contains(r.Output, "alive"), "the sandbox is fine"
 		}},
@@ -191,8 +200,9 @@ func TestEscapeSuite(t *testing.T) {
 		"CORRAL_SANDBOX_FILE_BYTES":      fmt.Sprint(8 << 20),
 		"CORRAL_SANDBOX_WORKSPACE_BYTES": fmt.Sprint(20 << 20),
 		"CORRAL_SANDBOX_PROCESSES":       "256",
-		// Every attempt runs; none waits for a reviewer.
-		"CORRAL_POLICY_FILE": writeTemp(t, "rules: []\n"),
+		// Every attempt runs; none waits for a reviewer. The sandbox may
+		// reach any host through egress.
+		"CORRAL_POLICY_FILE": writeTemp(t, "rules: []\negress:\n  - name: open\n    when: \"true\"\n    decision: allow\n"),
 	})
 	code, _, stderr := p.corral(t, "run", "--tenant", "acme", "--user", "mallory", "break out")
 	if code != 0 {

@@ -7,6 +7,7 @@ require (
 	corral.dev/schemas v0.0.0
 	corral.dev/services/approval v0.0.0
 	corral.dev/services/auth v0.0.0
+	corral.dev/services/egress v0.0.0
 	corral.dev/services/harness v0.0.0
 	corral.dev/services/memory v0.0.0
 	corral.dev/services/sandbox-manager v0.0.0
@@ -27,13 +28,21 @@ require (
 )
 
 require (
+	github.com/elastic/go-seccomp-bpf v1.6.0 // indirect
+	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
+	github.com/moby/sys/mountinfo v0.7.3 // indirect
+	github.com/synadia-io/orbit.go/jetstreamext v0.3.2 // indirect
+	github.com/synadia-io/orbit.go/natsext v0.1.3 // indirect
+	golang.org/x/net v0.60.0 // indirect
+)
+
+require (
 	cel.dev/expr v0.25.1 // indirect
 	github.com/agext/levenshtein v1.2.3 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
 	github.com/aymanbagabas/go-udiff v0.4.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
-	github.com/bmatcuk/doublestar/v4 v4.10.4 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/containerd/typeurl/v2 v2.3.0 // indirect
@@ -96,6 +105,7 @@ replace (
 	corral.dev/schemas => ../../schemas
 	corral.dev/services/approval => ../approval
 	corral.dev/services/auth => ../auth
+	corral.dev/services/egress => ../egress
 	corral.dev/services/harness => ../harness
 	corral.dev/services/memory => ../memory
 	corral.dev/services/sandbox-manager => ../sandbox-manager

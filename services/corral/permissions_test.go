@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +40,7 @@ var natsUsers = map[string]string{
 	"sandbox-manager": "CORRAL_NATS_PASSWORD_SANDBOX",
 	"memory":          "CORRAL_NATS_PASSWORD_MEMORY",
 	"approval":        "CORRAL_NATS_PASSWORD_APPROVAL",
+	"egress":          "CORRAL_NATS_PASSWORD_EGRESS",
 	"auth":            "CORRAL_NATS_PASSWORD_AUTH",
 	"admin":           "CORRAL_NATS_PASSWORD_ADMIN",
 }
@@ -255,7 +258,7 @@ func (d *deployment) firstSession(t testing.TB, tenant string) uuid.UUID {
 // then proves what each user may not do.
 func TestDeployedPermissions(t *testing.T) {
 	d := startDeployment(t, byPrompt(map[string][]modeltest.Call{
-		"push and remember": {bash("echo git push done"), write("/memories/release.md", "pushed\n"), read("/memories/release.md")},
+		"push and remember": {bash("echo rm -rf done"), write("/memories/release.md", "pushed\n"), read("/memories/release.md")},
 	}), nil)
 	p, key, ctx, url := d.platform, d.key, context.Background(), d.url
 	client := credential.Credential{ID: p.getenv("CORRAL_NATS_USER")}
@@ -273,7 +276,7 @@ func TestDeployedPermissions(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("corral run as client exited %d:\n%s", r.code, r.stderr)
 	}
-	wantIn(t, "answer", r.stdout, "git push done", "pushed")
+	wantIn(t, "answer", r.stdout, "rm -rf done", "pushed")
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		code, stdout, stderr := p.corral(t, "usage", "--tenant", "acme")
 		if code != 0 || !strings.Contains(stdout, "ada") {
@@ -427,4 +430,260 @@ func TestDeployedPermissions(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestVaultsReadableByEgressAlone puts a vault in the vaults bucket as the
+// admin, then has every other service's user, a client of the vault's
+// tenant and an operator try each way to read a stored message: the
+// bucket's Get (its stream's info first), direct gets by subject and by
+// request, a stored message get, an ordered, a push and a durable
+// consumer, a pull from a consumer the admin made, and a subscription to
+// the bucket's subjects while the vault is written. The server refuses
+// each, and the secret never arrives; the egress service reads and
+// watches it. It runs on deploy/nats.conf and on the configuration
+// pkg/credential renders (corral dev's), so that it fails when the deny
+// rules go from either.
+func TestVaultsReadableByEgressAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		start func(testing.TB) (url, seed string)
+	}{
+		{"deploy/nats.conf", startDeployedServer},
+		{"pkg/credential", startRenderedServer},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url, seed := tc.start(t)
+			checkVaultsReadableByEgressAlone(t, url, seed)
+		})
+	}
+}
+
+// startRenderedServer starts a server on the configuration pkg/credential
+// renders now, as corral dev does, with the users' passwords of
+// [password] and a fresh issuer of the auth service, and returns its URL
+// and the issuer's seed.
+func startRenderedServer(t testing.TB) (url, seed string) {
+	t.Helper()
+	seed, issuer, err := credential.NewIssuer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	passwords := map[string]string{}
+	for _, u := range credential.AuthUsers() {
+		passwords[u] = password(u)
+	}
+	dir := t.TempDir() // registered first, so removed after the shutdown
+	conf := filepath.Join(dir, "nats.conf")
+	if err := credential.WriteConfigFile(conf, passwords, issuer); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := bus.StartServer(bus.ServerConfig{Host: "127.0.0.1", Port: -1, StoreDir: dir, ConfigFile: conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return srv.ClientURL(), seed
+}
+
+func checkVaultsReadableByEgressAlone(t *testing.T, url, seed string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, _ := connectAs(t, url, credential.UserAdmin)
+	if err := bus.Setup(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	startAuth(t, url, seed)
+	const key = "acme.t.github"
+	stream, subject := "KV_"+bus.BucketVaults, "$KV."+bus.BucketVaults+"."+key
+	secret := []byte("ghp_" + uuid.NewString())
+	vaults, err := admin.KeyValue(ctx, bus.BucketVaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vaults.Put(ctx, key, secret); err != nil {
+		t.Fatal(err)
+	}
+	// A durable consumer on the bucket, to pull from.
+	if _, err := admin.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "peek", AckPolicy: jetstream.AckNonePolicy}); err != nil {
+		t.Fatal(err)
+	}
+	// What a reader got holds the secret as it is, or in base64 (a stored
+	// message get answers in JSON).
+	leaked := func(b []byte) bool {
+		return bytes.Contains(b, secret) || bytes.Contains(b, []byte(base64.StdEncoding.EncodeToString(secret)))
+	}
+
+	// The egress service reads it, and watches the bucket.
+	ejs, ev := connectAs(t, url, credential.UserEgress)
+	kv, err := ejs.KeyValue(ctx, bus.BucketVaults)
+	if err != nil {
+		t.Fatalf("egress: open the vaults bucket: %v", err)
+	}
+	if e, err := kv.Get(ctx, key); err != nil || !bytes.Equal(e.Value(), secret) {
+		t.Fatalf("egress: get %s: %v", key, err)
+	}
+	w, err := kv.Watch(ctx, key)
+	if err != nil {
+		t.Fatalf("egress: watch %s: %v", key, err)
+	}
+	select {
+	case e := <-w.Updates():
+		if e == nil || !bytes.Equal(e.Value(), secret) {
+			t.Errorf("egress: the watch's first update is %v, want the vault", e)
+		}
+	case <-ctx.Done():
+		t.Fatal("egress: the watch gave nothing")
+	}
+	_ = w.Stop()
+	if errs := ev.all(); len(errs) > 0 {
+		t.Errorf("egress hit permission violations reading the vaults: %v", errs)
+	}
+
+	// request sends body to subj and returns the reply's data: it fails at
+	// once when the server refuses the publish.
+	request := func(ctx context.Context, nc *nats.Conn, subj, body string) ([]byte, error) {
+		m, err := nc.RequestWithContext(ctx, subj, []byte(body))
+		if err != nil {
+			return nil, err
+		}
+		return m.Data, nil
+	}
+	last := fmt.Sprintf(`{"last_by_subj":%q}`, subject)
+	type attempt struct {
+		name string
+		mark string // the subject the server refuses, as it reports it
+		read func(ctx context.Context, js jetstream.JetStream) ([]byte, error)
+	}
+	attempts := []attempt{
+		{"the bucket's Get", "$JS.API.STREAM.INFO." + stream, func(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
+			kv, err := js.KeyValue(ctx, bus.BucketVaults)
+			if err != nil {
+				return nil, err
+			}
+			e, err := kv.Get(ctx, key)
+			if err != nil {
+				return nil, err
+			}
+			return e.Value(), nil
+		}},
+		{"a direct get by subject", "$JS.API.DIRECT.GET." + stream + "." + subject, func(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
+			return request(ctx, js.Conn(), "$JS.API.DIRECT.GET."+stream+"."+subject, "")
+		}},
+		{"a direct get by request", "$JS.API.DIRECT.GET." + stream, func(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
+			return request(ctx, js.Conn(), "$JS.API.DIRECT.GET."+stream, last)
+		}},
+		{"a stored message get", "$JS.API.STREAM.MSG.GET." + stream, func(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
+			return request(ctx, js.Conn(), "$JS.API.STREAM.MSG.GET."+stream, last)
+		}},
+		{"an ordered consumer", "$JS.API.CONSUMER.CREATE." + stream, func(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
+			c, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+			if err != nil {
+				return nil, err
+			}
+			m, err := c.Next(jetstream.FetchContext(ctx))
+			if err != nil {
+				return nil, err
+			}
+			return m.Data(), nil
+		}},
+		{"a push consumer", "$JS.API.CONSUMER.CREATE." + stream, func(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
+			nc := js.Conn()
+			inbox := nc.NewInbox()
+			sub, err := nc.SubscribeSync(inbox)
+			if err != nil {
+				return nil, err
+			}
+			defer sub.Unsubscribe()
+			cfg := fmt.Sprintf(`{"stream_name":%q,"config":{"deliver_subject":%q,"ack_policy":"none","filter_subject":%q}}`, stream, inbox, subject)
+			if _, err := request(ctx, nc, "$JS.API.CONSUMER.CREATE."+stream, cfg); err != nil {
+				return nil, err
+			}
+			m, err := sub.NextMsgWithContext(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return m.Data, nil
+		}},
+		{"a durable consumer", "$JS.API.CONSUMER.DURABLE.CREATE." + stream + ".mine", func(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
+			cfg := fmt.Sprintf(`{"stream_name":%q,"config":{"durable_name":"mine","ack_policy":"none","filter_subject":%q}}`, stream, subject)
+			if _, err := request(ctx, js.Conn(), "$JS.API.CONSUMER.DURABLE.CREATE."+stream+".mine", cfg); err != nil {
+				return nil, err
+			}
+			return request(ctx, js.Conn(), "$JS.API.CONSUMER.MSG.NEXT."+stream+".mine", `{"batch":1}`)
+		}},
+		{"a pull from the admin's consumer", "$JS.API.CONSUMER.MSG.NEXT." + stream + ".peek", func(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
+			return request(ctx, js.Conn(), "$JS.API.CONSUMER.MSG.NEXT."+stream+".peek", `{"batch":1}`)
+		}},
+		{"a subscription while it is written", "$KV." + bus.BucketVaults + ".>", func(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
+			nc := js.Conn()
+			sub, err := nc.SubscribeSync("$KV." + bus.BucketVaults + ".>")
+			if err != nil {
+				return nil, err
+			}
+			defer sub.Unsubscribe()
+			// The server has the subscription, or has refused it, before
+			// the vault is written again; and has delivered the write, if
+			// anything, before the second flush returns.
+			if err := nc.FlushWithContext(ctx); err != nil {
+				return nil, err
+			}
+			if _, err := vaults.Put(ctx, key, secret); err != nil {
+				t.Error(err)
+			}
+			if err := nc.FlushWithContext(ctx); err != nil {
+				return nil, err
+			}
+			var got []byte
+			for {
+				m, err := sub.NextMsg(0)
+				if err != nil {
+					return got, nil
+				}
+				got = append(got, m.Data...)
+			}
+		}},
+	}
+
+	// The readers: every other service, and clients.
+	type reader struct {
+		name       string
+		user, pass string
+	}
+	var readers []reader
+	for _, s := range credential.Services() {
+		if s.User != credential.UserEgress {
+			readers = append(readers, reader{s.User, s.User, password(s.User)})
+		}
+	}
+	for _, c := range []struct{ tenant, user string }{{"acme", "ada"}, {credential.AllTenants, "olga"}} {
+		role := credential.RoleReviewer
+		if c.tenant == credential.AllTenants {
+			role = credential.RoleOperator
+		}
+		cred, secret := credentialtest.Issue(t, admin, c.tenant, c.user, role)
+		readers = append(readers, reader{fmt.Sprintf("%s's %s credential", c.tenant, role), cred.ID, secret})
+	}
+	for _, r := range readers {
+		for _, a := range attempts {
+			t.Run(r.name+"/"+a.name, func(t *testing.T) {
+				// A connection of its own, whose violations are this
+				// attempt's.
+				js, v := connectWith(t, url, r.user, r.pass)
+				actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				actx, done := bus.WhilePermitted(actx, js.Conn(), ">")
+				got, err := a.read(actx, js)
+				done()
+				if leaked(got) {
+					t.Errorf("%s read the vault by %s", r.name, a.name)
+				}
+				natstest.WaitFor(t, 5*time.Second, func() error {
+					if !v.seen(a.mark) {
+						return fmt.Errorf("the server refused nothing on %s (%v; got %q)", a.mark, err, got)
+					}
+					return nil
+				})
+			})
+		}
+	}
 }

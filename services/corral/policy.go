@@ -4,6 +4,10 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -16,12 +20,13 @@ func (e *env) policyCmd() *cobra.Command {
 		Use:   "policy",
 		Short: "Work with the policy that decides which tool calls run",
 	}
-	var file, toolName, args, tenant, user string
+	var file, toolName, args, tenant, user, target, method string
 	check := &cobra.Command{
 		Use:   "check",
-		Short: "Print what the policy decides for one tool call, and the rule that decided it",
-		Example: `  corral policy check --tool Bash --args '{"command":"git push"}'
-  corral policy check --file deploy/policy.yaml --tenant acme --tool Write --args '{"file_path":"/skills/x/SKILL.md","content":"..."}'`,
+		Short: "Print what the policy decides for one tool call or one request out of a sandbox, and the rule that decided it",
+		Example: `  corral policy check --tool Bash --args '{"command":"rm -rf build"}'
+  corral policy check --file deploy/policy.yaml --tenant acme --tool Write --args '{"file_path":"/skills/x/SKILL.md","content":"..."}'
+  corral policy check --tenant acme --url https://github.com/acme/app.git/git-receive-pack --method POST`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p := policy.Default()
@@ -31,10 +36,23 @@ func (e *env) policyCmd() *cobra.Command {
 					return &exitError{2, err}
 				}
 			}
-			if _, err := tool.Parse(toolName, json.RawMessage(args)); err != nil {
-				return &exitError{2, err}
+			var d policy.Decision
+			switch {
+			case (toolName == "") == (target == ""):
+				return &exitError{2, fmt.Errorf("give a tool call (--tool) or a request (--url), one of the two")}
+			case target != "":
+				r, err := egressRequest(target, method)
+				if err != nil {
+					return &exitError{2, err}
+				}
+				r.Tenant, r.User = tenant, user
+				d, _ = p.Egress(r)
+			default:
+				if _, err := tool.Parse(toolName, json.RawMessage(args)); err != nil {
+					return &exitError{2, err}
+				}
+				d = p.Decide(policy.Call{Tenant: tenant, User: user, Tool: toolName, Input: json.RawMessage(args)})
 			}
-			d := p.Decide(policy.Call{Tenant: tenant, User: user, Tool: toolName, Input: json.RawMessage(args)})
 			switch {
 			case d.Rule == "":
 				fmt.Fprintf(e.stdout, "%s (no rule matched)\n", d.Decision)
@@ -50,9 +68,44 @@ func (e *env) policyCmd() *cobra.Command {
 	f.StringVar(&file, "file", e.getenv("CORRAL_POLICY_FILE"), "policy file (CORRAL_POLICY_FILE; default the built-in deploy/policy.yaml)")
 	f.StringVar(&toolName, "tool", "", "tool name: Bash, Read, Write, Edit, Glob or Grep")
 	f.StringVar(&args, "args", "{}", "the call's arguments, as JSON")
+	f.StringVar(&target, "url", "", "a request a sandbox would send out, instead of a tool call: its URL")
+	f.StringVar(&method, "method", "GET", "the request's method, with --url")
 	f.StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "tenant (CORRAL_TENANT)")
 	f.StringVar(&user, "user", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "user (CORRAL_USER)")
-	_ = check.MarkFlagRequired("tool")
-	cmd.AddCommand(check)
+	presets := &cobra.Command{
+		Use:   "presets",
+		Short: "List the host presets an egress rule may name, and their hosts",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "PRESET\tHOSTS (ports 80 and 443)")
+			for _, p := range policy.Presets() {
+				fmt.Fprintf(w, "%s\t%s\n", p.Name, strings.Join(p.Hosts, " "))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.AddCommand(check, presets)
 	return cmd
+}
+
+// egressRequest is the request to target with method, as egress judges it.
+func egressRequest(target, method string) (policy.EgressRequest, error) {
+	u, err := url.Parse(target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return policy.EgressRequest{}, fmt.Errorf("--url %q: want an http:// or https:// URL", target)
+	}
+	port := 443
+	if u.Scheme == "http" {
+		port = 80
+	}
+	if p := u.Port(); p != "" {
+		if port, err = strconv.Atoi(p); err != nil {
+			return policy.EgressRequest{}, fmt.Errorf("--url %q: bad port", target)
+		}
+	}
+	return policy.EgressRequest{
+		Scheme: u.Scheme, Host: u.Hostname(), Port: port,
+		Visible: true, Method: strings.ToUpper(method), Path: u.Path,
+	}, nil
 }

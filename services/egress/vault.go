@@ -1,0 +1,258 @@
+package egress
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/egressapi"
+	"corral.dev/services/egress/internal/proxy"
+)
+
+// sealed is a vault as kept in the vaults bucket: its bindings in the
+// clear, its secret sealed with the service's key (AES-256-GCM), with the
+// key it is kept under as additional data, so that a sealed secret copied
+// under another tenant's key does not open.
+type sealed struct {
+	Vault  egressapi.Vault `json:"vault"`
+	Sealed []byte          `json:"sealed"`
+}
+
+// vaults keeps every tenant's vaults as the bucket has them, watched, and
+// opens their secrets when a request needs one.
+type vaults struct {
+	kv   jetstream.KeyValue
+	aead cipher.AEAD
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	items  map[string]*sealed // by key
+	synced chan struct{}      // closed once the bucket's values are in
+}
+
+func newVaults(kv jetstream.KeyValue, key []byte, log *slog.Logger) (*vaults, error) {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	return &vaults{kv: kv, aead: aead, log: log, items: make(map[string]*sealed), synced: make(chan struct{})}, nil
+}
+
+// vaultKey is where a vault is kept: <tenant>.t.<name> for the tenant's
+// own, <tenant>.u.<user, base64url>.<name> for a user's.
+func vaultKey(tenant, user, name string) string {
+	if user == "" {
+		return tenant + ".t." + name
+	}
+	return tenant + ".u." + base64.RawURLEncoding.EncodeToString([]byte(user)) + "." + name
+}
+
+func (v *vaults) seal(key, secret string) ([]byte, error) {
+	nonce := make([]byte, v.aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
+	return v.aead.Seal(nonce, nonce, []byte(secret), []byte(key)), nil
+}
+
+func (v *vaults) open(key string, s *sealed) (string, error) {
+	n := v.aead.NonceSize()
+	if len(s.Sealed) < n {
+		return "", fmt.Errorf("vault %s: sealed secret too short", key)
+	}
+	plain, err := v.aead.Open(nil, s.Sealed[:n], s.Sealed[n:], []byte(key))
+	if err != nil {
+		return "", fmt.Errorf("vault %s: the secret does not open with this service's key", key)
+	}
+	return string(plain), nil
+}
+
+// watch keeps items in step with the bucket until ctx ends.
+func (v *vaults) watch(ctx context.Context) error {
+	for ctx.Err() == nil {
+		w, err := v.kv.WatchAll(ctx)
+		if err != nil {
+			v.log.WarnContext(ctx, "watch vaults", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for e := range w.Updates() {
+			v.mu.Lock()
+			switch {
+			case e == nil:
+				select {
+				case <-v.synced:
+				default:
+					close(v.synced)
+				}
+			case e.Operation() == jetstream.KeyValuePut:
+				var s sealed
+				if err := json.Unmarshal(e.Value(), &s); err == nil {
+					v.items[e.Key()] = &s
+				}
+			default:
+				delete(v.items, e.Key())
+			}
+			v.mu.Unlock()
+		}
+		_ = w.Stop()
+	}
+	return nil
+}
+
+// matching returns the keys of the vaults a session of id may send to
+// host and path, the user's own first, then the tenant's, each by name.
+func (v *vaults) matching(ctx context.Context, id egressapi.Identity, host, path string, anyPath bool) ([]string, error) {
+	select {
+	case <-v.synced:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	own, tenant := vaultKey(id.Tenant, id.User, ""), id.Tenant+".t."
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var mine, theirs []string
+	for k, s := range v.items {
+		if !hostMatches(s.Vault.Hosts, host) || !anyPath && !pathMatches(s.Vault.Paths, path) {
+			continue
+		}
+		switch {
+		case id.User != "" && strings.HasPrefix(k, own):
+			mine = append(mine, k)
+		case strings.HasPrefix(k, tenant):
+			theirs = append(theirs, k)
+		}
+	}
+	slices.Sort(mine)
+	slices.Sort(theirs)
+	return append(mine, theirs...), nil
+}
+
+// Bound reports whether a vault of id may go to host: see [proxy.Credentials].
+func (v *vaults) Bound(ctx context.Context, id egressapi.Identity, host string) (bool, error) {
+	keys, err := v.matching(ctx, id, host, "", true)
+	return len(keys) > 0, err
+}
+
+// For returns what to inject into a request of id to host and path: the
+// first matching vault's secret, as it says. See [proxy.Credentials].
+func (v *vaults) For(ctx context.Context, id egressapi.Identity, host, path string) (proxy.Injection, error) {
+	keys, err := v.matching(ctx, id, host, path, false)
+	if err != nil || len(keys) == 0 {
+		return proxy.Injection{}, err
+	}
+	v.mu.Lock()
+	s := v.items[keys[0]]
+	v.mu.Unlock()
+	secret, err := v.open(keys[0], s)
+	if err != nil {
+		return proxy.Injection{}, err
+	}
+	in := s.Vault.Inject
+	if in.BasicUser != "" {
+		basic := base64.StdEncoding.EncodeToString([]byte(in.BasicUser + ":" + secret))
+		return proxy.Injection{
+			Headers: map[string]string{"Authorization": "Basic " + basic},
+			Redact:  []string{secret, basic},
+		}, nil
+	}
+	return proxy.Injection{Headers: map[string]string{in.Header: in.Prefix + secret}, Redact: []string{secret}}, nil
+}
+
+// hostMatches reports whether host is one of hosts: a name as written, or
+// a name under the suffix of a "*.suffix".
+func hostMatches(hosts []string, host string) bool {
+	for _, h := range hosts {
+		if suffix, ok := strings.CutPrefix(h, "*."); ok {
+			if strings.HasSuffix(host, "."+suffix) {
+				return true
+			}
+		} else if h == host {
+			return true
+		}
+	}
+	return false
+}
+
+// pathMatches reports whether path starts with one of prefixes, or there
+// are none.
+func pathMatches(prefixes []string, path string) bool {
+	if len(prefixes) == 0 {
+		return true
+	}
+	for _, p := range prefixes {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	vaultName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	hostName  = regexp.MustCompile(`^(\*\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$`)
+	header    = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+)
+
+// errInvalid is a request the vault API refuses as it is.
+var errInvalid = errors.New("invalid")
+
+// check says what is wrong with a vault as a client asks for it.
+func check(v egressapi.Vault, secret string, creating bool) error {
+	if !vaultName.MatchString(v.Name) {
+		return fmt.Errorf("%w: name %q: want 1 to 64 of a-z, 0-9, - and _, starting with a letter or digit", errInvalid, v.Name)
+	}
+	if !creating {
+		return nil
+	}
+	if len(v.Hosts) == 0 {
+		return fmt.Errorf("%w: vault %s binds no host: give the hosts its secret may be sent to", errInvalid, v.Name)
+	}
+	for _, h := range v.Hosts {
+		if !hostName.MatchString(h) || !strings.Contains(strings.TrimPrefix(h, "*."), ".") {
+			return fmt.Errorf("%w: host %q: want a lowercase DNS name such as github.com, or *.example.com", errInvalid, h)
+		}
+	}
+	for _, p := range v.Paths {
+		if !strings.HasPrefix(p, "/") {
+			return fmt.Errorf("%w: path %q: want an absolute path prefix such as /org/", errInvalid, p)
+		}
+	}
+	in := v.Inject
+	switch {
+	case (in.Header == "") == (in.BasicUser == ""):
+		return fmt.Errorf("%w: vault %s: inject either a header (--header) or basic authentication (--basic-user), one of the two", errInvalid, v.Name)
+	case in.Header != "" && !header.MatchString(in.Header):
+		return fmt.Errorf("%w: header %q is not a header name", errInvalid, in.Header)
+	case strings.ContainsAny(in.Prefix+in.BasicUser, "\r\n\x00") || in.BasicUser != "" && strings.Contains(in.BasicUser, ":"):
+		return fmt.Errorf("%w: vault %s: the prefix and user may hold no line break, and the user no colon", errInvalid, v.Name)
+	}
+	return checkSecret(secret)
+}
+
+func checkSecret(secret string) error {
+	if secret == "" || len(secret) > 8<<10 || strings.ContainsAny(secret, "\r\n\x00") {
+		return fmt.Errorf("%w: the secret must be 1 to 8192 bytes on one line", errInvalid)
+	}
+	return nil
+}

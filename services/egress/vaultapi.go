@@ -1,0 +1,197 @@
+package egress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/egressapi"
+	"corral.dev/pkg/event"
+)
+
+// caller is who a vault API request speaks for, from its subject
+// corral.vault.<tenant>.<user token or "tenant">.<op>: user is "" for the
+// tenant's own vaults.
+func caller(subject string) (tenant, user string, err error) {
+	tok := strings.Split(subject, ".")
+	if len(tok) != 5 || tok[0] != "corral" || tok[1] != "vault" {
+		return "", "", fmt.Errorf("%s is not a subject of the vault API", subject)
+	}
+	if err := event.CheckTenant(tok[2]); err != nil {
+		return "", "", fmt.Errorf("subject %s: %w", subject, err)
+	}
+	if tok[3] == bus.VaultTenantScope {
+		return tok[2], "", nil
+	}
+	user, err = bus.ParseUserToken(tok[3])
+	if err != nil {
+		return "", "", fmt.Errorf("subject %s: %w", subject, err)
+	}
+	return tok[2], user, nil
+}
+
+// serveVaults answers the vault API until ctx ends. A client creates,
+// lists, rotates and removes its own vaults (a reviewer also the
+// tenant's); no answer ever holds a secret.
+func (s *Service) serveVaults(ctx context.Context) error {
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name:        "corral-vault",
+		Version:     "1.0.0",
+		Description: "the tenants' vaults: credentials egress injects into the sandboxes' requests",
+	})
+	if err != nil {
+		return fmt.Errorf("vault api: %w", err)
+	}
+	for _, op := range []string{egressapi.OpCreate, egressapi.OpList, egressapi.OpRotate, egressapi.OpRemove} {
+		h := func(r micro.Request) {
+			// Only the server's record says a request came from a client.
+			if err := bus.Admit(r, s.cfg.Clients); err != nil {
+				s.log.WarnContext(ctx, "vault api: refused", "subject", r.Subject(), "err", err)
+				return
+			}
+			tenant, user, err := caller(r.Subject())
+			if err != nil {
+				_ = r.Error(egressapi.CodeBadRequest, err.Error(), nil)
+				return
+			}
+			var req egressapi.VaultRequest
+			if err := json.Unmarshal(r.Data(), &req); err != nil {
+				_ = r.Error(egressapi.CodeBadRequest, "malformed request: "+err.Error(), nil)
+				return
+			}
+			rctx, cancel := bus.Bound(ctx)
+			defer cancel()
+			reply, err := s.vaultOp(rctx, op, tenant, user, req)
+			switch {
+			case errors.Is(err, errInvalid):
+				_ = r.Error(egressapi.CodeBadRequest, err.Error(), nil)
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+				_ = r.Error(egressapi.CodeNotFound, fmt.Sprintf("no vault %q", req.Name), nil)
+			case errors.Is(err, jetstream.ErrKeyExists):
+				_ = r.Error(egressapi.CodeExists, fmt.Sprintf("vault %q exists: rotate its secret, or remove it first", req.Name), nil)
+			case err != nil:
+				s.log.WarnContext(rctx, "vault api", "op", op, "tenant", tenant, "err", err)
+				_ = r.Error(egressapi.CodeInternal, err.Error(), nil)
+			default:
+				_ = r.RespondJSON(reply)
+			}
+		}
+		if err := svc.AddEndpoint(op, micro.HandlerFunc(h), micro.WithEndpointSubject(bus.VaultAPI("*", "*", op))); err != nil {
+			return fmt.Errorf("vault api: %w", err)
+		}
+	}
+	<-ctx.Done()
+	return svc.Stop()
+}
+
+// vaultOp does op for tenant's user ("" for the tenant's own vaults).
+func (s *Service) vaultOp(ctx context.Context, op, tenant, user string, req egressapi.VaultRequest) (egressapi.VaultReply, error) {
+	if op == egressapi.OpList {
+		return egressapi.VaultReply{Vaults: s.vaults.list(tenant, user)}, nil
+	}
+	if err := check(req.Vault, req.Secret, op == egressapi.OpCreate); err != nil {
+		return egressapi.VaultReply{}, err
+	}
+	key := vaultKey(tenant, user, req.Name)
+	switch op {
+	case egressapi.OpCreate:
+		v := req.Vault
+		v.User, v.Version, v.CreatedAt, v.RotatedAt = user, 1, time.Now().UTC(), time.Time{}
+		data, err := s.vaults.marshal(key, v, req.Secret)
+		if err != nil {
+			return egressapi.VaultReply{}, err
+		}
+		if _, err := s.vaults.kv.Create(ctx, key, data); err != nil {
+			return egressapi.VaultReply{}, err
+		}
+		s.vaults.remember(key, data)
+		s.log.InfoContext(ctx, "vault created", "tenant", tenant, "user", user, "vault", v.Name, "hosts", v.Hosts)
+		return egressapi.VaultReply{Vault: &v}, nil
+	case egressapi.OpRotate:
+		if err := checkSecret(req.Secret); err != nil {
+			return egressapi.VaultReply{}, err
+		}
+		e, err := s.vaults.kv.Get(ctx, key)
+		if err != nil {
+			return egressapi.VaultReply{}, err
+		}
+		var old sealed
+		if err := json.Unmarshal(e.Value(), &old); err != nil {
+			return egressapi.VaultReply{}, fmt.Errorf("vault %s: %w", key, err)
+		}
+		v := old.Vault
+		v.Version++
+		v.RotatedAt = time.Now().UTC()
+		data, err := s.vaults.marshal(key, v, req.Secret)
+		if err != nil {
+			return egressapi.VaultReply{}, err
+		}
+		if _, err := s.vaults.kv.Update(ctx, key, data, e.Revision()); err != nil {
+			return egressapi.VaultReply{}, fmt.Errorf("rotate vault %s: %w", req.Name, err)
+		}
+		s.vaults.remember(key, data)
+		s.log.InfoContext(ctx, "vault rotated", "tenant", tenant, "user", user, "vault", v.Name, "version", v.Version)
+		return egressapi.VaultReply{Vault: &v}, nil
+	default: // rm
+		e, err := s.vaults.kv.Get(ctx, key)
+		if err != nil {
+			return egressapi.VaultReply{}, err
+		}
+		var old sealed
+		_ = json.Unmarshal(e.Value(), &old)
+		if err := s.vaults.kv.Purge(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+			return egressapi.VaultReply{}, fmt.Errorf("remove vault %s: %w", req.Name, err)
+		}
+		s.vaults.remember(key, nil)
+		s.log.InfoContext(ctx, "vault removed", "tenant", tenant, "user", user, "vault", req.Name)
+		return egressapi.VaultReply{Vault: &old.Vault}, nil
+	}
+}
+
+// marshal seals secret into v as kept under key.
+func (v *vaults) marshal(key string, vault egressapi.Vault, secret string) ([]byte, error) {
+	sealedSecret, err := v.seal(key, secret)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(sealed{Vault: vault, Sealed: sealedSecret})
+}
+
+// remember puts what was just written under key (nil: removed) in the
+// cache, ahead of the watch, so that this service's next answer has it.
+func (v *vaults) remember(key string, data []byte) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var s sealed
+	if data == nil || json.Unmarshal(data, &s) != nil {
+		delete(v.items, key)
+		return
+	}
+	v.items[key] = &s
+}
+
+// list returns the vaults of tenant a client of user sees: the user's
+// own and the tenant's (the tenant's alone for user ""), by name.
+func (v *vaults) list(tenant, user string) []egressapi.Vault {
+	<-v.synced
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []egressapi.Vault
+	for k, s := range v.items {
+		if strings.HasPrefix(k, tenant+".t.") || user != "" && strings.HasPrefix(k, vaultKey(tenant, user, "")) {
+			out = append(out, s.Vault)
+		}
+	}
+	slices.SortFunc(out, func(a, b egressapi.Vault) int {
+		return strings.Compare(a.Name+"\x00"+a.User, b.Name+"\x00"+b.User)
+	})
+	return out
+}
