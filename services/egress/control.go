@@ -18,6 +18,10 @@ import (
 // controlTimeout bounds one exchange on the control socket.
 const controlTimeout = 10 * time.Second
 
+// settleTimeout bounds how long a drain waits for the sandbox's last
+// connections to end and be recorded.
+const settleTimeout = time.Second
+
 // serveControl answers the sandbox-manager on the control socket until
 // ctx ends. The socket is the sandbox-manager's alone (0600, or 0660 for
 // a group both services share, in a directory no sandbox sees): whoever
@@ -82,6 +86,7 @@ func (s *Service) control(ctx context.Context, c net.Conn) egressapi.Reply {
 		s.log.DebugContext(ctx, "sandbox opened", "tenant", id.Tenant, "session", id.Session, "user", id.User)
 		return egressapi.Reply{Network: true, Dir: dir}
 	case egressapi.OpDrain:
+		s.boxes.settle(id.Tenant, id.Session, settleTimeout)
 		return egressapi.Reply{Summary: s.audit.drain(id.Tenant, id.Session)}
 	case egressapi.OpClose:
 		s.audit.forget(id.Tenant, id.Session)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -54,7 +55,7 @@ type sandboxes struct {
 type sandbox struct {
 	name   string
 	id     egressapi.Identity
-	l      net.Listener
+	l      *countingListener
 	cancel context.CancelFunc // ends its connections
 	done   chan struct{}
 }
@@ -171,7 +172,9 @@ func (b *sandboxes) listen(name string, id egressapi.Identity) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(b.ctx)
-	s := &sandbox{name: name, id: id, l: l, cancel: cancel, done: make(chan struct{})}
+	cl := &countingListener{Listener: l, idle: make(chan struct{})}
+	close(cl.idle)
+	s := &sandbox{name: name, id: id, l: cl, cancel: cancel, done: make(chan struct{})}
 	if b.open == nil {
 		b.open = make(map[sessionKey]*sandbox)
 	}
@@ -180,7 +183,7 @@ func (b *sandboxes) listen(name string, id egressapi.Identity) error {
 	go func() {
 		defer b.wg.Done()
 		defer close(s.done)
-		_ = b.serve(ctx, l, id)
+		_ = b.serve(ctx, cl, id)
 	}()
 	return nil
 }
@@ -209,6 +212,78 @@ func (b *sandboxes) closeSandbox(tenant string, session uuid.UUID) error {
 		return err
 	}
 	return os.RemoveAll(filepath.Join(b.dir, socketsDir, s.name))
+}
+
+// settle waits, for at most max, until the session's sandbox has no
+// connection open, so that what they did is all recorded: its executor
+// closes them at the end of each call, just before the sandbox-manager
+// drains the call's summary.
+func (b *sandboxes) settle(tenant string, session uuid.UUID, max time.Duration) {
+	b.mu.Lock()
+	s := b.open[sessionKey{tenant, session}]
+	b.mu.Unlock()
+	if s == nil {
+		return
+	}
+	select {
+	case <-s.l.idleNow():
+	case <-time.After(max):
+	}
+}
+
+// countingListener counts the connections it accepted that are still
+// open.
+type countingListener struct {
+	net.Listener
+	mu   sync.Mutex
+	open int
+	idle chan struct{} // closed while open is 0
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if l.open == 0 {
+		l.idle = make(chan struct{})
+	}
+	l.open++
+	l.mu.Unlock()
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+// idleNow returns a channel closed once no connection is open.
+func (l *countingListener) idleNow() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.idle
+}
+
+func (l *countingListener) closed() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open--; l.open == 0 {
+		close(l.idle)
+	}
+}
+
+// countedConn tells its listener when it is closed, once.
+type countedConn struct {
+	net.Conn
+	l    *countingListener
+	once sync.Once
+}
+
+// NetConn returns the connection c wraps, for copies the kernel can
+// splice.
+func (c *countedConn) NetConn() net.Conn { return c.Conn }
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.l.closed)
+	return err
 }
 
 // wait waits, once ctx has ended, for every socket's server to stop.

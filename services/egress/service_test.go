@@ -43,6 +43,9 @@ tenants:
       - name: api
         when: host == "api.example.test"
         decision: allow
+      - name: files
+        when: host == "files.example.test"
+        decision: allow
   initech:
     egress:
       - name: nothing
@@ -60,6 +63,7 @@ type fixture struct {
 	cfg      Config
 	approval ed25519.PrivateKey
 	up       *upstreamtest.Upstream
+	files    *upstreamtest.Upstream
 	ca       *upstreamtest.CA
 	stop     func()
 }
@@ -82,18 +86,21 @@ func newFixture(t *testing.T) *fixture {
 		w.Header().Set("X-Seen-Authorization", r.Header.Get("Authorization"))
 		fmt.Fprintf(w, "%s %s auth=%q body=%q", r.Method, r.URL.Path, r.Header.Get("Authorization"), body)
 	}))
+	files := upstreamtest.Start(t, ca, "files.example.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write(bytes.Repeat([]byte("f"), 1000))
+	}))
 	dir, err := os.MkdirTemp("", "eg")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	f := &fixture{t: t, nc: nc, js: js, approval: key, up: up, ca: ca, cfg: Config{
+	f := &fixture{t: t, nc: nc, js: js, approval: key, up: up, files: files, ca: ca, cfg: Config{
 		Dir:         dir,
 		Policy:      pol,
 		VaultKey:    bytes.Repeat([]byte{7}, 32),
 		ApprovalKey: pub,
 		SystemRoots: "/etc/ssl/certs/ca-certificates.crt",
-		Resolve:     map[string]string{"api.example.test": up.Addr},
+		Resolve:     map[string]string{"api.example.test": up.Addr, "files.example.test": files.Addr},
 		UpstreamCA:  ca.CertPEM(),
 		ControlMode: 0o600,
 	}}
@@ -405,5 +412,27 @@ func TestRestartServesTheSameSockets(t *testing.T) {
 	f.start()
 	if code, body, _ := f.get(f.client(r.Dir), "GET", "https://api.example.test/b", ""); code != 200 {
 		t.Fatalf("after the restart: %d %s", code, body)
+	}
+}
+
+// A drain right after a call's last connection closed has all it did,
+// tunnels included, which are recorded as they end.
+func TestDrainWaitsForTheLastConnections(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	id := identity("acme", "ada")
+	r, err := f.control().Open(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.client(r.Dir)
+	for i := range 20 {
+		if code, _, _ := f.get(c, "GET", "https://files.example.test/f", ""); code != 200 {
+			t.Fatalf("tunnelled request: %d", code)
+		}
+		s, err := f.control().Drain(ctx, id)
+		if err != nil || s == nil || len(s.Requests) != 1 || s.Requests[0].Method != "CONNECT" || s.Requests[0].Received < 1000 {
+			t.Fatalf("drain %d after a tunnel: %+v, %v", i, s, err)
+		}
 	}
 }

@@ -97,6 +97,12 @@ const drainTimeout = 30 * time.Second
 // the upstream up until both are done, and returns how many bytes went
 // each way. Where both are sockets, the kernel moves the bytes (splice).
 func splice(c net.Conn, br *bufio.Reader, up net.Conn, hello []byte) (sent, received int64) {
+	// A connection the listener wrapped (to count it, say) is copied as
+	// the socket it wraps, which the kernel can splice; the caller still
+	// closes the wrapper.
+	if w, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = w.NetConn()
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		n, err := up.Write(hello)
