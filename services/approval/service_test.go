@@ -14,6 +14,7 @@ import (
 
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/sessionlog"
 )
 
 // A decision kept but not yet in the session's log (the service died in
@@ -86,4 +87,59 @@ func TestConfigRefusesBadSettings(t *testing.T) {
 	if err != nil || cfg.Reviewers["0123456789abcdef"] != "alice" || cfg.Reviewers["fedcba9876543210"] != "bob" {
 		t.Errorf("cfg = %+v, %v", cfg.Reviewers, err)
 	}
+}
+
+// A request egress held (a push) outlives the turn that made it: the model
+// retries it in a later turn, once approved. Only a stop cancels it. A
+// held call is cancelled whenever its session ends.
+func TestEgressApprovalOutlivesItsTurn(t *testing.T) {
+	f := start(t, nil)
+	session := f.session(t, "acme", "ada")
+	egressLog := sessionlog.New(f.js, sessionlog.Options{As: sessionlog.Egress})
+	input := json.RawMessage(`{"method":"POST","url":"https://git.example.test/app.git/git-receive-pack"}`)
+	held := &event.ApprovalRequested{
+		Header: event.NewHeader(event.TypeApprovalRequested, "acme", session),
+		Call:   uuid.Must(uuid.NewV7()), User: "ada", Tool: event.EgressTool, Input: input,
+		ArgsHash: event.ArgsHash(event.EgressTool, input), Rule: "git-push", Reason: "a push publishes code",
+	}
+	if err := egressLog.Record(context.Background(), held, "egress:"+held.Call.String()); err != nil {
+		t.Fatal(err)
+	}
+	call := &event.ApprovalRequested{
+		Header: event.NewHeader(event.TypeApprovalRequested, "acme", session),
+		Call:   uuid.Must(uuid.NewV7()), Turn: 1, User: "ada", Tool: "Bash", Input: json.RawMessage(`{"command":"rm -rf x"}`),
+		ArgsHash: event.ArgsHash("Bash", json.RawMessage(`{"command":"rm -rf x"}`)), Rule: "risky-shell",
+	}
+	f.record(t, call, call.Call.String()+":approval")
+	status := func(id uuid.UUID) string {
+		for _, a := range f.svc.list("") {
+			if a.ID == id {
+				return a.Status
+			}
+		}
+		return ""
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if status(held.Call) != Pending || status(call.Call) != Pending {
+			return fmt.Errorf("held %q, call %q; want both pending", status(held.Call), status(call.Call))
+		}
+		return nil
+	})
+	f.record(t, &event.SessionCompleted{Header: event.NewHeader(event.TypeSessionCompleted, "acme", session), Answer: "waiting for the push"}, "done-"+session.String())
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if status(call.Call) != Cancelled {
+			return fmt.Errorf("the held call is %q once the session completed, want cancelled", status(call.Call))
+		}
+		return nil
+	})
+	if got := status(held.Call); got != Pending {
+		t.Errorf("the held push is %q once the turn ended, want pending", got)
+	}
+	f.record(t, &event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, "acme", session), By: "ada"}, "stop-"+session.String())
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if status(held.Call) != Cancelled {
+			return fmt.Errorf("the held push is %q once the session stopped, want cancelled", status(held.Call))
+		}
+		return nil
+	})
 }
