@@ -56,7 +56,8 @@ func ReasonOf(err error) string {
 // Check decodes data, the body of an event stored at a, and judges it by
 // what the subject says (see the package doc): the type the subject names,
 // the subject's tenant and session, a writer allowed to write that kind, a
-// tool result's service. data must be resolved already
+// tool result's service, an approval request's tool (egress's and only
+// egress's is "egress"). data must be resolved already
 // (see [Log]); a stub is judged by the type it stands for. Errors match
 // [ErrRejected].
 func Check(a Address, data []byte) (event.Event, error) {
@@ -95,6 +96,12 @@ func Check(a Address, data []byte) (event.Event, error) {
 		}
 		if e.Service != want {
 			return nil, reject(ReasonService, "a result of service %q written by %s", e.Service, a.Writer)
+		}
+	case *event.ApprovalRequested:
+		// Egress asks about the requests it holds, and only about them;
+		// the harness about calls, never in egress's name.
+		if (a.Writer == Egress) != (e.Tool == event.EgressTool) {
+			return nil, reject(ReasonWriter, "an approval request for tool %q written by %s", e.Tool, a.Writer)
 		}
 	}
 	return ev, nil

@@ -50,7 +50,11 @@ func body(typ, tenant string, session uuid.UUID, w sessionlog.Writer) event.Even
 	case event.TypeToolDispatched:
 		return &event.ToolDispatched{Header: h, Call: call, Turn: 1, Name: "Bash", Service: bus.ServiceSandbox}
 	case event.TypeApprovalRequested:
-		return &event.ApprovalRequested{Header: h, Call: call, Turn: 1, User: "alice", Tool: "Bash", Input: json.RawMessage(`{}`), ArgsHash: "h", Rule: "r", Reason: "why"}
+		tool := "Bash"
+		if w == sessionlog.Egress {
+			tool = event.EgressTool
+		}
+		return &event.ApprovalRequested{Header: h, Call: call, Turn: 1, User: "alice", Tool: tool, Input: json.RawMessage(`{}`), ArgsHash: "h", Rule: "r", Reason: "why"}
 	case event.TypeSessionCompleted:
 		return &event.SessionCompleted{Header: h, Answer: "done", Turns: 1}
 	case event.TypeSessionFailed:
@@ -214,5 +218,32 @@ func TestCheckRejects(t *testing.T) {
 				t.Errorf("%v does not match ErrRejected", err)
 			}
 		})
+	}
+}
+
+// Egress asks about its held requests alone, under the egress tool, and no
+// one else asks under that tool.
+func TestCheckApprovalRequestTool(t *testing.T) {
+	t.Parallel()
+	s := uuid.Must(uuid.NewV7())
+	for _, tc := range []struct {
+		w    sessionlog.Writer
+		tool string
+		ok   bool
+	}{
+		{sessionlog.Harness, "Bash", true},
+		{sessionlog.Harness, event.EgressTool, false},
+		{sessionlog.Egress, event.EgressTool, true},
+		{sessionlog.Egress, "Bash", false},
+	} {
+		ev := &event.ApprovalRequested{Header: event.NewHeader(event.TypeApprovalRequested, "acme", s), Call: uuid.New(), Tool: tc.tool, Input: json.RawMessage(`{}`)}
+		data, _ := json.Marshal(ev)
+		a, err := sessionlog.ParseSubject(sessionlog.Subject("acme", s, event.TypeApprovalRequested, tc.w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sessionlog.Check(a, data); (err == nil) != tc.ok {
+			t.Errorf("%s asking about %s: %v, want accepted %v", tc.w, tc.tool, err, tc.ok)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/google/uuid"
@@ -10,8 +11,9 @@ import (
 	"corral.dev/services/egress/internal/proxy"
 )
 
-// maxGroups bounds what a session's summary holds between two drains:
-// past it, requests are counted in metrics only.
+// maxGroups bounds the groups a session's summary holds between two
+// drains: past it, the requests are summed up in one group, and the
+// refusals in another.
 const maxGroups = 200
 
 // audit keeps what each sandbox sent since the sandbox-manager last
@@ -83,12 +85,22 @@ func (a *audit) Record(id egressapi.Identity, e proxy.Entry) {
 				return
 			}
 		}
-		if len(s.Refused)+len(s.Requests) < maxGroups {
-			s.Refused = append(s.Refused, egressapi.Refusal{
-				Scheme: e.Scheme, Host: e.Host, Port: e.Port, Method: e.Method, Path: e.Path,
-				Rule: e.Verdict.Rule, Reason: reason, Approval: e.Approval, Count: 1,
-			})
+		r := egressapi.Refusal{
+			Scheme: e.Scheme, Host: e.Host, Port: e.Port, Method: e.Method, Path: clip(e.Path),
+			Rule: e.Verdict.Rule, Reason: reason, Approval: e.Approval, Count: 1,
 		}
+		if len(s.Refused)+len(s.Requests) >= maxGroups {
+			// Past the bound, what is left is summed up in one group, so
+			// that many refusals hide no request, nor the other way round.
+			r = egressapi.Refusal{Host: overflow, Reason: "more refusals, to other hosts or paths", Count: 1}
+			for i := range s.Refused {
+				if s.Refused[i].Host == overflow {
+					s.Refused[i].Count++
+					return
+				}
+			}
+		}
+		s.Refused = append(s.Refused, r)
 		return
 	}
 	for i := range s.Requests {
@@ -101,20 +113,44 @@ func (a *audit) Record(id egressapi.Identity, e proxy.Entry) {
 			return
 		}
 	}
-	if len(s.Refused)+len(s.Requests) < maxGroups {
-		t := egressapi.Traffic{
-			Scheme: e.Scheme, Host: e.Host, Port: e.Port, Method: e.Method, Status: e.Status,
-			Count: 1, Sent: e.Sent, Received: e.Received, Rule: e.Verdict.Rule,
-		}
-		addPath(&t, e.Path)
-		s.Requests = append(s.Requests, t)
+	t := egressapi.Traffic{
+		Scheme: e.Scheme, Host: e.Host, Port: e.Port, Method: e.Method, Status: e.Status,
+		Count: 1, Sent: e.Sent, Received: e.Received, Rule: e.Verdict.Rule,
 	}
+	addPath(&t, e.Path)
+	if len(s.Refused)+len(s.Requests) >= maxGroups {
+		for i := range s.Requests {
+			if o := &s.Requests[i]; o.Host == overflow {
+				o.Count++
+				o.Sent += e.Sent
+				o.Received += e.Received
+				return
+			}
+		}
+		t = egressapi.Traffic{Host: overflow, Count: 1, Sent: e.Sent, Received: e.Received}
+	}
+	s.Requests = append(s.Requests, t)
+}
+
+// overflow stands for the host of the requests past a summary's bound.
+const overflow = "(others)"
+
+// maxPath is how much of a path a summary keeps.
+const maxPath = 200
+
+// clip returns path cut to maxPath bytes.
+func clip(path string) string {
+	if len(path) <= maxPath {
+		return path
+	}
+	return strings.ToValidUTF8(path[:maxPath], "") + "…"
 }
 
 func addPath(t *egressapi.Traffic, path string) {
 	if path == "" || len(t.Paths) >= egressapi.MaxPaths {
 		return
 	}
+	path = clip(path)
 	for _, p := range t.Paths {
 		if p == path {
 			return

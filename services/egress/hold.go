@@ -57,17 +57,19 @@ type holder struct {
 // heldInput is what a reviewer sees of a held request, and what a
 // decision is bound to.
 type heldInput struct {
-	Method     string            `json:"method"`
-	URL        string            `json:"url"`
-	Refs       []proxy.RefUpdate `json:"refs,omitempty"`
-	BodySHA256 string            `json:"body_sha256,omitempty"`
+	Method       string            `json:"method"`
+	URL          string            `json:"url"`
+	ContentType  string            `json:"content_type,omitempty"`
+	Refs         []proxy.RefUpdate `json:"refs,omitempty"`
+	Capabilities string            `json:"capabilities,omitempty"`
+	BodySHA256   string            `json:"body_sha256,omitempty"`
 }
 
 // Check says whether a reviewer approved the request h, which then passes
 // once; otherwise it returns the approval h waits on, asked for the
 // first time h is seen. See [proxy.Holder].
 func (h *holder) Check(ctx context.Context, id egressapi.Identity, r proxy.Held) (bool, uuid.UUID, error) {
-	in := heldInput{Method: r.Method, URL: r.URL, Refs: r.Refs, BodySHA256: r.BodySHA256}
+	in := heldInput{Method: r.Method, URL: r.URL, ContentType: r.ContentType, Refs: r.Refs, Capabilities: r.Capabilities, BodySHA256: r.BodySHA256}
 	input, err := json.Marshal(in)
 	if err != nil {
 		return false, uuid.Nil, err

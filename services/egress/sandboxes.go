@@ -241,17 +241,34 @@ type countingListener struct {
 }
 
 func (l *countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		l.mu.Lock()
+		full := l.open >= maxSandboxConns
+		l.mu.Unlock()
+		if !full {
+			return l.counted(c), nil
+		}
+		// One sandbox does not take the node's proxy for itself.
+		c.Close()
 	}
+}
+
+// maxSandboxConns is how many connections one sandbox may have open to
+// egress at once.
+const maxSandboxConns = 256
+
+func (l *countingListener) counted(c net.Conn) net.Conn {
 	l.mu.Lock()
 	if l.open == 0 {
 		l.idle = make(chan struct{})
 	}
 	l.open++
 	l.mu.Unlock()
-	return &countedConn{Conn: c, l: l}, nil
+	return &countedConn{Conn: c, l: l}
 }
 
 // idleNow returns a channel closed once no connection is open.

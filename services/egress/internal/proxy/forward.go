@@ -37,6 +37,13 @@ func (s *session) serveRequest(w http.ResponseWriter, r *http.Request, t Target,
 	}
 	e := &Entry{Target: t}
 	defer func() { s.record(r.Context(), *e) }() // also when the response's copy panics to abort it
+	if t.Method != strings.ToUpper(t.Method) {
+		// Methods are case-sensitive: "post" is not what a rule over
+		// "POST" judges, and some servers take it as POST.
+		discard(r, false)
+		refuse(w, e, "", "the method "+t.Method+" is not upper case")
+		return
+	}
 	if err := checkPath(t.Path); err != nil {
 		discard(r, false)
 		refuse(w, e, "", err.Error())
@@ -93,11 +100,13 @@ func (s *session) forward(w http.ResponseWriter, r *http.Request, t Target, inj 
 			for k, v := range inj.Headers {
 				out.Header.Set(k, v)
 			}
+			// A switched protocol (websocket, h2c) would carry requests
+			// nobody judges, and could not be redacted.
+			out.Header.Del("Upgrade")
+			out.Header.Del("Connection")
 			if len(redact) > 0 {
-				// Plain bodies can be redacted; a switched protocol cannot.
+				// Plain bodies can be redacted.
 				out.Header.Set("Accept-Encoding", "identity")
-				out.Header.Del("Upgrade")
-				out.Header.Del("Connection")
 			}
 			if out.Body != nil {
 				out.Body = &counted{ReadCloser: out.Body, n: &sent}
@@ -189,6 +198,15 @@ func gather(w http.ResponseWriter) *gathered {
 }
 
 func (g *gathered) Write(p []byte) (int, error) { return g.bw.Write(p) }
+
+// WriteHeader drops interim responses (103 Early Hints), whose headers
+// the reverse proxy copies from the upstream before any redaction.
+func (g *gathered) WriteHeader(code int) {
+	if code >= 100 && code < 200 {
+		return
+	}
+	g.ResponseWriter.WriteHeader(code)
+}
 
 // FlushError sends what was gathered, and flushes the response.
 func (g *gathered) FlushError() error {

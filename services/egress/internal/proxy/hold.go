@@ -5,10 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -36,6 +39,9 @@ type Held struct {
 	Refs []RefUpdate
 	// BodySHA256 is, for any other request, the hex SHA-256 of its body.
 	BodySHA256 string
+	// Capabilities is what a push asks of the server with its first ref
+	// update; ContentType is the request's.
+	Capabilities, ContentType string
 	// Rule and Reason are the rule that holds it and why.
 	Rule, Reason string
 }
@@ -56,20 +62,41 @@ func (s *session) hold(w http.ResponseWriter, r *http.Request, e *Entry) bool {
 		refuse(w, e, v.Rule, "needs a reviewer's approval, and none can be asked here")
 		return false
 	}
+	// What a reviewer approves goes out and nothing else: the headers
+	// that could change what the request does (a method override, say)
+	// do not.
+	for k := range r.Header {
+		if !heldHeaders[k] {
+			delete(r.Header, k)
+		}
+	}
+	// A held body is read before anything is asked; one that stalls, or
+	// many at once, must not hold the service's memory.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(heldBodyTimeout))
+	defer rc.SetReadDeadline(time.Time{})
+	if !s.p.heldBytes.TryAcquire(s.p.maxHeld) {
+		discard(r, false)
+		fail(w, e, http.StatusServiceUnavailable, "too many requests wait for a reviewer's approval on this node; retry later")
+		return false
+	}
+	defer s.p.heldBytes.Release(s.p.maxHeld)
 	h := Held{Method: r.Method, URL: heldURL(e.Target, r), Rule: v.Rule, Reason: v.Reason}
 	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/git-receive-pack") {
 		gzipped := strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip")
-		refs, prefix, err := readPush(r.Body, gzipped, s.p.maxHeld)
+		refs, caps, prefix, err := readPush(r.Body, gzipped, min(s.p.maxHeld, maxPushCommands))
+		if err == nil && slices.Contains(strings.Fields(caps), "push-options") {
+			err = errors.New("it carries push options (git push -o), which a reviewer would not see: push without them")
+		}
 		if err != nil {
 			discard(r, true)
 			refuse(w, e, v.Rule, fmt.Sprintf("cannot read the ref updates of the push to hold it for approval: %v", err))
 			return false
 		}
 		r.Body = &joined{Reader: io.MultiReader(bytes.NewReader(prefix), r.Body), Closer: r.Body}
-		if len(refs) == 0 {
-			return true // git's probe before a big push: it updates nothing
-		}
-		h.Refs = refs
+		// Even a push that updates nothing (git's probe before a big
+		// one) waits: it would go to a host no rule allows.
+		h.Refs, h.Capabilities = refs, caps
 	} else {
 		body, err := io.ReadAll(io.LimitReader(r.Body, s.p.maxHeld+1))
 		if err != nil {
@@ -88,6 +115,7 @@ func (s *session) hold(w http.ResponseWriter, r *http.Request, e *Entry) bool {
 			r.Body = http.NoBody
 		}
 	}
+	h.ContentType = r.Header.Get("Content-Type")
 	pass, approval, err := s.p.holder.Check(r.Context(), s.id, h)
 	e.Approval = approval
 	if err != nil || !pass {
@@ -104,6 +132,22 @@ func (s *session) hold(w http.ResponseWriter, r *http.Request, e *Entry) bool {
 	}
 	return true
 }
+
+// heldHeaders are the request headers a held request keeps: what git and
+// ordinary clients need, none of which changes what the request does.
+var heldHeaders = map[string]bool{
+	"Accept": true, "Accept-Encoding": true, "Accept-Language": true, "Content-Type": true,
+	"Content-Encoding": true, "Content-Length": true, "User-Agent": true, "Git-Protocol": true,
+	"Pragma": true, "Cache-Control": true, "Expect": true,
+}
+
+// heldBodyTimeout bounds how long a held request's body may take to
+// arrive.
+const heldBodyTimeout = time.Minute
+
+// maxPushCommands bounds the ref updates (and shallow lines) a held push
+// may start with.
+const maxPushCommands = 1 << 20
 
 // heldURL is the URL of r, a request to t, as [Held] has it.
 func heldURL(t Target, r *http.Request) string {

@@ -123,12 +123,34 @@ func TestHeldPush(t *testing.T) {
 	}
 }
 
-func TestHeldPushProbePasses(t *testing.T) {
+// A push that updates no ref (git's probe before a big push) waits like
+// any other: passed as it is, with whatever follows its flush, it would
+// carry anything to a host no rule allows.
+func TestHeldPushProbeWaits(t *testing.T) {
 	t.Parallel()
 	env := newHoldEnv(t, 0)
-	// git sends this before a big push, to check its credentials.
-	if resp, body := env.post(t, "https://git.example.test/org/repo.git/git-receive-pack", []byte("0000"), false); resp.StatusCode != 200 {
-		t.Errorf("got %d %q, want 200 without approval", resp.StatusCode, body)
+	payload := append([]byte("0000"), strings.Repeat("exfiltrated ", 1000)...)
+	if resp, body := env.post(t, "https://git.example.test/org/repo.git/git-receive-pack", payload, false); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("got %d %q, want 403: held", resp.StatusCode, body)
+	}
+	env.up.mu.Lock()
+	defer env.up.mu.Unlock()
+	if len(env.up.seen) != 0 {
+		t.Errorf("the upstream received %d requests", len(env.up.seen))
+	}
+}
+
+// A push with options (git push -o) is refused: a reviewer would not see
+// them, and they may change what the forge does with it.
+func TestHeldPushWithOptionsRefused(t *testing.T) {
+	t.Parallel()
+	env := newHoldEnv(t, 0)
+	oid, zero := strings.Repeat("a", 40), strings.Repeat("0", 40)
+	cmd := zero + " " + oid + " refs/heads/main\x00report-status push-options\n"
+	body := fmt.Sprintf("%04x%s0000", len(cmd)+4, cmd) + "0013ci.skip=true\n0000PACK"
+	resp, text := env.post(t, "https://git.example.test/org/repo.git/git-receive-pack", []byte(body), false)
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(text, "push options") {
+		t.Errorf("got %d %q, want 403 naming the push options", resp.StatusCode, text)
 	}
 }
 

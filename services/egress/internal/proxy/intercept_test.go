@@ -3,8 +3,11 @@ package proxy
 import (
 	"compress/gzip"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"sync"
 	"testing"
@@ -302,5 +305,59 @@ func TestInterceptRedactsEncoded(t *testing.T) {
 	resp, body = get(t, env.c, newRequest(t, "GET", "https://git.example.test/br", nil))
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, `cannot redact a body of content encoding "br"`) {
 		t.Errorf("br: got %d %q, want 502", resp.StatusCode, body)
+	}
+}
+
+// Paths and methods a server may read otherwise than the policy are
+// refused before the policy sees them.
+func TestInterceptRefusesAmbiguousRequests(t *testing.T) {
+	t.Parallel()
+	env := newInterceptEnv(t, allowAll, Injection{}, nil)
+	for _, tc := range []struct{ method, opaque string }{
+		{"GET", "/org/repo/..;/admin"},
+		{"GET", "/org/repo/%252e%252e/admin"},
+		{"post", "/org/repo.git/git-receive-pack"},
+	} {
+		req := newRequest(t, tc.method, "https://git.example.test/org/repo/", nil)
+		req.URL.Opaque = tc.opaque
+		if resp, body := get(t, env.c, req); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s %s: got %d %q, want 403", tc.method, tc.opaque, resp.StatusCode, body)
+		}
+	}
+	if n := env.up.count(); n != 0 {
+		t.Errorf("the upstream received %d requests", n)
+	}
+}
+
+// An intercepted request switches to no other protocol (websocket, h2c),
+// whose requests nobody would judge; an interim response, whose headers
+// come from the upstream before any redaction, never reaches the client.
+func TestInterceptNoUpgradeNoInterimResponse(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-token"
+	env := newInterceptEnv(t, allowAll, Injection{Headers: map[string]string{"Authorization": "Bearer " + secret}, Redact: []string{secret}},
+		func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+			w.Header().Set("X-Upgrade-Seen", r.Header.Get("Upgrade"))
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Del("X-Echo")
+			fmt.Fprint(w, "done")
+		})
+	var interim []string
+	req := newRequest(t, "GET", "https://git.example.test/x", nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "h2c")
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			interim = append(interim, fmt.Sprint(code, h))
+			return nil
+		},
+	}))
+	resp, body := get(t, env.c, req)
+	if resp.StatusCode != 200 || body != "done" || resp.Header.Get("X-Upgrade-Seen") != "" {
+		t.Errorf("got %d %q, upstream saw Upgrade %q; want 200 and no upgrade", resp.StatusCode, body, resp.Header.Get("X-Upgrade-Seen"))
+	}
+	if len(interim) != 0 {
+		t.Errorf("the client got interim responses: %q", interim)
 	}
 }

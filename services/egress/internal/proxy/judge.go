@@ -120,13 +120,16 @@ func validHost(host string) bool {
 }
 
 // errPath is why a path is refused before it is judged.
-var errPath = errors.New("path has dot segments or backslashes, which servers may read differently from the policy")
+var errPath = errors.New(`path has dot segments, backslashes, ";" or a "%" left after decoding, which servers may read differently from the policy`)
 
 // checkPath refuses a decoded path that a server could resolve to
 // another than the one judged: one with "." or ".." segments, or
 // backslashes, which some servers take for slashes.
 func checkPath(p string) error {
-	if strings.Contains(p, `\`) {
+	// A backslash, a "%" left after decoding (encoded twice) or a ";"
+	// (path parameters, as in "..;") are forms some servers normalise
+	// into another path than the one judged.
+	if strings.ContainsAny(p, `\%;`) {
 		return errPath
 	}
 	for seg := range strings.SplitSeq(p, "/") {

@@ -42,7 +42,7 @@ func TestReadPush(t *testing.T) {
 					body = zb.Bytes()
 				}
 				r := bytes.NewReader(body)
-				refs, prefix, err := readPush(r, gz, 1<<20)
+				refs, _, prefix, err := readPush(r, gz, 1<<20)
 				if tc.err != "" {
 					if err == nil || !strings.Contains(err.Error(), tc.err) {
 						t.Errorf("gzip %v: got %v, %v, want error %q", gz, refs, err, tc.err)
@@ -65,7 +65,7 @@ func TestReadPushLimit(t *testing.T) {
 	t.Parallel()
 	a, b := strings.Repeat("a", 40), strings.Repeat("b", 40)
 	body := pktLine(a+" "+b+" refs/heads/main\x00") + pktLine(a+" "+b+" refs/heads/other") + "0000"
-	_, _, err := readPush(strings.NewReader(body), false, 60)
+	_, _, _, err := readPush(strings.NewReader(body), false, 60)
 	if err == nil || !strings.Contains(err.Error(), "do not end within 60 bytes") {
 		t.Errorf("got %v, want the limit named", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"corral.dev/pkg/egressapi"
 )
 
@@ -42,6 +44,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// heldInFlight is how many held requests' bodies a proxy reads at once.
+const heldInFlight = 8
+
 // Proxy is the egress HTTP forward proxy. Its methods are safe for
 // concurrent use; one Proxy serves every sandbox of a node.
 type Proxy struct {
@@ -52,6 +57,9 @@ type Proxy struct {
 	log     *slog.Logger
 	errLog  *log.Logger // for net/http's own complaints
 	maxHeld int64
+	// heldBytes bounds the bodies held in memory at once, all sandboxes
+	// together: heldInFlight times maxHeld.
+	heldBytes *semaphore.Weighted
 
 	dialer    *dialer
 	transport *http.Transport
@@ -87,6 +95,7 @@ func New(cfg Config, j Judge, c Credentials, h Holder, r Recorder) *Proxy {
 	if p.maxHeld <= 0 {
 		p.maxHeld = DefaultMaxHeldBody
 	}
+	p.heldBytes = semaphore.NewWeighted(heldInFlight * p.maxHeld)
 	p.transport = newTransport(p.dialer, cfg.RootCAs)
 	p.tls = p.interceptTLS()
 	return p
