@@ -38,7 +38,7 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 # tunnelled and intercepted through the proxy; a 100 MB download each way;
 # and the sandbox's relay from 127.0.0.1:3128 to its socket, next to
 # dialling the socket.
-(cd services/egress && go test -run '^$' -bench 'Direct$|Tunnel$|Intercept$' -benchtime "${n}x" ./internal/proxy) | tee -a "$out"
+(cd services/egress && go test -run '^$' -bench '^Benchmark(Direct|Tunnel|Intercept)$' -benchtime "${n}x" ./internal/proxy) | tee -a "$out"
 (cd services/egress && go test -run '^$' -bench 'Download100MB' -benchtime 5x ./internal/proxy) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'EgressRelay' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
 (cd pkg && go test -run '^$' -bench 'CallSignature' -benchtime "$((n * 10))x" ./bus) | tee -a "$out"
