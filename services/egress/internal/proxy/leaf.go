@@ -60,14 +60,20 @@ func (l *leaves) get(host string) (*tls.Certificate, error) {
 	}
 	now := time.Now()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if c, ok := l.cache[host]; ok && now.Add(leafRenew).Before(c.Leaf.NotAfter) {
+	c, ok := l.cache[host]
+	l.mu.Unlock()
+	if ok && now.Add(leafRenew).Before(c.Leaf.NotAfter) {
 		return c, nil
 	}
+	// Signed outside the lock: a sandbox naming many hosts slows down
+	// only its own handshakes. Two signing for one host at once both
+	// get a good certificate; the cache keeps one.
 	c, err := l.sign(host, now)
 	if err != nil {
 		return nil, err
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if len(l.cache) >= maxLeaves {
 		for h := range l.cache { // drop any one
 			delete(l.cache, h)
