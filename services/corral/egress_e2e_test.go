@@ -212,6 +212,12 @@ func TestEgressRefusalsTellTheModel(t *testing.T) {
 		}
 	}
 	wantIn(t, "refusals recorded", strings.Join(refused, "\n"), "paste.example.test no-paste", "elsewhere.example.test ")
+	// And counted, by decision, never by host.
+	_, metrics := getPage(t, "http://"+p.getenv("CORRAL_METRICS_LISTEN")+"/metrics")
+	wantIn(t, "metrics", metrics, `corral_egress_requests_total{decision="deny",scheme="http"} 2`, `corral_egress_requests_total{decision="deny",scheme="https"} 1`)
+	if strings.Contains(metrics, "example.test") {
+		t.Error("a host is in the metrics")
+	}
 }
 
 // byLastPrompt answers each prompt of a session, its first or a
