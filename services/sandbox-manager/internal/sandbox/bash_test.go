@@ -198,7 +198,7 @@ func TestBashEnvironmentIsMinimal(t *testing.T) {
 	if strings.Contains(res.Output, canary) {
 		t.Fatalf("canary leaked into the sandbox:\n%s", res.Output)
 	}
-	for _, kv := range sandboxEnv {
+	for _, kv := range d.env {
 		if want := kv[0] + "=" + kv[1] + "\n"; !strings.Contains(res.Output, want) {
 			t.Errorf("env lacks %q:\n%s", want, res.Output)
 		}

@@ -54,7 +54,7 @@ func BenchmarkForkExecTrue(b *testing.B) {
 // bash -c true with the sandbox's environment, outside any sandbox.
 func BenchmarkForkExecBash(b *testing.B) {
 	var env []string
-	for _, kv := range sandboxEnv {
+	for _, kv := range sandboxEnv(presentDirs(toolchainDirs)) {
 		env = append(env, kv[0]+"="+kv[1])
 	}
 	var ds []time.Duration

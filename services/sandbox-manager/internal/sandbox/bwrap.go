@@ -36,16 +36,6 @@ var secrets = []string{"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gsha
 // happened.
 const cpuGrace = 5
 
-// sandboxEnv is the whole environment of a sandboxed command.
-var sandboxEnv = [][2]string{
-	{"PATH", "/usr/local/bin:/usr/bin:/bin"},
-	{"HOME", "/workspace"},
-	{"LANG", "C.UTF-8"},
-	{"TERM", "dumb"},
-	{"TMPDIR", "/tmp"},
-	{"USER", "sandbox"},
-}
-
 // findBwrap resolves the bwrap binary and returns its path and version as
 // (major, minor). Errors wrap [ErrNoBwrap].
 func findBwrap(name string) (string, [2]int, error) {
@@ -117,9 +107,9 @@ func systemArgs() ([]string, error) {
 // our own binary at executorPath; the caller appends "--" and the command,
 // which runs as PID 1 of the sandbox.
 //
-// /tmp and /dev/shm are tmpfs of TmpSize bytes each and the rest of /dev is
-// read-only, so what a command leaves outside /workspace is bounded and
-// lives only as long as the sandbox.
+// /tmp, /dev/shm and HOME ([homeDir]) are tmpfs of TmpSize bytes each and
+// the rest of /dev is read-only, so what a command leaves outside
+// /workspace is bounded and lives only as long as the sandbox.
 func (d *Driver) sandboxArgs(workspace, skills, egress string) []string {
 	args := []string{
 		// --unshare-all only tries a user namespace; demand one.
@@ -139,7 +129,7 @@ func (d *Driver) sandboxArgs(workspace, skills, egress string) []string {
 		args = append(args, "--uid", "0", "--gid", "0")
 	}
 	args = append(args, "--clearenv")
-	for _, kv := range sandboxEnv {
+	for _, kv := range d.env {
 		args = append(args, "--setenv", kv[0], kv[1])
 	}
 	size := strconv.FormatInt(d.cfg.TmpSize, 10)
@@ -150,6 +140,10 @@ func (d *Driver) sandboxArgs(workspace, skills, egress string) []string {
 		"--perms", "01777", "--size", size, "--tmpfs", "/dev/shm",
 		"--remount-ro", "/dev",
 		"--perms", "01777", "--size", size, "--tmpfs", "/tmp",
+		// HOME's own tmpfs is made by whoever runs the commands, so it is
+		// theirs: root in the sandbox, or the manager's user.
+		"--dir", "/home",
+		"--perms", "0700", "--size", size, "--tmpfs", homeDir,
 		"--dir", "/run",
 		"--ro-bind", d.exe, executorPath,
 		"--bind", workspace, "/workspace",

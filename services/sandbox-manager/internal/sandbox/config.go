@@ -30,10 +30,10 @@ type Config struct {
 	// CPUSeconds is RLIMIT_CPU for each process of a Bash call (default 300).
 	CPUSeconds int
 	// MemoryBytes bounds each sandbox's memory (default 4 GiB): all its
-	// processes and its /tmp and /dev/shm together, with a memory cgroup
-	// of its own, where the manager may make cgroups; past it the kernel
-	// kills one of its processes and the call says the sandbox ran out of
-	// memory. It is also every process's RLIMIT_AS (its address space,
+	// processes and its /tmp, /dev/shm and HOME together, with a memory
+	// cgroup of its own, where the manager may make cgroups; past it the
+	// kernel kills one of its processes and the call says the sandbox ran
+	// out of memory. It is also every process's RLIMIT_AS (its address space,
 	// applied in KiB, rounded down), the only bound without the cgroup.
 	MemoryBytes int64
 	// CPUs bounds the CPU time each sandbox gets, in CPUs' worth (default
@@ -60,8 +60,9 @@ type Config struct {
 	// sandboxes are then one host user (see User), whose processes it
 	// would count together.
 	Processes int
-	// TmpSize is the size in bytes of each of the sandbox's private /tmp and
-	// /dev/shm (default 256 MiB).
+	// TmpSize is the size in bytes of each of the sandbox's private /tmp,
+	// /dev/shm and HOME, /home/sandbox (default 256 MiB). HOME holds the
+	// tools' caches (Go's module and build caches, npm's, pip's).
 	TmpSize int64
 	// IdleTimeout is how long a session's sandbox stays up after its last
 	// call (default 5m). It is then suspended: its processes are stopped,
@@ -71,8 +72,8 @@ type Config struct {
 	IdleTimeout time.Duration
 	// StopTimeout is how long a sandbox stays suspended before it is
 	// stopped (default 30m), freeing its memory. The next call after that
-	// starts a new sandbox: /workspace is kept, /tmp and /dev/shm start
-	// empty.
+	// starts a new sandbox: /workspace is kept, /tmp, /dev/shm and HOME
+	// start empty.
 	StopTimeout time.Duration
 	// MaxSuspended caps the suspended sandboxes (default 1000): past it,
 	// the one suspended longest is stopped.

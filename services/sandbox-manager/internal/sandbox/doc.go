@@ -4,15 +4,25 @@
 //
 // Each session has a workspace, a host directory Dir/<tenant>/<session> that
 // the sandbox sees as /workspace, its only writable tree apart from a
-// private /tmp and /dev/shm. The sandbox has new user, PID, mount, IPC, UTS
-// and network namespaces (its own loopback and nothing else: no route to
-// the host or beyond; see below for its one way out), a read-only view of
-// /usr, /etc and the library directories, a private /proc and a read-only
-// /dev, no capabilities, a seccomp filter (see seccomp.go), and an empty
-// environment apart from a few fixed variables. Where the manager may make
-// cgroups, each sandbox has pids, memory and cpu cgroups of its own (see
-// cgroup.go). Nothing else of the host is visible: not /root, /home, /var,
-// the data directory or other sessions' workspaces.
+// private /tmp, /dev/shm and home directory, /home/sandbox. The sandbox has
+// new user, PID, mount, IPC, UTS and network namespaces (its own loopback
+// and nothing else: no route to the host or beyond; see below for its one
+// way out), a read-only view of /usr, /etc and the library directories, a
+// private /proc and a read-only /dev, no capabilities, a seccomp filter
+// (see seccomp.go), and an empty environment apart from a few fixed
+// variables (see env.go). Where the manager may make cgroups, each sandbox
+// has pids, memory and cpu cgroups of its own (see cgroup.go). Nothing else
+// of the host is visible: not /root, /home, /var, the data directory or
+// other sessions' workspaces.
+//
+// Commands run in /workspace with HOME at /home/sandbox, so that what tools
+// keep in HOME (git's config, pip's --user installs, npm's cache, Go's
+// GOPATH and build cache) stays out of the workspace, its snapshots and its
+// forks. PATH holds, in this order, the toolchain directories that the
+// host's /usr has, of those env.go lists (/usr/local/go/bin,
+// /usr/local/cargo/bin, /usr/local/node/bin), then /usr/local/bin, /usr/bin
+// and /bin, then ~/.local/bin and ~/go/bin. An environment's layer, once one is bound at
+// /opt/env, is to put /opt/env/bin first.
 //
 // A session's first Bash call starts its sandbox, which then stays up: its
 // first process, PID 1, is an executor, which is this very binary (bound
@@ -24,8 +34,8 @@
 // fork-exec of bash rather than a sandbox start. The sandbox is stopped
 // when the session has been idle for [Config.IdleTimeout], by
 // [Driver.Destroy] and by [Driver.Close], and it dies with the manager
-// process. /tmp and /dev/shm live as long as the sandbox; only /workspace
-// persists beyond it.
+// process. /tmp, /dev/shm and HOME live as long as the sandbox, each a
+// tmpfs of [Config.TmpSize] bytes; only /workspace persists beyond it.
 //
 // A sandbox's only way out is the node's egress service ([Config.Egress];
 // without it no sandbox has network). Before a session's sandbox starts,

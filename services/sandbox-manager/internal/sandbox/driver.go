@@ -35,14 +35,15 @@ var tenantRE = sync.OnceValue(func() *regexp.Regexp {
 type Driver struct {
 	cfg           Config
 	bwrap         string
-	exe           string   // our own binary, the executor in every sandbox
-	disableUserns bool     // bwrap supports --disable-userns (0.8+)
-	system        []string // bwrap options for the read-only system tree
-	starter       *starter // the thread every bwrap is forked from
-	cgroups       *cgroups // nil: processes are bounded by their rlimits only
-	cgroupsWhy    error    // which controllers are missing, and why
-	seccomp       []byte   // the seccomp filter bwrap applies
-	owner         *owner   // the sandbox user, when the manager is root; nil: sandboxes run as the manager
+	exe           string      // our own binary, the executor in every sandbox
+	disableUserns bool        // bwrap supports --disable-userns (0.8+)
+	system        []string    // bwrap options for the read-only system tree
+	env           [][2]string // the whole environment of a sandboxed command
+	starter       *starter    // the thread every bwrap is forked from
+	cgroups       *cgroups    // nil: processes are bounded by their rlimits only
+	cgroupsWhy    error       // which controllers are missing, and why
+	seccomp       []byte      // the seccomp filter bwrap applies
+	owner         *owner      // the sandbox user, when the manager is root; nil: sandboxes run as the manager
 
 	// locks serialises each session's calls, by workspace path.
 	locks    lock.Keyed
@@ -131,6 +132,7 @@ func New(cfg Config) (*Driver, error) {
 		exe:           exe,
 		disableUserns: version[0] > 0 || version[1] >= 8,
 		system:        system,
+		env:           sandboxEnv(presentDirs(toolchainDirs)),
 		seccomp:       filter,
 		owner:         own,
 		starter:       newStarter(),

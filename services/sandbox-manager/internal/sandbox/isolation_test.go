@@ -35,7 +35,7 @@ func TestSandboxIsolation(t *testing.T) {
 	t.Cleanup(func() { ln.Close() })
 	port := ln.Addr().(*net.TCPAddr).Port
 
-	top := []string{"dev", "etc", "proc", "run", "skills", "tmp", "usr", "workspace"}
+	top := []string{"dev", "etc", "home", "proc", "run", "skills", "tmp", "usr", "workspace"}
 	for _, dir := range libDirs {
 		if fileExists(dir) {
 			top = append(top, dir[1:])
@@ -53,7 +53,8 @@ func TestSandboxIsolation(t *testing.T) {
 		{"write root", "echo x > /corral-test", fails()},
 		{"mkdir root", "mkdir /corral-test", fails()},
 		{"host root home", "ls -A /root", fails()},
-		{"host home", "ls -A /home", fails(hostEntries(t, "/home")...)},
+		// The sandbox's /home holds its own HOME alone.
+		{"host home", "ls -A /home", outputs("sandbox\n")},
 		{"host var", "ls -A /var", fails()},
 		{"top level", "ls -A /", outputs(strings.Join(top, "\n") + "\n")},
 		{"other workspace", "cat " + filepath.Join(other, "secret.txt"), fails(secret)},
@@ -69,6 +70,7 @@ func TestSandboxIsolation(t *testing.T) {
 		{"not traced", "grep TracerPid /proc/self/status", outputs("TracerPid:\t0\n")},
 		{"dev read-only", "touch /dev/corral-test", fails()},
 		{"dev shm bounded", "df -B1 --output=size /dev/shm | tail -n 1 | tr -d ' '", outputs(fmt.Sprint(DefaultTmpSize) + "\n")},
+		{"home bounded", "df -B1 --output=size ~ | tail -n 1 | tr -d ' '", outputs(fmt.Sprint(DefaultTmpSize) + "\n")},
 		{"executor cannot be traced", "cat /proc/1/environ", fails()},
 	}
 	if d.disableUserns {
@@ -95,25 +97,31 @@ func TestSandboxIsolation(t *testing.T) {
 	}
 }
 
-// /tmp belongs to the session's sandbox: it lasts from call to call while
-// the sandbox is warm, no other session sees it, and it starts empty in the
-// sandbox that follows an idle stop or a Destroy.
+// /tmp, /dev/shm and HOME belong to the session's sandbox: each lasts from
+// call to call while the sandbox is warm, no other session sees it, and it
+// starts empty in the sandbox that follows an idle stop or a Destroy, which
+// keeps /workspace.
 func TestSandboxTmpIsPrivate(t *testing.T) {
 	t.Parallel()
 	d := newDriver(t, Config{IdleTimeout: time.Hour})
-	session, other := uuid.New(), uuid.New()
-	if res := bash(t, d, session, "echo x > /tmp/f && cat /tmp/f"); res.Output != "x\n" {
-		t.Fatalf("writing /tmp: %+v", res)
-	}
-	if res := bash(t, d, session, "cat /tmp/f"); res.Output != "x\n" || res.IsError {
-		t.Errorf("/tmp in the next call: %+v, want the file written before", res)
-	}
-	if res := bash(t, d, other, "ls -A /tmp"); res.Output != "" || res.IsError {
-		t.Errorf("/tmp of another session: %+v, want empty", res)
-	}
-	stopSandbox(t, d, session)
-	if res := bash(t, d, session, "ls -A /tmp"); res.Output != "" || res.IsError {
-		t.Errorf("/tmp after the sandbox stopped: %+v, want empty", res)
+	for _, dir := range []string{"/tmp", "/dev/shm", "$HOME"} {
+		t.Run(dir, func(t *testing.T) {
+			t.Parallel()
+			session, other := uuid.New(), uuid.New()
+			if res := bash(t, d, session, "echo x > "+dir+"/f && cat "+dir+"/f && echo w > /workspace/f"); res.Output != "x\n" {
+				t.Fatalf("writing %s: %+v", dir, res)
+			}
+			if res := bash(t, d, session, "cat "+dir+"/f"); res.Output != "x\n" || res.IsError {
+				t.Errorf("%s in the next call: %+v, want the file written before", dir, res)
+			}
+			if res := bash(t, d, other, "ls -A "+dir); res.Output != "" || res.IsError {
+				t.Errorf("%s of another session: %+v, want empty", dir, res)
+			}
+			stopSandbox(t, d, session)
+			if res := bash(t, d, session, "ls -A "+dir+"; cat /workspace/f"); res.Output != "w\n" || res.IsError {
+				t.Errorf("%s and /workspace/f after the sandbox stopped: %+v, want %s empty and /workspace/f kept", dir, res, dir)
+			}
+		})
 	}
 }
 
