@@ -48,6 +48,13 @@ func ApprovalAPI(tenant, user, op string) string {
 	return "corral.approval." + tenant + "." + user + "." + op
 }
 
+// WorkspaceAPI is the subject of operation op of the sandbox-manager's
+// workspace API (the files of sessions' last snapshots), as
+// [MemoryAPI]'s.
+func WorkspaceAPI(tenant, user, op string) string {
+	return "corral.workspace." + tenant + "." + user + "." + op
+}
+
 // VaultAPI is the subject of operation op of the egress service's vault
 // API, as [MemoryAPI]'s; user may also be [VaultTenantScope], for the
 // tenant's own vaults, which only a reviewer's credential may reach.

@@ -19,6 +19,8 @@ type Permissions struct {
 //     decides);
 //   - the vault API for that user's vaults, and a reviewer's and an
 //     operator's for the tenant's own;
+//   - the workspace API (the files of the tenant's sessions' last
+//     snapshots) as that user;
 //   - the tenant's session logs, read with single-filter consumers under
 //     events.<tenant>. (the server refuses a consumer whose filter is not
 //     the one its create subject names), pulls, and direct gets of the
@@ -47,6 +49,7 @@ func (c Credential) Permissions() Permissions {
 			bus.MemoryAPI(t, u, ">"),
 			bus.ApprovalAPI(t, u, bus.OpList),
 			bus.VaultAPI(t, u, ">"),
+			bus.WorkspaceAPI(t, u, ">"),
 			"$JS.API.CONSUMER.CREATE." + bus.StreamEvents + ".*.events." + t + ".>",
 			"$JS.API.CONSUMER.MSG.NEXT." + bus.StreamEvents + ".*",
 			"$JS.API.CONSUMER.DELETE." + bus.StreamEvents + ".*",

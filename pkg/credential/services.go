@@ -124,8 +124,10 @@ func Services() []Service {
 					// node a session is placed on.
 					"sandbox.node.>",
 				}, events("sandbox", "tool.completed")),
-				Deny:      concat(denyConsumers(bus.ConsumerSandboxCalls), denyVaults),
-				Subscribe: []string{bus.InboxPrefix(UserSandbox) + ".>", "sandbox.node.>", bus.PreviewFilter(bus.ServiceSandbox)},
+				Deny: concat(denyConsumers(bus.ConsumerSandboxCalls), denyVaults),
+				// It answers the workspace API (a nats.go/micro service,
+				// which also hears $SRV.>).
+				Subscribe: []string{bus.InboxPrefix(UserSandbox) + ".>", "sandbox.node.>", bus.PreviewFilter(bus.ServiceSandbox), bus.WorkspaceAPI("*", "*", ">"), "$SRV.>"},
 			},
 			Responds: true,
 		},

@@ -50,6 +50,8 @@ func TestPermissions(t *testing.T) {
 		{"user: another tenant's request", ada, bus.RequestSubject("initech", session, "ada"), false},
 		{"user: own memory", ada, bus.MemoryAPI("acme", tok("ada"), "recall"), true},
 		{"user: another user's memory", ada, bus.MemoryAPI("acme", tok("bob"), "recall"), false},
+		{"user: own workspaces", ada, bus.WorkspaceAPI("acme", tok("ada"), "cat"), true},
+		{"user: another tenant's workspaces", ada, bus.WorkspaceAPI("initech", tok("ada"), "cat"), false},
 		{"user: own approvals", ada, bus.ApprovalAPI("acme", tok("ada"), bus.OpList), true},
 		{"user: decide", ada, bus.ApprovalAPI("acme", tok("ada"), bus.OpDecide), false},
 		{"bot: any user's request", bot, bus.RequestSubject("acme", session, "bob"), true},

@@ -58,6 +58,21 @@ func (e *env) request(ctx context.Context, url, service, subject string, req, re
 		return err
 	}
 	defer nc.Close()
+	return ask(ctx, nc, service, subject, req, resp)
+}
+
+// serviceError is the error a service's API answered with: its code
+// (Nats-Service-Error-Code) and description.
+type serviceError struct {
+	code, desc string
+}
+
+func (e *serviceError) Error() string { return e.desc }
+
+// ask sends one request on nc to a service's API at subject, within 30
+// seconds, and decodes its answer into resp. An error the service answers
+// with is an [exitError] of status 1 wrapping a [serviceError].
+func ask(ctx context.Context, nc *nats.Conn, service, subject string, req, resp any) error {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -82,7 +97,7 @@ func (e *env) request(ctx context.Context, url, service, subject string, req, re
 		return fmt.Errorf("%s: %w", service, bus.Refusal(ctx, err))
 	}
 	if desc := msg.Header.Get("Nats-Service-Error"); desc != "" {
-		return &exitError{1, errors.New(desc)}
+		return &exitError{1, &serviceError{msg.Header.Get("Nats-Service-Error-Code"), desc}}
 	}
 	if err := json.Unmarshal(msg.Data, resp); err != nil {
 		return fmt.Errorf("%s: %w", service, err)

@@ -30,6 +30,7 @@ import (
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
+	"corral.dev/pkg/workspaceapi"
 	"corral.dev/services/memory"
 	slackbridge "corral.dev/services/slack-bridge"
 )
@@ -381,9 +382,10 @@ func TestDeployedPermissions(t *testing.T) {
 	if len(msgs) != 0 {
 		t.Errorf("%d messages reached the log of the forged session", len(msgs))
 	}
-	// The sandbox-manager cannot call the memory or approval APIs.
+	// The sandbox-manager cannot call the memory or approval APIs, nor
+	// the workspace API it answers.
 	snc := sjs.Conn()
-	for _, subject := range []string{memoryapi.Subject("acme", "ada", memoryapi.OpList), approvalapi.Subject("acme", "ada", bus.OpList)} {
+	for _, subject := range []string{memoryapi.Subject("acme", "ada", memoryapi.OpList), approvalapi.Subject("acme", "ada", bus.OpList), workspaceapi.Subject("acme", "ada", workspaceapi.OpList)} {
 		_, err := snc.Request(subject, []byte(`{"tenant":"acme","path":"/memories"}`), 500*time.Millisecond)
 		if err == nil {
 			t.Errorf("sandbox-manager called %s", subject)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/envconf"
 	"corral.dev/pkg/event"
 )
@@ -134,6 +135,10 @@ type Config struct {
 	// Metrics is where the service's metrics are registered (none are
 	// served when nil).
 	Metrics prometheus.Registerer
+	// Clients is the account the workspace API's requests must come
+	// from, through its imports ([credential.AccountClients]); empty takes
+	// them from anywhere, for tests on a server without accounts.
+	Clients string
 }
 
 // LoadConfig reads the configuration from getenv, applies defaults and
@@ -143,6 +148,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		NATSURL: envconf.NATSURL(getenv),
 		DataDir: getenv("CORRAL_DATA_DIR"),
 		Bwrap:   getenv("CORRAL_BWRAP"),
+		Clients: credential.AccountClients,
 	}
 	host, _ := os.Hostname()
 	cfg.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())

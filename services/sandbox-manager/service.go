@@ -167,6 +167,10 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { served <- s.serveForwarded(ctx) }()
 	previewed := make(chan error, 1)
 	go func() { previewed <- s.servePreviews(ctx) }()
+	// The workspace API reads snapshots alone: it serves with snapshots
+	// off too, where none is found.
+	read := make(chan error, 1)
+	go func() { read <- s.serveWorkspaces(ctx) }()
 	leased, reaped := make(chan struct{}), make(chan struct{})
 	go func() { s.place.keepAlive(wctx); close(leased) }()
 	go func() { s.reap(ctx); close(reaped) }()
@@ -198,11 +202,12 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	serr := <-served
 	perr := <-previewed
+	rerr := <-read
 	stopWatching()
 	werr := <-watched
 	<-leased
 	<-reaped
 	// No call is running once Consume returns: stop every sandbox.
 	s.driver.Close()
-	return errors.Join(err, serr, perr, werr)
+	return errors.Join(err, serr, perr, rerr, werr)
 }

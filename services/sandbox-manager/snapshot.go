@@ -43,7 +43,10 @@ type fileEntry struct {
 	Path string      `json:"path"` // relative, slash-separated
 	Mode fs.FileMode `json:"mode"`
 	Hash string      `json:"hash,omitempty"` // regular files
-	Link string      `json:"link,omitempty"` // symlinks: the target
+	// Size is a regular file's length; manifests of older versions lack
+	// it, and the workspace API asks the store for the blob's instead.
+	Size int64  `json:"size,omitempty"`
+	Link string `json:"link,omitempty"` // symlinks: the target
 }
 
 // snapshots keeps what a node knows of its sessions' snapshots.

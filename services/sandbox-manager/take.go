@@ -70,7 +70,7 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 			if err != nil {
 				return err
 			}
-			f.Hash = c.hash
+			f.Hash, f.Size = c.hash, info.Size()
 			keys = append(keys, key)
 			if _, ok := uploads[c.hash]; c.named || ok || sure[c.hash] {
 				break

@@ -1,0 +1,165 @@
+// Package workspaceapi is the contract of the sandbox-manager's workspace
+// API: reading the files of a session's last workspace snapshot without a
+// sandbox, while the session runs, after it ended, and after the node that
+// ran it died. Clients (corral workspace) import it without importing the
+// service, and may not read the snapshots' object store themselves.
+package workspaceapi
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"corral.dev/pkg/bus"
+)
+
+// Operations of the API: the last token of its subjects.
+const (
+	// OpList lists the entries under a path ([ListRequest]).
+	OpList = "ls"
+	// OpRead reads a piece of a file ([ReadRequest]).
+	OpRead = "cat"
+)
+
+// MaxRead is the most bytes one [ReadRequest] returns: a reply (its data
+// base64-encoded in JSON) stays under the server's max_payload of 8 MB. A
+// client reads a larger file in pieces, each at most this long and at
+// most what its connection's MaxPayload allows (see [ReadLength]).
+const MaxRead = 4 << 20
+
+// Root is where a workspace is seen in its sandbox: the API's paths are
+// relative to it.
+const Root = "/workspace"
+
+// Subject is where a client acting as user of tenant asks for op
+// ([OpList] or [OpRead]):
+//
+//	corral.workspace.<tenant>.<user token>.<op>
+//
+// with the user as a [bus.UserToken]. The service takes the tenant from the
+// subject, never from the body: the NATS permissions let a client publish
+// only for its own tenant, so a session of another tenant is simply not
+// found. Every session of the tenant may be read, as its log may.
+func Subject(tenant, user, op string) string {
+	return bus.WorkspaceAPI(tenant, bus.UserToken(user), op)
+}
+
+// ListRequest asks for the entries under Path in the last snapshot of
+// Session: Path itself if it is a file or a symlink, else what the
+// directory holds (its direct entries, or with Recursive every entry
+// below it). Path is as [Clean] takes it; empty is the whole workspace.
+// Tenant may be left empty; one naming another tenant than the subject's
+// is refused.
+type ListRequest struct {
+	Tenant    string    `json:"tenant,omitempty"`
+	Session   uuid.UUID `json:"session"`
+	Path      string    `json:"path,omitempty"`
+	Recursive bool      `json:"recursive,omitempty"`
+}
+
+// Entry is a file, directory or symlink of a snapshot.
+type Entry struct {
+	// Path is relative to [Root], slash-separated.
+	Path string      `json:"path"`
+	Mode fs.FileMode `json:"mode"`
+	// Size is a regular file's length in bytes.
+	Size int64 `json:"size,omitempty"`
+	// SHA256 is a regular file's content hash (hex), which a client
+	// checks what it read against.
+	SHA256 string `json:"sha256,omitempty"`
+	// Link is a symlink's target.
+	Link string `json:"link,omitempty"`
+}
+
+// ListReply answers a [ListRequest]: the snapshot's sequence, and its
+// entries in the order of the workspace's walk (a directory before what it
+// holds).
+type ListReply struct {
+	Seq     uint64  `json:"seq"`
+	Entries []Entry `json:"entries"`
+}
+
+// ReadRequest asks for up to Length bytes (0: [MaxRead]; at most
+// MaxRead) of the file at Path of Session's last snapshot, from Offset. A
+// symlink is followed within the workspace. With Seq set, the snapshot
+// must still be that one: a snapshot taken since is refused with
+// [CodeChanged], so that a file read in pieces is one snapshot's. Cursor
+// is the previous reply's Next, when Offset continues where it ended: it
+// lets the service go on without reading the file from its start again;
+// any other cursor is ignored or only costs a wrong piece to its sender.
+type ReadRequest struct {
+	Tenant  string    `json:"tenant,omitempty"`
+	Session uuid.UUID `json:"session"`
+	Path    string    `json:"path"`
+	Offset  int64     `json:"offset,omitempty"`
+	Length  int64     `json:"length,omitempty"`
+	Seq     uint64    `json:"seq,omitempty"`
+	Cursor  *Cursor   `json:"cursor,omitempty"`
+}
+
+// Cursor says where in the store the bytes after a reply's Data lie: opaque
+// to clients, which hand it back in the next [ReadRequest].
+type Cursor struct {
+	Object string `json:"object"`
+	Seq    uint64 `json:"seq"`
+	At     int64  `json:"at"`
+}
+
+// ReadReply answers a [ReadRequest]: the file's entry (its Path the file
+// read, after symlinks), the snapshot's sequence, and the bytes from the
+// request's Offset. The file ends at Entry.Size.
+type ReadReply struct {
+	Seq   uint64  `json:"seq"`
+	Entry Entry   `json:"entry"`
+	Data  []byte  `json:"data"`
+	Next  *Cursor `json:"next,omitempty"`
+}
+
+// ReadLength is the Length a client asks for when its connection carries
+// at most maxPayload bytes: [MaxRead], or less so that the reply's base64
+// and JSON fit.
+func ReadLength(maxPayload int64) int64 {
+	return max(1, min(MaxRead, (maxPayload-4096)/4*3))
+}
+
+// Error codes of the API, in the Nats-Service-Error-Code header: a request
+// refused as written, a session or path not found (or no snapshot yet), a
+// snapshot changed since the Seq a read names, and the service's own
+// failure.
+const (
+	CodeBadRequest = "400"
+	CodeNotFound   = "404"
+	CodeChanged    = "409"
+	CodeInternal   = "500"
+)
+
+// ErrBadPath is wrapped by [Clean]'s errors.
+var ErrBadPath = errors.New("not a path in /workspace")
+
+// Clean returns p relative to [Root], slash-separated and clean: "." for
+// the workspace itself. p may be given as "/workspace/x" or "x"; a path
+// with a ".." element, or an absolute path outside /workspace, is refused
+// with an error wrapping [ErrBadPath].
+func Clean(p string) (string, error) {
+	rel := p
+	if path.IsAbs(p) {
+		if p != Root && !strings.HasPrefix(p, Root+"/") {
+			return "", fmt.Errorf("%q: %w (give it as /workspace/... or relative to it)", p, ErrBadPath)
+		}
+		rel = strings.TrimPrefix(p, Root)
+	}
+	for _, el := range strings.Split(rel, "/") {
+		if el == ".." {
+			return "", fmt.Errorf("%q: %w (no .. element)", p, ErrBadPath)
+		}
+	}
+	rel = strings.TrimPrefix(path.Clean("/"+rel), "/")
+	if rel == "" {
+		return ".", nil
+	}
+	return rel, nil
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"text/tabwriter"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/workspaceapi"
+)
+
+// wsOpts are the workspace command's flags.
+type wsOpts struct {
+	memOpts
+	out       string
+	all       bool
+	recursive bool
+}
+
+func (e *env) workspaceCmd() *cobra.Command {
+	var o wsOpts
+	cmd := &cobra.Command{
+		Use:   "workspace SESSION ls [PATH] | cat PATH | get PATH|--all -o FILE",
+		Short: "List, print and download the files of a session's workspace",
+		Long: `Workspace reads the files of a session's last workspace snapshot (taken after
+every call that may change files): while the session runs, after it ended,
+and after the node that ran it died, without starting a sandbox. PATH is in
+/workspace, as /workspace/src/main.go or src/main.go.
+
+  corral workspace SESSION ls [-R] [PATH]        mode, size and path of each entry
+  corral workspace SESSION cat PATH              a file's bytes, to standard output
+  corral workspace SESSION get PATH -o FILE      a file (a directory: a .tar.gz of it)
+  corral workspace SESSION get --all -o out.tar.gz
+                                                 the whole workspace, a gzipped tar
+                                                 with modes and symlinks
+
+-o - writes to standard output. Exit status: 0 done, 1 failed (no such
+session, file or snapshot), 2 usage.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 {
+				return &exitError{2, fmt.Errorf("usage: corral %s", cmd.Use)}
+			}
+			session, err := uuid.Parse(args[0])
+			if err != nil {
+				return &exitError{2, fmt.Errorf("session %q: want a session ID, as corral run prints it", args[0])}
+			}
+			if err := event.CheckTenant(o.tenant); err != nil {
+				return &exitError{2, err}
+			}
+			op, rest := args[1], args[2:]
+			p := "."
+			switch {
+			case op == "ls" && len(rest) <= 1, op == "cat" && len(rest) == 1, op == "get" && len(rest) == 1 && !o.all:
+				if len(rest) == 1 {
+					p = rest[0]
+				}
+			case op == "get" && len(rest) == 0 && o.all:
+			default:
+				return &exitError{2, fmt.Errorf("usage: corral %s", cmd.Use)}
+			}
+			rel, err := workspaceapi.Clean(p)
+			if err != nil {
+				return &exitError{2, err}
+			}
+			if op == "get" && o.out == "" {
+				return &exitError{2, errNoOutput}
+			}
+			nc, _, err := e.connect(o.nats)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ws := &wsClient{nc: nc, o: &o, session: session}
+			switch op {
+			case "ls":
+				return ws.ls(cmd.Context(), e.stdout, rel)
+			case "cat":
+				_, err := ws.cat(cmd.Context(), e.stdout, rel, 0)
+				return err
+			}
+			return ws.get(cmd.Context(), e.stdout, rel)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.nats, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
+	f.StringVar(&o.tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "tenant of the session (CORRAL_TENANT)")
+	f.StringVar(&o.user, "user", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "user to ask as (CORRAL_USER)")
+	f.StringVarP(&o.out, "output", "o", "", "get: the file to write (- for standard output)")
+	f.BoolVar(&o.all, "all", false, "get: the whole workspace, as a .tar.gz")
+	f.BoolVarP(&o.recursive, "recursive", "R", false, "ls: every entry below PATH, not only its own")
+	return cmd
+}
+
+// wsClient asks the workspace API about one session.
+type wsClient struct {
+	nc      *nats.Conn
+	o       *wsOpts
+	session uuid.UUID
+}
+
+func (c *wsClient) call(ctx context.Context, op string, req, resp any) error {
+	return ask(ctx, c.nc, "sandbox-manager", workspaceapi.Subject(c.o.tenant, c.o.user, op), req, resp)
+}
+
+func (c *wsClient) list(ctx context.Context, rel string, recursive bool) (*workspaceapi.ListReply, error) {
+	var r workspaceapi.ListReply
+	err := c.call(ctx, workspaceapi.OpList, workspaceapi.ListRequest{Session: c.session, Path: rel, Recursive: recursive}, &r)
+	return &r, err
+}
+
+// ls prints the entries under rel: mode, size and path, and a symlink's
+// target.
+func (c *wsClient) ls(ctx context.Context, w io.Writer, rel string) error {
+	r, err := c.list(ctx, rel, c.o.recursive)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, e := range r.Entries {
+		size, name := "-", e.Path
+		if e.Mode.IsRegular() {
+			size = fmt.Sprint(e.Size)
+		}
+		if e.Link != "" {
+			name += " -> " + e.Link
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Mode, size, name)
+	}
+	return tw.Flush()
+}
+
+// cat writes the file at rel of snapshot seq (0: the last one) to w, read
+// in pieces, and checks it against its hash. It returns the file's entry.
+func (c *wsClient) cat(ctx context.Context, w io.Writer, rel string, seq uint64) (workspaceapi.Entry, error) {
+	length := workspaceapi.ReadLength(c.nc.MaxPayload())
+	h := sha256.New()
+	req := workspaceapi.ReadRequest{Session: c.session, Path: rel, Length: length, Seq: seq}
+	for {
+		var r workspaceapi.ReadReply
+		if err := c.call(ctx, workspaceapi.OpRead, req, &r); err != nil {
+			return workspaceapi.Entry{}, err
+		}
+		if _, err := w.Write(r.Data); err != nil {
+			return r.Entry, err
+		}
+		h.Write(r.Data)
+		req.Offset += int64(len(r.Data))
+		req.Seq, req.Cursor = r.Seq, r.Next
+		switch {
+		case req.Offset < r.Entry.Size && len(r.Data) > 0:
+			continue
+		case req.Offset != r.Entry.Size:
+			return r.Entry, fmt.Errorf("%s: read %d bytes of %d", path.Join(workspaceapi.Root, r.Entry.Path), req.Offset, r.Entry.Size)
+		case r.Entry.SHA256 != "" && hex.EncodeToString(h.Sum(nil)) != r.Entry.SHA256:
+			return r.Entry, fmt.Errorf("%s: what was read is not what was stored (its SHA-256 differs)", path.Join(workspaceapi.Root, r.Entry.Path))
+		}
+		return r.Entry, nil
+	}
+}
+
+// changed reports whether err is the API's answer that the snapshot
+// changed while it was read.
+func changed(err error) bool {
+	var se *serviceError
+	return errors.As(err, &se) && se.code == workspaceapi.CodeChanged
+}

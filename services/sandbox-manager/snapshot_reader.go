@@ -1,0 +1,250 @@
+package sandboxmanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/sessionlog"
+	"corral.dev/pkg/workspaceapi"
+)
+
+// snapshotReader reads sessions' last snapshots for the workspace API,
+// from the store alone: it needs no workspace on disk and no sandbox.
+type snapshotReader struct {
+	store  jetstream.ObjectStore
+	stream jetstream.Stream // the store's: a blob is read from a chunk on
+	logs   *sessionlog.Log
+	// manifests caches decoded manifests by [bus.SessionKey]: a file read
+	// in pieces, or a workspace read file by file, decodes its manifest
+	// once, however large.
+	manifests *lru.Cache[string, readManifest]
+}
+
+// readManifest is a manifest as stored under an object (its NUID, which a
+// new manifest of the session changes), indexed by path.
+type readManifest struct {
+	nuid  string
+	seq   uint64
+	m     manifest
+	index map[string]int
+}
+
+// newSnapshotReader returns a reader of the snapshots in js's object store
+// [bus.BucketWorkspaces]; logs tells a session with no snapshot yet from
+// one that does not exist.
+func newSnapshotReader(ctx context.Context, js jetstream.JetStream, logs *sessionlog.Log) (*snapshotReader, error) {
+	store, err := js.ObjectStore(ctx, bus.BucketWorkspaces)
+	if err != nil {
+		return nil, fmt.Errorf("open object store %s: %w", bus.BucketWorkspaces, err)
+	}
+	stream, err := js.Stream(ctx, "OBJ_"+bus.BucketWorkspaces)
+	if err != nil {
+		return nil, fmt.Errorf("open the stream of object store %s: %w", bus.BucketWorkspaces, err)
+	}
+	return &snapshotReader{store: store, stream: stream, logs: logs, manifests: mustLRU[string, readManifest](256)}, nil
+}
+
+// manifest returns the last snapshot of session of tenant. A session
+// without one is an [apiError]: not found, or no snapshot yet.
+func (r *snapshotReader) manifest(ctx context.Context, tenant string, session uuid.UUID) (readManifest, error) {
+	name := manifestName(tenant, session)
+	info, err := r.store.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		_, found, lerr := r.logs.Last(ctx, tenant, session, event.TypeSessionRequested)
+		switch {
+		case lerr != nil:
+			return readManifest{}, fmt.Errorf("look up session %s: %w", session, lerr)
+		case !found:
+			return readManifest{}, apiErrorf(workspaceapi.CodeNotFound, "no session %s in tenant %s", session, tenant)
+		}
+		return readManifest{}, noSnapshot(session)
+	}
+	if err != nil {
+		return readManifest{}, fmt.Errorf("look up the snapshot of %s: %w", session, err)
+	}
+	key := bus.SessionKey(tenant, session)
+	if c, ok := r.manifests.Get(key); ok && c.nuid == info.NUID {
+		return c, nil
+	}
+	data, err := r.store.GetBytes(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return readManifest{}, noSnapshot(session) // dropped meanwhile
+	}
+	if err != nil {
+		return readManifest{}, fmt.Errorf("read the snapshot of %s: %w", session, err)
+	}
+	m, err := decodeManifest(data)
+	if err != nil {
+		return readManifest{}, fmt.Errorf("read the snapshot of %s: %w", session, err)
+	}
+	seq, _ := strconv.ParseUint(info.Metadata["seq"], 10, 64)
+	c := readManifest{nuid: info.NUID, seq: seq, m: m, index: make(map[string]int, len(m.Files))}
+	for i, f := range m.Files {
+		c.index[f.Path] = i
+	}
+	r.manifests.Add(key, c)
+	return c, nil
+}
+
+// entry returns f as the API shows it, asking the store for the size of
+// a file a manifest of an older version names without one.
+func (r *snapshotReader) entry(ctx context.Context, f fileEntry) (workspaceapi.Entry, error) {
+	e := workspaceapi.Entry{Path: f.Path, Mode: f.Mode, Size: f.Size, SHA256: f.Hash, Link: f.Link}
+	if f.Hash != "" && f.Size == 0 {
+		info, err := r.store.GetInfo(ctx, "b."+f.Hash)
+		if err != nil {
+			return e, fmt.Errorf("%s: %w", f.Path, err)
+		}
+		e.Size = int64(info.Size)
+	}
+	return e, nil
+}
+
+// list answers [workspaceapi.OpList].
+func (r *snapshotReader) list(ctx context.Context, tenant string, req *workspaceapi.ListRequest) (*workspaceapi.ListReply, error) {
+	rel, err := workspaceapi.Clean(req.Path)
+	if err != nil {
+		return nil, apiErrorf(workspaceapi.CodeBadRequest, "%v", err)
+	}
+	c, err := r.manifest(ctx, tenant, req.Session)
+	if err != nil {
+		return nil, err
+	}
+	out := &workspaceapi.ListReply{Seq: c.seq, Entries: []workspaceapi.Entry{}}
+	prefix := ""
+	if rel != "." {
+		i, ok := c.index[rel]
+		if !ok {
+			return nil, notInSnapshot(rel, req.Session, c.seq)
+		}
+		if f := c.m.Files[i]; !f.Mode.IsDir() {
+			e, err := r.entry(ctx, f)
+			if err != nil {
+				return nil, err
+			}
+			out.Entries = append(out.Entries, e)
+			return out, nil
+		}
+		prefix = rel + "/"
+	}
+	for _, f := range c.m.Files {
+		under, ok := strings.CutPrefix(f.Path, prefix)
+		if !ok || (!req.Recursive && strings.Contains(under, "/")) {
+			continue
+		}
+		e, err := r.entry(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		out.Entries = append(out.Entries, e)
+	}
+	return out, nil
+}
+
+func notInSnapshot(rel string, session uuid.UUID, seq uint64) error {
+	return apiErrorf(workspaceapi.CodeNotFound, "no %s in the last snapshot of session %s (snapshot %d)", path.Join(workspaceapi.Root, rel), session, seq)
+}
+
+// maxLinks bounds the symlinks a read follows, as the kernel's
+// MAXSYMLINKS does.
+const maxLinks = 40
+
+// resolve returns the entry at rel, following symlinks to their targets
+// within the workspace.
+func (c readManifest) resolve(rel string, session uuid.UUID) (fileEntry, error) {
+	for range maxLinks {
+		i, ok := c.index[rel]
+		if !ok {
+			return fileEntry{}, notInSnapshot(rel, session, c.seq)
+		}
+		f := c.m.Files[i]
+		if f.Link == "" {
+			return f, nil
+		}
+		target := f.Link
+		if !path.IsAbs(target) {
+			target = path.Join(path.Dir(rel), target)
+		}
+		next, err := workspaceapi.Clean(target)
+		if err != nil || next == "." {
+			return fileEntry{}, apiErrorf(workspaceapi.CodeBadRequest, "%s is a symlink to %s, outside the workspace's files", path.Join(workspaceapi.Root, rel), f.Link)
+		}
+		rel = next
+	}
+	return fileEntry{}, apiErrorf(workspaceapi.CodeBadRequest, "%s: too many levels of symlinks", path.Join(workspaceapi.Root, rel))
+}
+
+// read answers [workspaceapi.OpRead]: req.Length (which the caller
+// bounds) bytes of a file from req.Offset, read from the chunks of its
+// blob from the one holding the offset, which req.Cursor names when it
+// continues a read of the same blob.
+func (r *snapshotReader) read(ctx context.Context, tenant string, req *workspaceapi.ReadRequest) (*workspaceapi.ReadReply, error) {
+	rel, err := workspaceapi.Clean(req.Path)
+	if err != nil {
+		return nil, apiErrorf(workspaceapi.CodeBadRequest, "%v", err)
+	}
+	c, err := r.manifest(ctx, tenant, req.Session)
+	if err != nil {
+		return nil, err
+	}
+	if req.Seq != 0 && req.Seq != c.seq {
+		return nil, apiErrorf(workspaceapi.CodeChanged, "session %s's workspace was snapshotted again (snapshot %d, was %d) while it was read", req.Session, c.seq, req.Seq)
+	}
+	f, err := c.resolve(rel, req.Session)
+	if err != nil {
+		return nil, err
+	}
+	if f.Mode.IsDir() {
+		return nil, apiErrorf(workspaceapi.CodeBadRequest, "%s is a directory", path.Join(workspaceapi.Root, f.Path))
+	}
+	blob, err := r.store.GetInfo(ctx, "b."+f.Hash)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Path, err)
+	}
+	size := int64(blob.Size)
+	if req.Offset < 0 || req.Offset > size {
+		return nil, apiErrorf(workspaceapi.CodeBadRequest, "offset %d: %s holds %d bytes", req.Offset, path.Join(workspaceapi.Root, f.Path), size)
+	}
+	e := workspaceapi.Entry{Path: f.Path, Mode: f.Mode, Size: size, SHA256: f.Hash}
+	want := min(req.Length, size-req.Offset)
+	out := &workspaceapi.ReadReply{Seq: c.seq, Entry: e, Data: make([]byte, 0, want)}
+	// at is where the chunk at or after seq starts in the file.
+	seq, at := uint64(1), int64(0)
+	if cur := req.Cursor; cur != nil && cur.Object == blob.NUID && cur.Seq > 0 && cur.At >= 0 && cur.At <= req.Offset {
+		seq, at = cur.Seq, cur.At
+	}
+	chunks := "$O." + bus.BucketWorkspaces + ".C." + blob.NUID
+	for pos := req.Offset; int64(len(out.Data)) < want; {
+		msg, err := r.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(chunks))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, fmt.Errorf("%s: the stored file ends at %d bytes of %d", f.Path, at, size)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Path, err)
+		}
+		end := at + int64(len(msg.Data))
+		if end > pos {
+			part := msg.Data[pos-at : min(int64(len(msg.Data)), pos-at+want-int64(len(out.Data)))]
+			out.Data = append(out.Data, part...)
+			pos += int64(len(part))
+		}
+		if pos < end {
+			// Stopped within this chunk: the next read starts from it.
+			out.Next = &workspaceapi.Cursor{Object: blob.NUID, Seq: msg.Sequence, At: at}
+			break
+		}
+		seq, at = msg.Sequence+1, end
+		out.Next = &workspaceapi.Cursor{Object: blob.NUID, Seq: seq, At: at}
+	}
+	return out, nil
+}
