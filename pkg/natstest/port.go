@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -37,12 +38,31 @@ func FreePort(t testing.TB) int {
 		}
 		port = ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
-		if port != 4222 {
+		if port != 4222 && handOut(port) {
 			return port
 		}
 	}
 	t.Fatal("natstest: no free port")
 	return 0
+}
+
+// handedOut are the ports FreePort returned in this process: a port is
+// free until its server listens on it, and two tests side by side must
+// not both be given it meanwhile.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: make(map[int]bool)}
+
+// handOut reports whether port was not handed out before, and marks it.
+func handOut(port int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports[port] {
+		return false
+	}
+	handedOut.ports[port] = true
+	return true
 }
 
 // FreeAddr is [FreePort] as an address to listen on: 127.0.0.1:port.
