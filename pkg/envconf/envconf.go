@@ -8,6 +8,7 @@ package envconf
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -100,4 +101,19 @@ func example(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// Secret returns the value of the environment variable name, or else the
+// contents of the file that name_FILE names (for secrets mounted as
+// files), without surrounding space; "" when neither is set.
+func Secret(getenv func(string) string, name string) (string, error) {
+	s := getenv(name)
+	if f := getenv(name + "_FILE"); f != "" && s == "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("%s_FILE: %w", name, err)
+		}
+		s = string(b)
+	}
+	return strings.TrimSpace(s), nil
 }

@@ -8,10 +8,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/google/uuid"
+
+	"corral.dev/pkg/envconf"
 )
 
 // ApprovalRequested records that a call waits for a reviewer: the policy
@@ -121,16 +122,9 @@ func (d *ApprovalDecided) Verify(key ed25519.PublicKey, tenant string, session, 
 // holds ([DecodePrivateKey]), or the file that name_FILE names holds. It
 // returns nil, and no error, when neither is set.
 func LoadPrivateKey(getenv func(string) string, name string) (ed25519.PrivateKey, error) {
-	s := getenv(name)
-	if f := getenv(name + "_FILE"); f != "" && s == "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("%s_FILE: %w", name, err)
-		}
-		s = string(b)
-	}
-	if s == "" {
-		return nil, nil
+	s, err := envconf.Secret(getenv, name)
+	if err != nil || s == "" {
+		return nil, err
 	}
 	k, err := DecodePrivateKey(s)
 	if err != nil {

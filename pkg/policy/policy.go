@@ -234,6 +234,21 @@ func Load(file string) (*Policy, error) {
 	return p, nil
 }
 
+// FromEnv returns the policy the file CORRAL_POLICY_FILE holds, or the
+// built-in default ([Default]) when it is unset: what every service that
+// applies the policy reads. Errors name the variable.
+func FromEnv(getenv func(string) string) (*Policy, error) {
+	f := getenv("CORRAL_POLICY_FILE")
+	if f == "" {
+		return Default(), nil
+	}
+	p, err := Load(f)
+	if err != nil {
+		return nil, fmt.Errorf("CORRAL_POLICY_FILE: %w", err)
+	}
+	return p, nil
+}
+
 func compile(where string, rules []Rule) ([]compiled, error) {
 	out := make([]compiled, 0, len(rules))
 	for i, r := range rules {

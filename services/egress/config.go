@@ -79,7 +79,6 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		CACert:      getenv("CORRAL_EGRESS_CA_CERT_FILE"),
 		CAKey:       getenv("CORRAL_EGRESS_CA_KEY_FILE"),
 		SystemRoots: cmp.Or(getenv("CORRAL_EGRESS_SYSTEM_CA"), "/etc/ssl/certs/ca-certificates.crt"),
-		Policy:      policy.Default(),
 		ControlMode: 0o600,
 		Clients:     credential.AccountClients,
 	}
@@ -87,10 +86,8 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	if (cfg.CACert == "") != (cfg.CAKey == "") {
 		return Config{}, fmt.Errorf("CORRAL_EGRESS_CA_CERT_FILE and CORRAL_EGRESS_CA_KEY_FILE go together: set both or neither")
 	}
-	if f := getenv("CORRAL_POLICY_FILE"); f != "" {
-		if cfg.Policy, err = policy.Load(f); err != nil {
-			return Config{}, fmt.Errorf("CORRAL_POLICY_FILE: %w", err)
-		}
+	if cfg.Policy, err = policy.FromEnv(getenv); err != nil {
+		return Config{}, err
 	}
 	if cfg.VaultKey, err = loadKey(getenv, "CORRAL_EGRESS_VAULT_KEY"); err != nil {
 		return Config{}, err
@@ -140,16 +137,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 // loadKey reads a 32-byte key in base64 from name, or from the file
 // name_FILE; nil when neither is set.
 func loadKey(getenv func(string) string, name string) ([]byte, error) {
-	s := getenv(name)
-	if f := getenv(name + "_FILE"); f != "" && s == "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("%s_FILE: %w", name, err)
-		}
-		s = string(b)
-	}
-	if s = strings.TrimSpace(s); s == "" {
-		return nil, nil
+	s, err := envconf.Secret(getenv, name)
+	if err != nil || s == "" {
+		return nil, err
 	}
 	k, err := base64.StdEncoding.DecodeString(s)
 	if err != nil || len(k) != 32 {

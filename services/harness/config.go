@@ -106,11 +106,8 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	if cfg.Speedups, err = parseSpeedups(getenv("CORRAL_HARNESS_SPEEDUPS")); err != nil {
 		return Config{}, err
 	}
-	cfg.Policy = policy.Default()
-	if f := getenv("CORRAL_POLICY_FILE"); f != "" {
-		if cfg.Policy, err = policy.Load(f); err != nil {
-			return Config{}, fmt.Errorf("CORRAL_POLICY_FILE: %w", err)
-		}
+	if cfg.Policy, err = policy.FromEnv(getenv); err != nil {
+		return Config{}, err
 	}
 	if k := getenv("CORRAL_APPROVAL_PUBLIC_KEY"); k != "" {
 		if cfg.ApprovalKey, err = event.DecodePublicKey(k); err != nil {
