@@ -14,11 +14,6 @@ const (
 	OpRemove = "rm"
 )
 
-// TenantScope is the token that stands for the user in the subjects of
-// the tenant's own vaults (a user's token always starts with "u-", see
-// [bus.UserToken]). Only a reviewer's credential may publish there.
-const TenantScope = bus.VaultTenantScope
-
 // VaultSubject is where a client acting as user of tenant asks for op on
 // the user's own vaults:
 //
@@ -36,7 +31,7 @@ func VaultSubject(tenant, user, op string) string {
 //
 //	corral.vault.<tenant>.tenant.<op>
 func TenantVaultSubject(tenant, op string) string {
-	return bus.VaultAPI(tenant, TenantScope, op)
+	return bus.VaultAPI(tenant, bus.VaultTenantScope, op)
 }
 
 // Vault is one credential as anyone but the egress service sees it: never

@@ -9,12 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
 	"strings"
 
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/tool"
 )
 
 // Operations of the API: the last token of its subjects.
@@ -33,7 +33,7 @@ const MaxRead = 4 << 20
 
 // Root is where a workspace is seen in its sandbox: the API's paths are
 // relative to it.
-const Root = "/workspace"
+const Root = tool.Workspace
 
 // Subject is where a client acting as user of tenant asks for op
 // ([OpList] or [OpRead]):
@@ -145,21 +145,15 @@ var ErrBadPath = errors.New("not a path in /workspace")
 // with a ".." element, or an absolute path outside /workspace, is refused
 // with an error wrapping [ErrBadPath].
 func Clean(p string) (string, error) {
-	rel := p
-	if path.IsAbs(p) {
-		if p != Root && !strings.HasPrefix(p, Root+"/") {
-			return "", fmt.Errorf("%q: %w (give it as /workspace/... or relative to it)", p, ErrBadPath)
-		}
-		rel = strings.TrimPrefix(p, Root)
-	}
-	for _, el := range strings.Split(rel, "/") {
+	// Stricter than the tools: no ".." at all, even one that stays inside.
+	for _, el := range strings.Split(p, "/") {
 		if el == ".." {
 			return "", fmt.Errorf("%q: %w (no .. element)", p, ErrBadPath)
 		}
 	}
-	rel = strings.TrimPrefix(path.Clean("/"+rel), "/")
-	if rel == "" {
-		return ".", nil
+	rel, err := tool.WorkspacePath(p)
+	if err != nil {
+		return "", fmt.Errorf("%q: %w (give it as /workspace/... or relative to it)", p, ErrBadPath)
 	}
 	return rel, nil
 }

@@ -23,8 +23,8 @@ type audit struct {
 	mu       sync.Mutex
 	sessions map[sessionKey]*egressapi.Summary
 
-	requests *prometheus.CounterVec
-	bytes    *prometheus.CounterVec
+	requests       *prometheus.CounterVec
+	sent, received prometheus.Counter
 }
 
 type sessionKey struct {
@@ -33,18 +33,20 @@ type sessionKey struct {
 }
 
 func newAudit(reg prometheus.Registerer) (*audit, error) {
+	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "corral_egress_bytes_total",
+		Help: "Bytes of the sandboxes' requests (sent) and their answers (received).",
+	}, []string{"direction"})
 	a := &audit{
 		sessions: make(map[sessionKey]*egressapi.Summary),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "corral_egress_requests_total",
 			Help: "Requests from the sandboxes, by decision (allow, deny, approve: held for a reviewer, approved: passed after one) and scheme.",
 		}, []string{"decision", "scheme"}),
-		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "corral_egress_bytes_total",
-			Help: "Bytes of the sandboxes' requests (sent) and their answers (received).",
-		}, []string{"direction"}),
+		sent:     bytes.WithLabelValues("sent"),
+		received: bytes.WithLabelValues("received"),
 	}
-	for _, c := range []prometheus.Collector{a.requests, a.bytes} {
+	for _, c := range []prometheus.Collector{a.requests, bytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -62,8 +64,8 @@ func (a *audit) Record(id egressapi.Identity, e proxy.Entry) {
 		decision = "deny"
 	}
 	a.requests.WithLabelValues(decision, e.Scheme).Inc()
-	a.bytes.WithLabelValues("sent").Add(float64(e.Sent))
-	a.bytes.WithLabelValues("received").Add(float64(e.Received))
+	a.sent.Add(float64(e.Sent))
+	a.received.Add(float64(e.Received))
 
 	a.mu.Lock()
 	defer a.mu.Unlock()

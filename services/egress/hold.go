@@ -76,7 +76,7 @@ func (h *holder) Check(ctx context.Context, id egressapi.Identity, r proxy.Held)
 	}
 	sum := sha256.Sum256(append([]byte(id.Tenant+"\x00"+id.Session.String()+"\x00"), input...))
 	binding := hex.EncodeToString(sum[:])
-	prefix := id.Tenant + "." + id.Session.String() + "."
+	prefix := bus.SessionKey(id.Tenant, id.Session) + "."
 	for range 5 {
 		ref, err := h.kv.Get(ctx, prefix+"b-"+binding)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -101,15 +101,19 @@ func (h *holder) Check(ctx context.Context, id egressapi.Identity, r proxy.Held)
 		case heldApproved:
 			rec.State, rec.At = heldUsed, time.Now().UTC()
 			data, _ := json.Marshal(rec)
-			if _, err := h.kv.Update(ctx, prefix+approval.String(), data, e.Revision()); err != nil {
+			if _, err := h.kv.Update(ctx, prefix+approval.String(), data, e.Revision()); bus.Conflict(err) {
 				continue // decided or used meanwhile: look again
+			} else if err != nil {
+				return false, uuid.Nil, fmt.Errorf("held request %s: %w", approval, err)
 			}
 			h.log.InfoContext(ctx, "held request passes", "tenant", id.Tenant, "session", id.Session, "approval", approval)
 			return true, approval, nil
 		case heldUsed:
 			// Passed once already: the same request again is a new one.
-			if err := h.kv.Delete(ctx, prefix+"b-"+binding, jetstream.LastRevision(ref.Revision())); err != nil {
+			if err := h.kv.Delete(ctx, prefix+"b-"+binding, jetstream.LastRevision(ref.Revision())); bus.Conflict(err) {
 				continue
+			} else if err != nil {
+				return false, uuid.Nil, fmt.Errorf("held request %s: %w", binding, err)
 			}
 			return h.ask(ctx, id, r, input, binding)
 		case heldPending:
@@ -126,7 +130,7 @@ func (h *holder) Check(ctx context.Context, id egressapi.Identity, r proxy.Held)
 
 // ask keeps a new held request and asks reviewers about it.
 func (h *holder) ask(ctx context.Context, id egressapi.Identity, r proxy.Held, input []byte, binding string) (bool, uuid.UUID, error) {
-	prefix := id.Tenant + "." + id.Session.String() + "."
+	prefix := bus.SessionKey(id.Tenant, id.Session) + "."
 	approval := uuid.Must(uuid.NewV7())
 	rec := held{Approval: approval, Binding: binding, ArgsHash: event.ArgsHash(event.EgressTool, input), State: heldPending, At: time.Now().UTC()}
 	data, _ := json.Marshal(rec)
@@ -183,7 +187,7 @@ func (h *holder) publish(ctx context.Context, id egressapi.Identity, r proxy.Hel
 // approval of this service's is kept if its signature verifies for the
 // approval's very request; any other is none of its business.
 func (h *holder) decided(ctx context.Context, en sessionlog.Entry, d *event.ApprovalDecided) error {
-	key := en.Tenant + "." + en.Session.String() + "." + d.Call.String()
+	key := bus.CallKey(en.Tenant, en.Session, d.Call)
 	e, err := h.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil

@@ -134,9 +134,6 @@ func (b *sandboxes) openSandbox(id egressapi.Identity) (string, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(dir, egressapi.CABundleName), b.bundle, 0o644); err != nil {
-		return "", err
-	}
 	if err := b.remember(name, id); err != nil {
 		return "", err
 	}

@@ -261,8 +261,8 @@ func TestVaultCredentialIsInjectedAndRedacted(t *testing.T) {
 	if err != nil || s == nil || len(s.Requests) != 1 || s.Requests[0].Host != "api.example.test" || s.Requests[0].Status != 200 || s.Requests[0].Paths[0] != "/who" {
 		t.Fatalf("ada's summary = %+v, %v", s, err)
 	}
-	if s, _ := f.control().Drain(ctx, ada); !s.Empty() {
-		t.Errorf("drained twice: %+v", s)
+	if s, err := f.control().Drain(ctx, ada); err != nil || !s.Empty() {
+		t.Errorf("drained twice: %+v, %v", s, err)
 	}
 	// The secret is sealed in the bucket.
 	kv, _ := f.js.KeyValue(ctx, bus.BucketVaults)
@@ -375,6 +375,24 @@ func TestHeldRequestPassesOnceApproved(t *testing.T) {
 	_, forger, _ := ed25519.GenerateKey(nil)
 	decide(forger, asked.ArgsHash, true)
 	decide(f.approval, event.ArgsHash(event.EgressTool, []byte(`{"method":"POST","url":"https://api.example.test/other"}`)), true)
+	// Both taken by egress, and neither lets the request through.
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		c, err := f.js.Consumer(ctx, bus.StreamEvents, bus.ConsumerEgressDecisions)
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.NumPending+uint64(info.NumAckPending) != 0 || info.Delivered.Consumer < 2 {
+			return fmt.Errorf("decisions not all taken yet: %+v", info)
+		}
+		return nil
+	})
+	if code, _, hdr := f.get(c, "POST", "https://api.example.test/upload", "the report"); code != 403 || hdr.Get("X-Corral-Egress-Approval") != approval.String() {
+		t.Fatalf("after a forged decision and one for another request: %d, approval %s; want still held under %s", code, hdr.Get("X-Corral-Egress-Approval"), approval)
+	}
 	decide(f.approval, asked.ArgsHash, true)
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		if code, body, _ := f.get(c, "POST", "https://api.example.test/upload", "the report"); code != 200 {
@@ -386,12 +404,14 @@ func TestHeldRequestPassesOnceApproved(t *testing.T) {
 		t.Errorf("the upstream saw %q; want the one approved upload", got)
 	}
 	// Once: the same request again is held anew.
-	if code, _, hdr := f.get(c, "POST", "https://api.example.test/upload", "the report"); code != 403 || hdr.Get("X-Corral-Egress-Approval") == approval.String() {
-		t.Errorf("after its one pass: %d, approval %s; want held under a new approval", code, hdr.Get("X-Corral-Egress-Approval"))
+	code, _, hdr = f.get(c, "POST", "https://api.example.test/upload", "the report")
+	again := hdr.Get("X-Corral-Egress-Approval")
+	if code != 403 || again == approval.String() {
+		t.Errorf("after its one pass: %d, approval %s; want held under a new approval", code, again)
 	}
-	// Another body is another request.
-	if code, _, _ := f.get(c, "POST", "https://api.example.test/upload", "another report"); code != 403 {
-		t.Errorf("another body passed: %d", code)
+	// Another body is another request, under an approval of its own.
+	if code, _, hdr := f.get(c, "POST", "https://api.example.test/upload", "another report"); code != 403 || hdr.Get("X-Corral-Egress-Approval") == again {
+		t.Errorf("another body: %d, approval %s; want held under another approval than %s", code, hdr.Get("X-Corral-Egress-Approval"), again)
 	}
 }
 

@@ -120,9 +120,16 @@ func (v *vaults) watch(ctx context.Context) error {
 	return nil
 }
 
-// matching returns the keys of the vaults a session of id may send to
-// host and path, the user's own first, then the tenant's, each by name.
-func (v *vaults) matching(ctx context.Context, id egressapi.Identity, host, path string, anyPath bool) ([]string, error) {
+// match is a vault as matching found it, under its key.
+type match struct {
+	key string
+	*sealed
+}
+
+// matching returns the vaults a session of id may send to host and path,
+// the user's own first, then the tenant's, each by name: as they were
+// when it looked, whatever the watch changes after.
+func (v *vaults) matching(ctx context.Context, id egressapi.Identity, host, path string, anyPath bool) ([]match, error) {
 	select {
 	case <-v.synced:
 	case <-ctx.Done():
@@ -131,20 +138,21 @@ func (v *vaults) matching(ctx context.Context, id egressapi.Identity, host, path
 	own, tenant := vaultKey(id.Tenant, id.User, ""), id.Tenant+".t."
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	var mine, theirs []string
+	var mine, theirs []match
 	for k, s := range v.items {
 		if !hostMatches(s.Vault.Hosts, host) || !anyPath && !pathMatches(s.Vault.Paths, path) {
 			continue
 		}
 		switch {
 		case id.User != "" && strings.HasPrefix(k, own):
-			mine = append(mine, k)
+			mine = append(mine, match{k, s})
 		case strings.HasPrefix(k, tenant):
-			theirs = append(theirs, k)
+			theirs = append(theirs, match{k, s})
 		}
 	}
-	slices.Sort(mine)
-	slices.Sort(theirs)
+	byKey := func(a, b match) int { return strings.Compare(a.key, b.key) }
+	slices.SortFunc(mine, byKey)
+	slices.SortFunc(theirs, byKey)
 	return append(mine, theirs...), nil
 }
 
@@ -157,14 +165,12 @@ func (v *vaults) Bound(ctx context.Context, id egressapi.Identity, host string) 
 // For returns what to inject into a request of id to host and path: the
 // first matching vault's secret, as it says. See [proxy.Credentials].
 func (v *vaults) For(ctx context.Context, id egressapi.Identity, host, path string) (proxy.Injection, error) {
-	keys, err := v.matching(ctx, id, host, path, false)
-	if err != nil || len(keys) == 0 {
+	found, err := v.matching(ctx, id, host, path, false)
+	if err != nil || len(found) == 0 {
 		return proxy.Injection{}, err
 	}
-	v.mu.Lock()
-	s := v.items[keys[0]]
-	v.mu.Unlock()
-	secret, err := v.open(keys[0], s)
+	s := found[0].sealed
+	secret, err := v.open(found[0].key, s)
 	if err != nil {
 		return proxy.Injection{}, err
 	}

@@ -109,13 +109,9 @@ type cachedHash struct {
 // workspaces, <tenant>/<session>, for the notes of an older version.
 // Blobs no manifest names are kept for grace (see the sweep).
 func newSnapshots(ctx context.Context, js jetstream.JetStream, dir, workspaces string, grace time.Duration) (*snapshots, error) {
-	store, err := js.ObjectStore(ctx, bus.BucketWorkspaces)
+	store, stream, err := openWorkspaces(ctx, js)
 	if err != nil {
-		return nil, fmt.Errorf("open object store %s: %w", bus.BucketWorkspaces, err)
-	}
-	stream, err := js.Stream(ctx, "OBJ_"+bus.BucketWorkspaces)
-	if err != nil {
-		return nil, fmt.Errorf("open the stream of object store %s: %w", bus.BucketWorkspaces, err)
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -199,6 +195,24 @@ func moveOldNotes(dir, workspaces string) error {
 }
 
 // mustLRU returns an LRU cache of size entries; size is a constant above 0.
+// openWorkspaces opens the snapshots' object store, and its stream for
+// what the store's API does not offer.
+func openWorkspaces(ctx context.Context, js jetstream.JetStream) (jetstream.ObjectStore, jetstream.Stream, error) {
+	store, err := js.ObjectStore(ctx, bus.BucketWorkspaces)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open object store %s: %w", bus.BucketWorkspaces, err)
+	}
+	stream, err := js.Stream(ctx, "OBJ_"+bus.BucketWorkspaces)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open the stream of object store %s: %w", bus.BucketWorkspaces, err)
+	}
+	return store, stream, nil
+}
+
+// chunkSubject is where the object store keeps the chunks of the object
+// with NUID nuid.
+func chunkSubject(nuid string) string { return "$O." + bus.BucketWorkspaces + ".C." + nuid }
+
 func mustLRU[K comparable, V any](size int) *lru.Cache[K, V] {
 	c, err := lru.New[K, V](size)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -34,7 +33,6 @@ type snapshotReader struct {
 // new manifest of the session changes), indexed by path.
 type readManifest struct {
 	nuid  string
-	seq   uint64
 	m     manifest
 	index map[string]int
 }
@@ -43,15 +41,13 @@ type readManifest struct {
 // [bus.BucketWorkspaces]; logs tells a session with no snapshot yet from
 // one that does not exist.
 func newSnapshotReader(ctx context.Context, js jetstream.JetStream, logs *sessionlog.Log) (*snapshotReader, error) {
-	store, err := js.ObjectStore(ctx, bus.BucketWorkspaces)
+	store, stream, err := openWorkspaces(ctx, js)
 	if err != nil {
-		return nil, fmt.Errorf("open object store %s: %w", bus.BucketWorkspaces, err)
+		return nil, err
 	}
-	stream, err := js.Stream(ctx, "OBJ_"+bus.BucketWorkspaces)
-	if err != nil {
-		return nil, fmt.Errorf("open the stream of object store %s: %w", bus.BucketWorkspaces, err)
-	}
-	return &snapshotReader{store: store, stream: stream, logs: logs, manifests: mustLRU[string, readManifest](256)}, nil
+	// A few: a manifest may list tens of thousands of files, and what the
+	// cache is for is reading one workspace, or one file in pieces.
+	return &snapshotReader{store: store, stream: stream, logs: logs, manifests: mustLRU[string, readManifest](16)}, nil
 }
 
 // manifest returns the last snapshot of session of tenant. A session
@@ -87,8 +83,7 @@ func (r *snapshotReader) manifest(ctx context.Context, tenant string, session uu
 	if err != nil {
 		return readManifest{}, fmt.Errorf("read the snapshot of %s: %w", session, err)
 	}
-	seq, _ := strconv.ParseUint(info.Metadata["seq"], 10, 64)
-	c := readManifest{nuid: info.NUID, seq: seq, m: m, index: make(map[string]int, len(m.Files))}
+	c := readManifest{nuid: info.NUID, m: m, index: make(map[string]int, len(m.Files))}
 	for i, f := range m.Files {
 		c.index[f.Path] = i
 	}
@@ -120,12 +115,12 @@ func (r *snapshotReader) list(ctx context.Context, tenant string, req *workspace
 	if err != nil {
 		return nil, err
 	}
-	out := &workspaceapi.ListReply{Seq: c.seq, Entries: []workspaceapi.Entry{}}
+	out := &workspaceapi.ListReply{Seq: c.m.Seq, Entries: []workspaceapi.Entry{}}
 	prefix := ""
 	if rel != "." {
 		i, ok := c.index[rel]
 		if !ok {
-			return nil, notInSnapshot(rel, req.Session, c.seq)
+			return nil, notInSnapshot(rel, req.Session, c.m.Seq)
 		}
 		if f := c.m.Files[i]; !f.Mode.IsDir() {
 			e, err := r.entry(ctx, f)
@@ -165,7 +160,7 @@ func (c readManifest) resolve(rel string, session uuid.UUID) (fileEntry, error) 
 	for range maxLinks {
 		i, ok := c.index[rel]
 		if !ok {
-			return fileEntry{}, notInSnapshot(rel, session, c.seq)
+			return fileEntry{}, notInSnapshot(rel, session, c.m.Seq)
 		}
 		f := c.m.Files[i]
 		if f.Link == "" {
@@ -197,8 +192,8 @@ func (r *snapshotReader) read(ctx context.Context, tenant string, req *workspace
 	if err != nil {
 		return nil, err
 	}
-	if req.Seq != 0 && req.Seq != c.seq {
-		return nil, apiErrorf(workspaceapi.CodeChanged, "session %s's workspace was snapshotted again (snapshot %d, was %d) while it was read", req.Session, c.seq, req.Seq)
+	if req.Seq != 0 && req.Seq != c.m.Seq {
+		return nil, apiErrorf(workspaceapi.CodeChanged, "session %s's workspace was snapshotted again (snapshot %d, was %d) while it was read", req.Session, c.m.Seq, req.Seq)
 	}
 	f, err := c.resolve(rel, req.Session)
 	if err != nil {
@@ -217,13 +212,13 @@ func (r *snapshotReader) read(ctx context.Context, tenant string, req *workspace
 	}
 	e := workspaceapi.Entry{Path: f.Path, Mode: f.Mode, Size: size, SHA256: f.Hash}
 	want := min(req.Length, size-req.Offset)
-	out := &workspaceapi.ReadReply{Seq: c.seq, Entry: e, Data: make([]byte, 0, want)}
+	out := &workspaceapi.ReadReply{Seq: c.m.Seq, Entry: e, Data: make([]byte, 0, want)}
 	// at is where the chunk at or after seq starts in the file.
 	seq, at := uint64(1), int64(0)
 	if cur := req.Cursor; cur != nil && cur.Object == blob.NUID && cur.Seq > 0 && cur.At >= 0 && cur.At <= req.Offset {
 		seq, at = cur.Seq, cur.At
 	}
-	chunks := "$O." + bus.BucketWorkspaces + ".C." + blob.NUID
+	chunks := chunkSubject(blob.NUID)
 	for pos := req.Offset; int64(len(out.Data)) < want; {
 		msg, err := r.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(chunks))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -181,7 +181,7 @@ func (s *snapshots) collect(ctx context.Context, hash string, cutoff time.Time) 
 		return false, fmt.Errorf("delete blob %s: %w", hash, err)
 	}
 	s.stored.Remove(hash)
-	if err := s.stream.Purge(rctx, jetstream.WithPurgeSubject("$O."+bus.BucketWorkspaces+".C."+nuid)); err != nil {
+	if err := s.stream.Purge(rctx, jetstream.WithPurgeSubject(chunkSubject(nuid))); err != nil {
 		return true, fmt.Errorf("purge blob %s: %w", hash, err)
 	}
 	return true, nil
