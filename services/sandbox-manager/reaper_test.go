@@ -89,12 +89,17 @@ func TestReaperCleansUpWhatAPredecessorLeft(t *testing.T) {
 		t.Errorf("the unknown session's snapshot: %v, want it gone", err)
 	}
 	// Ended sessions of the last hour are also destroyed as their stops
-	// are read back (stop.go), so only the others are counted here.
-	for why, want := range map[string]float64{"no_session": 1, "moved": 1, "idle": 1} {
-		if got := counterValue(t, svc, why); got != want {
-			t.Errorf("reaped %s = %v, want %v", why, got, want)
+	// are read back (stop.go), so only the others are counted here. A
+	// reap is counted once its workspace, snapshot and placement are
+	// gone: wait for the count as for the workspaces.
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		for why, want := range map[string]float64{"no_session": 1, "moved": 1, "idle": 1} {
+			if got := counterValue(t, svc, why); got != want {
+				return fmt.Errorf("reaped %s = %v, want %v", why, got, want)
+			}
 		}
-	}
+		return nil
+	})
 	// The session that lives on runs where it was, with its file.
 	dispatch(t, js, sessions["live"], uuid.Must(uuid.NewV7()), "Bash", `{"command":"cat f"}`, "live")
 	if r := resultsOf(t, js, sessions["live"], 1)[0]; strings.TrimSpace(r.Output) != "live" {
