@@ -26,6 +26,32 @@ type Request struct {
 	// tenant whose workspace, as of its last snapshot, the new session
 	// starts from. The conversation starts afresh.
 	Fork uuid.UUID `json:"fork,omitzero"`
+	// Repo, on a session's first request, is a git repository the
+	// workspace starts as a checkout of, cloned through egress (with the
+	// tenant's vault credentials for its host) before the model's first
+	// turn.
+	Repo *Repo `json:"repo,omitempty"`
+	// Files, on a session's first request, names a file list the client
+	// uploaded (see package upload): the workspace starts as those files.
+	// It is "sha256:<hex>" of the list.
+	Files string `json:"files,omitempty"`
+	// Environment, on a session's first request, names the tenant's
+	// environment the session runs in; empty means the tenant's default,
+	// if it has one.
+	Environment string `json:"environment,omitempty"`
+}
+
+// Repo is a git repository a workspace starts from.
+type Repo struct {
+	// URL is an http or https URL of the repository, with no credentials
+	// in it: egress adds the tenant's.
+	URL string `json:"url"`
+	// Ref is a branch, a tag or a full commit ID; empty is the
+	// repository's default branch.
+	Ref string `json:"ref,omitempty"`
+	// Depth is how many commits of history are fetched: 0 means 1 (a
+	// shallow clone), -1 the whole history.
+	Depth int `json:"depth,omitempty"`
 }
 
 // SessionRequested records an accepted [Request] in the session's log.
@@ -40,6 +66,21 @@ type SessionRequested struct {
 	Prompt string `json:"prompt"`
 	// Fork is the session whose workspace this one starts from.
 	Fork uuid.UUID `json:"fork,omitzero"`
+	// Repo and Files are what the workspace starts from, as the request
+	// named them.
+	Repo  *Repo  `json:"repo,omitempty"`
+	Files string `json:"files,omitempty"`
+	// Environment is the environment the session runs in, resolved
+	// (a request naming none gets the tenant's default), and
+	// EnvironmentVersion the version of its definition the session
+	// uses, for as long as it runs.
+	Environment        string `json:"environment,omitempty"`
+	EnvironmentVersion string `json:"environment_version,omitempty"`
+	// Prepare is the ID of the call that prepares the session's
+	// workspace before the model's first turn (lays out its files, clones
+	// its repository, builds its environment); nil when there is nothing
+	// to prepare.
+	Prepare uuid.UUID `json:"prepare,omitzero"`
 }
 
 // SessionCompleted records the session's final answer.
@@ -51,6 +92,9 @@ type SessionCompleted struct {
 	Turns int `json:"turns"`
 	// Usage sums the tokens of every model response.
 	Usage model.Usage `json:"usage"`
+	// Changes is, for a session whose workspace started from a
+	// repository, what it changed there (see [ToolCompleted].Changes).
+	Changes *Changes `json:"changes,omitempty"`
 }
 
 // Failure codes of [SessionFailed].
@@ -60,6 +104,10 @@ const (
 	CodeModelError     = "model_error"
 	CodePoison         = "poison_message"
 	CodeBudget         = "budget_exceeded"
+	// CodeWorkspace: the workspace could not be prepared (an unknown ref,
+	// a forge that refused the credentials, files over the workspace's
+	// quota, an environment whose setup failed).
+	CodeWorkspace = "workspace_failed"
 )
 
 // SessionFailed records that a session cannot go on, and why.

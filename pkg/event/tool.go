@@ -225,6 +225,59 @@ type ToolCompleted struct {
 	// call sent out and had refused. Absent when nothing went out or was
 	// refused.
 	Egress *EgressSummary `json:"egress,omitempty"`
+	// Prepared is, for the call that prepared a session's workspace
+	// ([SessionRequested].Prepare), what it laid out.
+	Prepared *Prepared `json:"prepared,omitempty"`
+	// Changes is, in a session whose workspace started from a repository,
+	// what the workspace changed since, as of the snapshot taken after
+	// this call.
+	Changes *Changes `json:"changes,omitempty"`
+}
+
+// PrepareInput is the input of the call that prepares a session's
+// workspace (tool name [PrepareTool]): what it starts from, as the
+// session's first request named it.
+type PrepareInput struct {
+	Repo               *Repo  `json:"repo,omitempty"`
+	Files              string `json:"files,omitempty"`
+	Environment        string `json:"environment,omitempty"`
+	EnvironmentVersion string `json:"environment_version,omitempty"`
+}
+
+// PrepareTool is the name of the call that prepares a workspace. It is no
+// tool the model is offered or may call.
+const PrepareTool = "corral.prepare"
+
+// Prepared says what preparing a workspace laid out.
+type Prepared struct {
+	// Files and Bytes count the regular files laid out in /workspace.
+	Files int   `json:"files"`
+	Bytes int64 `json:"bytes"`
+	// Commit is the commit a repository was checked out at.
+	Commit string `json:"commit,omitempty"`
+	// SetupMS is how long the environment's setup ran, when this
+	// preparation ran it (the first session of an environment's version
+	// does); zero when the environment was built already.
+	SetupMS int64 `json:"setup_ms,omitempty"`
+}
+
+// Changes is what a workspace started from a repository changed since:
+// the files added, modified and deleted (the repository's .git left out),
+// and the lines inserted and deleted in text files.
+type Changes struct {
+	Files      []ChangedFile `json:"files"`
+	Insertions int           `json:"insertions"`
+	Deletions  int           `json:"deletions"`
+}
+
+// ChangedFile is one file of [Changes]: Status is "added", "modified" or
+// "deleted"; a binary file counts no lines.
+type ChangedFile struct {
+	Path       string `json:"path"`
+	Status     string `json:"status"`
+	Insertions int    `json:"insertions,omitempty"`
+	Deletions  int    `json:"deletions,omitempty"`
+	Binary     bool   `json:"binary,omitempty"`
 }
 
 // Offloaded stands in the log for an event too large to carry inline: the
