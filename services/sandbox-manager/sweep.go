@@ -123,7 +123,10 @@ func (s *snapshots) sweep(ctx context.Context) (int, error) {
 		switch {
 		case strings.HasPrefix(o.Name, "b."):
 			blobs = append(blobs, strings.TrimPrefix(o.Name, "b."))
-		case strings.HasPrefix(o.Name, "m."):
+		default:
+			// Every other object is a manifest: a session's snapshot
+			// (m.), the workspace it was prepared with (p.), an
+			// environment's layer (e.).
 			rctx, cancel := bus.Bound(ctx)
 			data, err := s.store.GetBytes(rctx, o.Name)
 			cancel()
