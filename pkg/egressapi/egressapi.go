@@ -59,6 +59,11 @@ type Identity struct {
 	Session uuid.UUID `json:"session"`
 	// Environment is the session's environment, "" for none.
 	Environment string `json:"environment,omitempty"`
+	// Fetch, when set, is the URL of a git repository the sandbox is
+	// preparing the workspace from: it may fetch from that repository
+	// over git's smart HTTP, with the credentials egress injects, and
+	// reach nothing else. The agent's own sandbox never has one.
+	Fetch string `json:"fetch,omitempty"`
 }
 
 // Operations of the control protocol.

@@ -11,6 +11,9 @@ type judge struct{ p *policy.Policy }
 
 // Judge decides t for a sandbox of id. See [proxy.Judge].
 func (j judge) Judge(id egressapi.Identity, t proxy.Target) proxy.Verdict {
+	if id.Fetch != "" {
+		return judgeFetch(id.Fetch, t)
+	}
 	d, known := j.p.Egress(policy.EgressRequest{
 		Tenant: id.Tenant, User: id.User, Session: id.Session, Environment: id.Environment,
 		Scheme: t.Scheme, Host: t.Host, Port: t.Port,
