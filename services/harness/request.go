@@ -3,7 +3,9 @@ package harness
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"unicode/utf8"
 
@@ -87,8 +89,75 @@ func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
 			Prompt:  req.Prompt,
 			Fork:    req.Fork,
 		}
+		if len(st.Requests) == 0 {
+			why, err := s.startFrom(ctx, &req, &ev)
+			if err != nil {
+				return err
+			}
+			if why != "" {
+				return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, why, req.ID.String())
+			}
+		} else if req.Repo != nil || req.Files != "" || req.Environment != "" {
+			why := fmt.Sprintf("session %s has started already: what a workspace starts from (repo, files, environment) is named only by a session's first request", session)
+			return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, why, req.ID.String())
+		}
 		return s.append(ctx, st, &ev, "request:"+req.ID.String())
 	})
+}
+
+// startFrom records in ev, a session's first request, what its workspace
+// starts from and the environment it runs in (a request naming none gets
+// its tenant's default), with the call that prepares the workspace when
+// there is anything to prepare: files to lay out, a repository to clone,
+// an environment not built yet. It says why the request cannot start a
+// session, or "" if it can.
+func (s *Service) startFrom(ctx context.Context, req *event.Request, ev *event.SessionRequested) (string, error) {
+	if req.Fork != uuid.Nil && (req.Repo != nil || req.Files != "") {
+		return "a session starts from one of fork, repo and files, not more", nil
+	}
+	if req.Repo != nil && req.Files != "" {
+		return "a session starts from one of repo and files, not both", nil
+	}
+	if req.Repo != nil {
+		if why := checkRepo(req.Repo); why != "" {
+			return why, nil
+		}
+	}
+	name, version, built, err := s.resolveEnvironment(ctx, req.Tenant, req.Environment)
+	if err != nil {
+		var unknown *unknownEnvironment
+		if errors.As(err, &unknown) {
+			return unknown.Error(), nil
+		}
+		return "", err
+	}
+	ev.Repo, ev.Files = req.Repo, req.Files
+	ev.Environment, ev.EnvironmentVersion = name, version
+	if req.Repo != nil || req.Files != "" || name != "" && !built {
+		// The same ID for every delivery of the request.
+		ev.Prepare = uuid.NewSHA1(req.Session, []byte("prepare:"+req.ID.String()))
+	}
+	return "", nil
+}
+
+// checkRepo says why a request's repository cannot be cloned, or "".
+func checkRepo(r *event.Repo) string {
+	u, err := url.Parse(r.URL)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("repo: url %q does not parse: %v", r.URL, err)
+	case u.Scheme != "https" && u.Scheme != "http":
+		return fmt.Sprintf("repo: url %q: only http and https repositories are cloned (egress injects the tenant's credentials into those)", r.URL)
+	case u.User != nil:
+		return "repo: the url carries credentials: put the token in a vault (corral vaults create), and egress adds it to the requests to the forge; the sandbox never sees it"
+	case u.Hostname() == "" || u.RawQuery != "" || u.Fragment != "":
+		return fmt.Sprintf("repo: url %q: want scheme://host/path, with no query or fragment", r.URL)
+	case r.Depth < -1:
+		return fmt.Sprintf("repo: depth %d: want a number of commits, or -1 for the whole history", r.Depth)
+	case strings.HasPrefix(r.Ref, "-") || strings.ContainsAny(r.Ref, " \t\n~^:?*[\\") || strings.Contains(r.Ref, ".."):
+		return fmt.Sprintf("repo: ref %q is not a branch, tag or commit name", r.Ref)
+	}
+	return ""
 }
 
 // checkFork says why a request may not fork the session it names, or ""
@@ -184,4 +253,22 @@ func admitRequest(m bus.Msg) (key, group string) {
 		return "", ""
 	}
 	return bus.BySession(m)
+}
+
+// unknownEnvironment is the error of a request naming an environment its
+// tenant does not have.
+type unknownEnvironment struct{ tenant, name string }
+
+func (e *unknownEnvironment) Error() string {
+	return fmt.Sprintf("environment: tenant %s has no environment %q (corral environments ls lists them)", e.tenant, e.name)
+}
+
+// resolveEnvironment returns the environment a session of tenant runs in,
+// given the name its request gives ("" for the tenant's default), the
+// version of its definition, and whether that version is built.
+func (s *Service) resolveEnvironment(ctx context.Context, tenant, name string) (string, string, bool, error) {
+	if name == "" {
+		return "", "", false, nil
+	}
+	return "", "", false, &unknownEnvironment{tenant, name}
 }

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -82,6 +83,13 @@ func (s *Service) step(ctx context.Context, st *state) error {
 				}
 				queue = append(queue, toQueue{s.toolCall(st, a.Call, a.MemPath), a.Service})
 				s.metrics.dispatch.WithLabelValues(metrics.Tool(a.Call.Name), a.Service).Inc()
+			case core.Prepare:
+				call, err := s.prepareCall(ctx, st, a)
+				if err != nil {
+					return err
+				}
+				queue = append(queue, toQueue{call, bus.ServiceSandbox})
+				s.metrics.dispatch.WithLabelValues(metrics.Tool(event.PrepareTool), bus.ServiceSandbox).Inc()
 			case core.RecordDispatched:
 				if err := s.recordDispatched(ctx, st, a.Call, a.Service); err != nil {
 					return err
@@ -282,6 +290,34 @@ func (s *Service) toolCall(st *state, c event.Call, memPath string) event.ToolCa
 	return call
 }
 
+// prepareCall returns the call that prepares the session's workspace,
+// having recorded that it was dispatched unless it was.
+func (s *Service) prepareCall(ctx context.Context, st *state, p core.Prepare) (event.ToolCall, error) {
+	input, err := json.Marshal(p.Input)
+	if err != nil {
+		return event.ToolCall{}, err
+	}
+	if !p.Recorded {
+		ev := &event.ToolDispatched{
+			Header:  event.NewHeader(event.TypeToolDispatched, st.Tenant, st.Session),
+			Call:    p.Call,
+			Name:    event.PrepareTool,
+			Summary: event.Summary(input),
+			Service: bus.ServiceSandbox,
+		}
+		if err := s.append(ctx, st, ev, p.Call.String()+":dispatched"); err != nil {
+			return event.ToolCall{}, err
+		}
+	}
+	return event.ToolCall{
+		Header: event.NewHeader(event.TypeToolCall, st.Tenant, st.Session),
+		Call:   p.Call,
+		User:   st.User,
+		Name:   event.PrepareTool,
+		Input:  input,
+	}, nil
+}
+
 // requeueAfter returns the sequence after which a call recorded as
 // dispatched may not have been queued, for the step ctx was made for: the
 // sequence of its trigger (see [core.Env.RequeueAfter]).
@@ -333,10 +369,11 @@ func (s *Service) refuse(ctx context.Context, st *state, r core.Refuse) error {
 
 func (s *Service) complete(ctx context.Context, st *state, answer string) error {
 	ev := event.SessionCompleted{
-		Header: event.NewHeader(event.TypeSessionCompleted, st.Tenant, st.Session),
-		Answer: answer,
-		Turns:  st.Turn,
-		Usage:  st.Usage,
+		Header:  event.NewHeader(event.TypeSessionCompleted, st.Tenant, st.Session),
+		Answer:  answer,
+		Turns:   st.Turn,
+		Usage:   st.Usage,
+		Changes: st.Changes,
 	}
 	if err := s.append(ctx, st, &ev, fmt.Sprintf("%s:completed:%d", st.Session, st.Turn)); err != nil {
 		return err

@@ -90,6 +90,15 @@ type Refuse struct {
 	Reason string
 }
 
+// Prepare puts the call that prepares the session's workspace on the
+// sandbox-manager's queue, recording first that it was dispatched unless
+// Recorded (as for [Dispatch]).
+type Prepare struct {
+	Call     uuid.UUID
+	Input    event.PrepareInput
+	Recorded bool
+}
+
 // Complete records the session's answer: the model's last response,
 // which made no call.
 type Complete struct{ Answer string }
@@ -103,6 +112,7 @@ func (Dispatch) action()         {}
 func (RecordDispatched) action() {}
 func (Hold) action()             {}
 func (Refuse) action()           {}
+func (Prepare) action()          {}
 func (Complete) action()         {}
 func (Fail) action()             {}
 
@@ -122,6 +132,19 @@ func Next(st *State, env Env) []Action {
 		// turns: they are checked before asking, below.
 		if f := overBudget(st, env, false); f != nil {
 			return []Action{*f}
+		}
+	}
+	if st.Prepare != uuid.Nil {
+		// Nothing is asked of the model before the workspace is ready.
+		switch r := st.Prepared; {
+		case r == nil:
+			d, ok := st.Dispatched[st.Prepare]
+			if ok && d.Seq <= env.RequeueAfter {
+				return nil // on the queue: its result comes
+			}
+			return []Action{Prepare{Call: st.Prepare, Input: st.PrepareInput, Recorded: ok}}
+		case r.IsError:
+			return []Action{Fail{Code: event.CodeWorkspace, Reason: r.Output}}
 		}
 	}
 	var acts []Action

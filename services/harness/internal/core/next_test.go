@@ -84,6 +84,24 @@ func (l *log) respond(dispatched string, calls ...string) *log {
 	return l.add(ev)
 }
 
+var prepareCall = uuid.MustParse("01a20000-0000-7000-8000-0000000000aa")
+
+// prepare records a first request whose workspace starts from a
+// repository.
+func (l *log) prepare(prompt string) *log {
+	return l.add(&event.SessionRequested{Header: header(event.TypeSessionRequested), Request: uuid.New(), User: "ada", Model: "openai:m", Prompt: prompt,
+		Repo: &event.Repo{URL: "https://git.example.com/app.git"}, Prepare: prepareCall})
+}
+
+func (l *log) prepareDispatched() *log {
+	return l.add(&event.ToolDispatched{Header: header(event.TypeToolDispatched), Call: prepareCall, Name: event.PrepareTool, Service: "sandbox"})
+}
+
+func (l *log) prepared(output string, failed bool) *log {
+	return l.add(&event.ToolCompleted{Header: header(event.TypeToolCompleted), Call: prepareCall, Name: event.PrepareTool, Output: output, IsError: failed, Service: "sandbox",
+		Prepared: &event.Prepared{Files: 3}})
+}
+
 func (l *log) dispatched(id, service string) *log {
 	return l.add(&event.ToolDispatched{Header: header(event.TypeToolDispatched), Call: l.calls[id].ID, Name: l.calls[id].Name, Service: service})
 }
@@ -141,6 +159,12 @@ func show(acts []Action) string {
 			out = append(out, fmt.Sprintf("hold %s (rule %s, asked %v)", a.Call.ToolUseID, a.Rule, a.Asked))
 		case Refuse:
 			out = append(out, "refuse "+a.Call.ToolUseID+": "+a.Reason)
+		case Prepare:
+			s := "prepare from " + a.Input.Repo.URL
+			if a.Recorded {
+				s = "queue again the preparation"
+			}
+			out = append(out, s)
 		case Complete:
 			out = append(out, "complete: "+a.Answer)
 		case Fail:
@@ -180,6 +204,18 @@ func TestNext(t *testing.T) {
 		{"a new session asks the model", new(log).request("hi"), nil,
 			"ask(1 messages, last user: hi)"},
 		{"nothing to do before any request", new(log), nil, ""},
+		{"a workspace from a repository is prepared before the model is asked", new(log).prepare("hi"), nil,
+			"prepare from https://git.example.com/app.git"},
+		{"a preparation dispatched waits for its result", new(log).prepare("hi").prepareDispatched(), nil, ""},
+		{"a preparation dispatched after the trigger is queued again", new(log).prepare("hi").prepareDispatched(), func(e *Env) { e.RequeueAfter = 1 },
+			"queue again the preparation"},
+		{"a follow-up while preparing waits too", new(log).prepare("hi").prepareDispatched().request("also"), nil, ""},
+		{"a prepared workspace: the model is asked, told what it holds first", new(log).prepare("hi").prepareDispatched().prepared("cloned", false), nil,
+			"ask(1 messages, last user: cloned|hi)"},
+		{"a failed preparation fails the session", new(log).prepare("hi").prepareDispatched().prepared("unknown ref", true), nil,
+			"fail workspace_failed "},
+		{"a preparation named by a follow-up is not the session's", new(log).request("hi").respond("").prepare("again"), nil,
+			"ask(3 messages, last user: again)"},
 		{"calls of a response are dispatched", new(log).request("hi").respond("", "a:Bash:"+bashTrue, "b:Read:"+`{"file_path":"/memories/x.md"}`), nil,
 			"dispatch a to sandbox; dispatch b to memory"},
 		{"calls dispatched with the response wait for their results", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue), nil,

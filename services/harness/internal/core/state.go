@@ -73,6 +73,15 @@ type State struct {
 	ByModel   map[string]model.Usage
 	SandboxMS int64
 	Since     time.Time
+	// Prepare is the first request's call that prepares the workspace,
+	// with what it starts from, when there is anything to prepare;
+	// Prepared its result once recorded.
+	Prepare      uuid.UUID
+	PrepareInput event.PrepareInput
+	Prepared     *event.ToolCompleted
+	// Changes is what the workspace, started from a repository, changed
+	// since, as of the last snapshot.
+	Changes *event.Changes
 	// Raises are the requests to raise the session's caps.
 	Raises []*event.BudgetRaise
 	// Seq is the stream sequence of the last event applied.
@@ -124,6 +133,10 @@ func (st *State) Apply(seq uint64, ev any) {
 	st.Seq = seq
 	switch e := ev.(type) {
 	case *event.SessionRequested:
+		if len(st.Requests) == 0 && e.Prepare != uuid.Nil {
+			st.Prepare = e.Prepare
+			st.PrepareInput = event.PrepareInput{Repo: e.Repo, Files: e.Files, Environment: e.Environment, EnvironmentVersion: e.EnvironmentVersion}
+		}
 		st.Requests[e.Request] = true
 		st.LastRequest = e.Request
 		if st.User == "" { // a session's user is its first request's
@@ -163,6 +176,13 @@ func (st *State) Apply(seq uint64, ev any) {
 	case *event.ToolDispatched:
 		st.Dispatched[e.Call] = Where{e.Service, seq}
 	case *event.ToolCompleted:
+		if e.Changes != nil && e.Service == serviceSandbox {
+			st.Changes = e.Changes
+		}
+		if e.Call == st.Prepare && st.Prepare != uuid.Nil {
+			st.prepared(e)
+			break
+		}
 		st.Results[e.Call] = e
 		if e.Service == serviceSandbox {
 			st.SandboxMS += e.DurationMS
@@ -188,6 +208,23 @@ func (st *State) Apply(seq uint64, ev any) {
 		st.Status = StatusFailed
 		st.Answered = nil
 	}
+}
+
+// prepared folds in the result of the call that prepared the workspace:
+// what it says of the workspace leads the session's first message, so
+// that the model knows what /workspace holds before its first turn.
+func (st *State) prepared(e *event.ToolCompleted) {
+	if st.Prepared != nil {
+		return
+	}
+	st.Prepared = e
+	st.SandboxMS += e.DurationMS
+	if e.IsError || e.Output == "" || len(st.Messages) == 0 {
+		return
+	}
+	first := st.Messages[0]
+	first.Content = append([]model.Block{{Type: model.TextBlock, Text: e.Output}}, first.Content...)
+	st.Messages = append([]model.Message{first}, st.Messages[1:]...)
 }
 
 // Missing returns the pending calls that have no result yet.
