@@ -68,6 +68,9 @@ type Msg struct {
 	// Delivered counts deliveries of this message, from 1.
 	Delivered uint64
 	MsgID     string
+	// Stored is when the stream stored the message; only
+	// [LastBySubject] sets it.
+	Stored time.Time
 }
 
 type msgKey struct{}

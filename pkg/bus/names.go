@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,11 +22,35 @@ const (
 	StreamTools      = "TOOLS"
 	StreamDeadLetter = "DEADLETTER"
 	StreamPayloads   = "PAYLOADS"
+	StreamUploads    = "UPLOADS"
 )
 
 // PayloadSubject is where the session events of tenant too large for the
 // log are stored, one message each, named by their SHA-256 (hex).
 func PayloadSubject(tenant, sha string) string { return "payloads." + tenant + "." + sha }
+
+// UploadSubject is where chunk index (from 0) of a file that user (a
+// [UserToken]) of tenant uploaded is staged, the file named by its
+// SHA-256 (hex): uploads.<tenant>.<user>.<sha256>.<index>. A client may
+// write only under its own tenant and user, so what one stages is never
+// taken for another's; the sandbox-manager checks every file's hash before
+// it lays it out (see package upload).
+func UploadSubject(tenant, user, sha string, index int) string {
+	return "uploads." + tenant + "." + user + "." + sha + "." + strconv.Itoa(index)
+}
+
+// UploadFilter matches every chunk user (a [UserToken], or a wildcard)
+// of tenant staged: what the permissions let a client write and read.
+func UploadFilter(tenant, user string) string { return "uploads." + tenant + "." + user + ".>" }
+
+// UploadChunkBytes is the size of every chunk of an uploaded file but its
+// last: well under the NATS server's default largest message (1 MiB).
+const UploadChunkBytes = 512 << 10
+
+// UploadMaxAge is how long the UPLOADS stream keeps a staged chunk: a
+// session starts from its files within minutes of their upload, and a file
+// uploaded again after this long is sent again.
+const UploadMaxAge = 7 * 24 * time.Hour
 
 // The operations of the approval API, here because the permissions name
 // them (the memory API's are package memoryapi's).
@@ -67,6 +92,15 @@ func VaultAPI(tenant, user, op string) string {
 // token is this.
 const VaultTenantScope = "tenant"
 
+// EnvironmentAPI is the subject of operation op of the sandbox-manager's
+// environment API, as [MemoryAPI]'s: reads as the user, and the changes
+// (which decide what sessions may reach on the network) under
+// [VaultTenantScope], which only a reviewer's or an operator's credential
+// may reach, as the tenant's own vaults.
+func EnvironmentAPI(tenant, user, op string) string {
+	return "corral.environment." + tenant + "." + user + "." + op
+}
+
 // KV and object store bucket names.
 const (
 	BucketLeases      = "leases"
@@ -84,6 +118,10 @@ const (
 	// BucketEgress holds the requests egress held for a reviewer and
 	// their state, by what a decision is bound to.
 	BucketEgress = "egress"
+	// BucketEnvironments holds each tenant's environments,
+	// <tenant>.<name>, and the name of its default,
+	// <tenant>._default (no environment's name starts with "_").
+	BucketEnvironments = "environments"
 	// BucketSlack is the Slack bridge's threads, each under its tenant
 	// (<tenant>.thread.<session>): a bot's credential reaches its own
 	// tenant's keys alone. The bridge's package sets it up.
@@ -306,6 +344,25 @@ var streams = []jetstream.StreamConfig{
 		AllowDirect:       true,
 	},
 	{
+		// Files clients upload for sessions to start from, staged per
+		// tenant and user, never in the workspaces store: its blobs are
+		// shared by every tenant, and a client able to write one would
+		// change the files of every snapshot naming it. A client reads
+		// its own by subject, as the large events; no rollup, so that a
+		// publish can purge nothing.
+		Name:              StreamUploads,
+		Description:       "files uploaded for sessions to start from: uploads.<tenant>.<user>.<sha256>.<chunk>",
+		Subjects:          []string{"uploads.>"},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           jetstream.FileStorage,
+		MaxMsgsPerSubject: 1,
+		MaxAge:            UploadMaxAge,
+		Duplicates:        10 * time.Minute,
+		// A chunk, and its headers.
+		MaxMsgSize:  UploadChunkBytes + 4<<10,
+		AllowDirect: true,
+	},
+	{
 		Name:        StreamDeadLetter,
 		Description: "messages consumers gave up on, with the reason",
 		Subjects:    []string{"deadletter.>"},
@@ -404,6 +461,17 @@ var buckets = []jetstream.KeyValueConfig{
 		History:     1,
 	},
 	{
+		// The tenants' environments: each one's definition, version and
+		// build, written through the sandbox-managers' environment API
+		// and by the node that built it. A key keeps its last writes, so
+		// that a session started on a version since replaced still finds
+		// its definition (see package environmentapi).
+		Bucket:      BucketEnvironments,
+		Description: "environments: <tenant>.<name> -> definition, version and build; <tenant>._default -> the default's name",
+		Storage:     jetstream.FileStorage,
+		History:     EnvironmentHistory,
+	},
+	{
 		// Requests the egress service held for a reviewer, by tenant,
 		// session and the hash of what a decision binds: pending,
 		// approved (it may pass once), used or denied.
@@ -442,6 +510,12 @@ func UsageKey(tenant, day, user string) string {
 	}
 	return tenant + "." + day + ".u." + base64.RawURLEncoding.EncodeToString([]byte(user))
 }
+
+// EnvironmentHistory is how many writes of each environment
+// [BucketEnvironments] keeps: its definition changed and its builds
+// recorded. A session keeps the version it started with while its
+// definition is among them.
+const EnvironmentHistory = 32
 
 // ApprovalHistoryTTL is how long the approval service keeps an approval;
 // the session logs keep the requests and decisions for good.

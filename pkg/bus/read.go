@@ -169,7 +169,8 @@ func LastBySubject(ctx context.Context, js jetstream.JetStream, stream, filter s
 	if err != nil {
 		return Msg{}, fmt.Errorf("read the last of %s: no sequence in the answer", filter)
 	}
-	return Msg{Subject: lastValue(resp.Header, jetstream.SubjectHeader), Data: resp.Data, StreamSeq: seq, MsgID: resp.Header.Get(jetstream.MsgIDHeader)}, nil
+	stored, _ := time.Parse(time.RFC3339Nano, lastValue(resp.Header, jetstream.TimeStampHeaer))
+	return Msg{Subject: lastValue(resp.Header, jetstream.SubjectHeader), Data: resp.Data, StreamSeq: seq, MsgID: resp.Header.Get(jetstream.MsgIDHeader), Stored: stored}, nil
 }
 
 // ReadByConsumer is [ReadAfter] for a reader that may not use batched

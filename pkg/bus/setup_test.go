@@ -15,10 +15,10 @@ import (
 
 // every names every stream, KV bucket (KV_<name>) and object store
 // (OBJ_<name>) Corral uses.
-var every = []string{bus.StreamRequests, bus.StreamEvents, bus.StreamTools, bus.StreamDeadLetter, bus.StreamPayloads,
+var every = []string{bus.StreamRequests, bus.StreamEvents, bus.StreamTools, bus.StreamDeadLetter, bus.StreamPayloads, bus.StreamUploads,
 	"KV_" + bus.BucketLeases, "KV_" + bus.BucketCalls, "KV_" + bus.BucketApprovals, "KV_" + bus.BucketUsage,
 	"KV_" + bus.BucketNodes, "KV_" + bus.BucketPlacements, "KV_" + bus.BucketCredentials,
-	"KV_" + bus.BucketVaults, "KV_" + bus.BucketEgress,
+	"KV_" + bus.BucketVaults, "KV_" + bus.BucketEgress, "KV_" + bus.BucketEnvironments,
 	"OBJ_" + bus.BucketSkills, "OBJ_" + bus.BucketWorkspaces}
 
 // replicas returns the replicas of each of [every] on the server, and of

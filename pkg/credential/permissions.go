@@ -21,11 +21,20 @@ type Permissions struct {
 //     operator's for the tenant's own;
 //   - the workspace API (the files of the tenant's sessions' last
 //     snapshots) as that user;
+//   - the environment API: reading the tenant's environments as that
+//     user, and for a reviewer and an operator changing them (an
+//     environment decides what its sessions may reach on the network),
+//     as the tenant's own vaults;
 //   - the tenant's session logs, read with single-filter consumers under
 //     events.<tenant>. (the server refuses a consumer whose filter is not
 //     the one its create subject names), pulls, and direct gets of the
 //     last message of a subject, and their stored large events;
 //   - the tenant's daily usage, the same way;
+//   - uploads of files for sessions to start from, staged under
+//     uploads.<tenant>.<user>. (for a bot, a reviewer and an operator,
+//     any user of the tenant): published, and read back by direct gets
+//     of the last message of a subject there, to find what is uploaded
+//     already;
 //   - for a bot, a reviewer and an operator (who speak for the tenant's
 //     users: the Slack bridge), the tenant's keys of the Slack bridge's
 //     bucket, <tenant>.>: read the same way, and written by publishing
@@ -50,11 +59,14 @@ func (c Credential) Permissions() Permissions {
 			bus.ApprovalAPI(t, u, bus.OpList),
 			bus.VaultAPI(t, u, ">"),
 			bus.WorkspaceAPI(t, u, ">"),
+			bus.EnvironmentAPI(t, u, ">"),
 			"$JS.API.CONSUMER.CREATE." + bus.StreamEvents + ".*.events." + t + ".>",
 			"$JS.API.CONSUMER.MSG.NEXT." + bus.StreamEvents + ".*",
 			"$JS.API.CONSUMER.DELETE." + bus.StreamEvents + ".*",
 			"$JS.API.DIRECT.GET." + bus.StreamEvents + ".events." + t + ".>",
 			"$JS.API.DIRECT.GET." + bus.StreamPayloads + "." + bus.PayloadSubject(t, "*"),
+			bus.UploadFilter(t, u),
+			"$JS.API.DIRECT.GET." + bus.StreamUploads + "." + bus.UploadFilter(t, u),
 			"$JS.API.CONSUMER.CREATE.KV_" + bus.BucketUsage + ".*.$KV." + bus.BucketUsage + "." + t + ".>",
 			"$JS.API.CONSUMER.MSG.NEXT.KV_" + bus.BucketUsage + ".*",
 			"$JS.API.CONSUMER.DELETE.KV_" + bus.BucketUsage + ".*",
@@ -71,7 +83,7 @@ func (c Credential) Permissions() Permissions {
 	default:
 		// A bot speaks for any user, whose token the wildcard above
 		// matches, and so would the tenant's own vaults' token.
-		p.Deny = append(p.Deny, bus.VaultAPI(t, bus.VaultTenantScope, ">"))
+		p.Deny = append(p.Deny, bus.VaultAPI(t, bus.VaultTenantScope, ">"), bus.EnvironmentAPI(t, bus.VaultTenantScope, ">"))
 	}
 	if c.Role != RoleUser {
 		p.Publish = append(p.Publish, slackKeys(t)...)

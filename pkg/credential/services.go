@@ -102,7 +102,8 @@ func Services() []Service {
 			User: UserHarness,
 			Permissions: Permissions{
 				// It asks the tool services for previews of the calls it
-				// holds for reviewers (preview.<service>.…).
+				// holds for reviewers (preview.<service>.…). It reads the
+				// environments, to resolve a request's, with jsRead.
 				Publish: concat(jsRead, []string{"$KV.leases.>", "$KV.usage.>", "tools.>", "payloads.>", "harness.lease.>", "preview.>"},
 					events("harness", "session.requested", "model.responded", "tool.dispatched", "tool.completed",
 						"approval.requested", "session.completed", "session.failed", "session.stopped", "budget.raise")),
@@ -114,20 +115,26 @@ func Services() []Service {
 			Responds: true,
 		},
 		{
+			// It reads the files clients upload (the UPLOADS stream) with
+			// the direct gets of jsRead, and writes none.
 			User: UserSandbox,
 			Permissions: Permissions{
 				Publish: concat(jsRead, []string{
 					// Replacing a snapshot's manifest purges the old one's chunks.
 					"$JS.API.STREAM.PURGE.OBJ_" + bus.BucketWorkspaces,
 					"$KV.calls.>", "$O.workspaces.>", "$KV.nodes.>", "$KV.placements.>", "payloads.>",
+					// The environments: changed through its API, and
+					// their builds recorded.
+					"$KV." + bus.BucketEnvironments + ".>",
 					// Calls, and requests for previews, forwarded to the
 					// node a session is placed on.
 					"sandbox.node.>",
 				}, events("sandbox", "tool.completed")),
 				Deny: concat(denyConsumers(bus.ConsumerSandboxCalls), denyVaults),
-				// It answers the workspace API (a nats.go/micro service,
-				// which also hears $SRV.>).
-				Subscribe: []string{bus.InboxPrefix(UserSandbox) + ".>", "sandbox.node.>", bus.PreviewFilter(bus.ServiceSandbox), bus.WorkspaceAPI("*", "*", ">"), "$SRV.>"},
+				// It answers the workspace and environment APIs (nats.go/micro
+				// services, which also hear $SRV.>).
+				Subscribe: []string{bus.InboxPrefix(UserSandbox) + ".>", "sandbox.node.>", bus.PreviewFilter(bus.ServiceSandbox), bus.WorkspaceAPI("*", "*", ">"),
+					bus.EnvironmentAPI("*", "*", ">"), "$SRV.>"},
 			},
 			Responds: true,
 		},
@@ -157,7 +164,8 @@ func Services() []Service {
 		{
 			// On every sandbox node: it alone reads and writes the vaults,
 			// asks reviewers about the requests it holds and hears their
-			// decisions, and answers the vault API.
+			// decisions, and answers the vault API. It reads the
+			// environments, for what their sessions may reach, with jsRead.
 			User: UserEgress,
 			Permissions: Permissions{
 				Publish: concat(jsRead, []string{"$KV." + bus.BucketVaults + ".>", "$KV." + bus.BucketEgress + ".>"},

@@ -57,8 +57,15 @@ type Identity struct {
 	Tenant  string    `json:"tenant"`
 	User    string    `json:"user"`
 	Session uuid.UUID `json:"session"`
-	// Environment is the session's environment, "" for none.
-	Environment string `json:"environment,omitempty"`
+	// Environment is the session's environment, "" for none, and
+	// EnvironmentVersion the version of its definition the session
+	// uses: egress lets the sandbox reach, beyond the policy, what that
+	// version's definition allows (see package environmentapi).
+	Environment        string `json:"environment,omitempty"`
+	EnvironmentVersion string `json:"environment_version,omitempty"`
+	// Phase is "" for a session's own sandbox, and [PhaseSetup] for the
+	// sandbox that builds an environment's layer.
+	Phase string `json:"phase,omitempty"`
 	// Fetch, when set, is the URL of a git repository the sandbox is
 	// preparing the workspace from: it may fetch from that repository
 	// over git's smart HTTP, with the credentials egress injects, and
@@ -66,11 +73,19 @@ type Identity struct {
 	Fetch string `json:"fetch,omitempty"`
 }
 
+// PhaseSetup is the [Identity].Phase of the sandbox that runs an
+// environment's setup: it builds a layer every session of the tenant
+// shares, so it speaks for no user (User is "": only the tenant's own
+// vaults' credentials go into its requests), and Session names the build,
+// not any session.
+const PhaseSetup = "setup"
+
 // Operations of the control protocol.
 const (
 	// OpOpen makes (or finds) the socket of a session's sandbox: the reply
-	// says whether the policy may let it reach any host and, if so, which
-	// host directory to bind at [SandboxDir]. Opening a session again
+	// says whether the policy, or the session's environment, may let it
+	// reach any host and, if so, which host directory to bind at
+	// [SandboxDir]. Opening a session again
 	// returns the same directory, with the identity given last.
 	OpOpen = "open"
 	// OpDrain returns what the session's sandbox sent since the last

@@ -105,7 +105,7 @@ type egressCompiled struct {
 // are vars, and host and port; known is false when that turns on unknown
 // variables. A condition that fails to evaluate does not hold.
 func (c *egressCompiled) holds(vars cel.Activation, host string, port int) (hold, known bool) {
-	if c.hosts != nil && !c.hosts.match(host, port) {
+	if c.hosts != nil && !c.hosts.Match(host, port) {
 		return false, true
 	}
 	if c.prg == nil {

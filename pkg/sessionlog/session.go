@@ -63,6 +63,11 @@ func (s *Session) admit(a Address, ev event.Event) error {
 	case *event.SessionRequested:
 		if s.user == "" {
 			s.user = e.User
+			// The call that prepares the workspace is the first
+			// request's, as a response's calls are the response's.
+			if e.Prepare != uuid.Nil {
+				s.calls[e.Prepare] = ""
+			}
 		}
 	case *event.ModelResponded:
 		for _, c := range e.Calls {

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
 	"corral.dev/pkg/tool"
 )
 
@@ -23,6 +24,9 @@ const (
 	OpList = "ls"
 	// OpRead reads a piece of a file ([ReadRequest]).
 	OpRead = "cat"
+	// OpDiff compares a workspace with what it started from
+	// ([DiffRequest]).
+	OpDiff = "diff"
 )
 
 // MaxRead is the most bytes one [ReadRequest] returns: a reply (its data
@@ -117,6 +121,26 @@ type ReadReply struct {
 	Entry Entry   `json:"entry"`
 	Data  []byte  `json:"data"`
 	Next  *Cursor `json:"next,omitempty"`
+}
+
+// DiffRequest asks what the last snapshot of Session changed since the
+// workspace was prepared: for a session started from a repository, against
+// the ref it started from (its .git left out); from uploaded files,
+// against those. With Stat, only the counts, not the patch.
+type DiffRequest struct {
+	Tenant  string    `json:"tenant,omitempty"`
+	Session uuid.UUID `json:"session"`
+	Stat    bool      `json:"stat,omitempty"`
+}
+
+// DiffReply answers a [DiffRequest]: the snapshot compared, what changed,
+// and the patch (git's format, which git apply takes), cut at [MaxRead]
+// bytes and then Truncated.
+type DiffReply struct {
+	Seq       uint64         `json:"seq"`
+	Changes   *event.Changes `json:"changes"`
+	Patch     string         `json:"patch,omitempty"`
+	Truncated bool           `json:"truncated,omitempty"`
 }
 
 // ReadLength is the Length a client asks for when its connection carries

@@ -38,6 +38,7 @@ func TestPermissions(t *testing.T) {
 	olga, _ := signIn(credential.AllTenants, "olga", credential.RoleOperator)
 	session := uuid.Must(uuid.NewV7())
 	tok := bus.UserToken
+	blob := strings.Repeat("ab", 32)
 
 	publish := []struct {
 		name    string
@@ -76,6 +77,18 @@ func TestPermissions(t *testing.T) {
 		{"bot: read another tenant's Slack threads", bot, "$JS.API.DIRECT.GET.KV_slack.$KV.slack.initech.>", false},
 		{"bot: a consumer of another tenant's Slack threads", bot, "$JS.API.CONSUMER.CREATE.KV_slack.x.$KV.slack.initech.>", false},
 		{"bot: the Slack bucket's stream", bot, "$JS.API.STREAM.PURGE.KV_slack", false},
+		{"user: own uploads", ada, bus.UploadSubject("acme", tok("ada"), blob, 0), true},
+		{"user: another user's uploads", ada, bus.UploadSubject("acme", tok("bob"), blob, 0), false},
+		{"user: another tenant's uploads", ada, bus.UploadSubject("initech", tok("ada"), blob, 0), false},
+		{"user: read own uploads", ada, "$JS.API.DIRECT.GET.UPLOADS." + bus.UploadSubject("acme", tok("ada"), blob, 0), true},
+		{"user: read another user's uploads", ada, "$JS.API.DIRECT.GET.UPLOADS." + bus.UploadSubject("acme", tok("bob"), blob, 0), false},
+		{"user: read another tenant's uploads", ada, "$JS.API.DIRECT.GET.UPLOADS." + bus.UploadSubject("initech", tok("ada"), blob, 0), false},
+		{"user: batched read of uploads", ada, "$JS.API.DIRECT.GET.UPLOADS", false},
+		{"user: uploads' stream info", ada, "$JS.API.STREAM.INFO.UPLOADS", false},
+		{"bot: any user's uploads", bot, bus.UploadSubject("acme", tok("bob"), blob, 0), true},
+		{"bot: read any user's uploads", bot, "$JS.API.DIRECT.GET.UPLOADS." + bus.UploadSubject("acme", tok("bob"), blob, 0), true},
+		{"bot: another tenant's uploads", bot, bus.UploadSubject("initech", tok("bob"), blob, 0), false},
+		{"bot: read another tenant's uploads", bot, "$JS.API.DIRECT.GET.UPLOADS." + bus.UploadSubject("initech", tok("bob"), blob, 0), false},
 	}
 	for _, tc := range publish {
 		t.Run(tc.name, func(t *testing.T) {
