@@ -76,7 +76,11 @@ func (s *Service) control(ctx context.Context, c net.Conn) egressapi.Reply {
 	}
 	switch req.Op {
 	case egressapi.OpOpen:
-		if id.Fetch == "" && !s.cfg.Policy.Networked(id.Tenant) {
+		// What its environment allows, read before its socket serves.
+		if err := s.envs.load(ctx, id); err != nil {
+			return egressapi.Reply{Error: fmt.Sprintf("open sandbox of session %s: %v", id.Session, err)}
+		}
+		if id.Fetch == "" && !s.cfg.Policy.Networked(id.Tenant) && !s.envs.any(id) {
 			return egressapi.Reply{}
 		}
 		dir, err := s.boxes.openSandbox(id)
@@ -90,6 +94,7 @@ func (s *Service) control(ctx context.Context, c net.Conn) egressapi.Reply {
 		return egressapi.Reply{Summary: s.audit.drain(id.Tenant, id.Session)}
 	case egressapi.OpClose:
 		s.audit.forget(id.Tenant, id.Session)
+		s.envs.forget(sessionKey{id.Tenant, id.Session})
 		if err := s.boxes.closeSandbox(id.Tenant, id.Session); err != nil {
 			return egressapi.Reply{Error: fmt.Sprintf("close sandbox of session %s: %v", id.Session, err)}
 		}

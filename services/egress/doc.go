@@ -14,6 +14,12 @@
 // credential injected, and forwarded over verified TLS. The secret never
 // reaches the sandbox: answers that echo it are redacted.
 //
+// A session's environment (package environment) may allow more: a
+// request no rule holds for, which the policy denies by default, passes
+// when it goes to one of the hosts the environment's definition names
+// (see environments.go); an environment's setup is judged the same way,
+// but never waits for a reviewer.
+//
 // The vaults live sealed in a bucket only this service may read; the
 // vault API (corral vaults) creates, lists, rotates and removes them.
 // What each sandbox sent is summed up per call for the sandbox-manager,

@@ -6,8 +6,12 @@ import (
 	"corral.dev/services/egress/internal/proxy"
 )
 
-// judge decides requests with the policy's egress rules.
-type judge struct{ p *policy.Policy }
+// judge decides requests with the policy's egress rules, and then what
+// the sandbox's environment allows (see environments.go).
+type judge struct {
+	p    *policy.Policy
+	envs *grants
+}
 
 // Judge decides t for a sandbox of id. See [proxy.Judge].
 func (j judge) Judge(id egressapi.Identity, t proxy.Target) proxy.Verdict {
@@ -20,5 +24,20 @@ func (j judge) Judge(id egressapi.Identity, t proxy.Target) proxy.Verdict {
 		// A tunnel being judged shows no method and path yet.
 		Visible: t.Method != "", Method: t.Method, Path: t.Path,
 	})
-	return proxy.Verdict{Decision: d.Decision, Rule: d.Rule, Reason: d.Reason, Known: known}
+	v := proxy.Verdict{Decision: d.Decision, Rule: d.Rule, Reason: d.Reason, Known: known}
+	if known && d.Decision == policy.Deny && d.Rule == "" {
+		// No rule held: the policy's denial by default.
+		if rule, ok := j.envs.allows(id, t.Host, t.Port); ok {
+			v = proxy.Verdict{Decision: policy.Allow, Rule: rule, Known: true}
+		}
+	}
+	if id.Phase == egressapi.PhaseSetup && v.Decision == policy.Approve {
+		// A setup runs unattended, for no session a reviewer follows.
+		why := "an environment's setup cannot wait for a reviewer: the policy must allow what it fetches"
+		if v.Reason != "" {
+			why = v.Reason + "; " + why
+		}
+		v = proxy.Verdict{Decision: policy.Deny, Rule: v.Rule, Reason: why, Known: true}
+	}
+	return v
 }

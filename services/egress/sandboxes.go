@@ -45,6 +45,9 @@ type sandboxes struct {
 	dir    string
 	bundle []byte // the CA bundle every sandbox trusts
 	serve  func(ctx context.Context, l net.Listener, id egressapi.Identity) error
+	// restored, if set, is told of each sandbox served again after a
+	// restart, before its socket is.
+	restored func(ctx context.Context, id egressapi.Identity)
 
 	mu   sync.Mutex
 	ctx  context.Context
@@ -97,6 +100,9 @@ func (b *sandboxes) restore(ctx context.Context) error {
 		var r record
 		if err := json.Unmarshal(data, &r); err != nil || r.Name == "" || strings.ContainsAny(r.Name, "/.") {
 			continue
+		}
+		if b.restored != nil {
+			b.restored(ctx, r.Identity)
 		}
 		if err := b.listen(r.Name, r.Identity); err != nil {
 			return err

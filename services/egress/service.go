@@ -35,6 +35,7 @@ type Service struct {
 	hold   *holder
 	audit  *audit
 	boxes  *sandboxes
+	envs   *grants
 }
 
 // Start connects to NATS through env and returns the service, ready to
@@ -92,6 +93,10 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", bus.BucketEgress, err)
 	}
+	envkv, err := js.KeyValue(ctx, bus.BucketEnvironments)
+	if err != nil {
+		return nil, fmt.Errorf("open kv %s: %w", bus.BucketEnvironments, err)
+	}
 	v, err := newVaults(vkv, cfg.VaultKey, log)
 	if err != nil {
 		return nil, err
@@ -116,6 +121,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		vaults: v,
 		hold:   &holder{kv: ekv, logs: logs, key: cfg.ApprovalKey, log: log},
 		audit:  a,
+		envs:   &grants{kv: envkv, log: log},
 	}
 	p := proxy.New(proxy.Config{
 		CA:           ca,
@@ -123,8 +129,8 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		Resolve:      cfg.Resolve,
 		AllowPrivate: cfg.AllowPrivate,
 		Logger:       log,
-	}, judge{cfg.Policy}, v, s.hold, a)
-	s.boxes = &sandboxes{dir: cfg.Dir, bundle: bundle, serve: p.Serve}
+	}, judge{p: cfg.Policy, envs: s.envs}, v, s.hold, a)
+	s.boxes = &sandboxes{dir: cfg.Dir, bundle: bundle, serve: p.Serve, restored: s.envs.restored}
 	return s, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/environmentapi"
 	"corral.dev/pkg/event"
 	"corral.dev/schemas"
 )
@@ -123,13 +124,9 @@ func (s *Service) startFrom(ctx context.Context, req *event.Request, ev *event.S
 			return why, nil
 		}
 	}
-	name, version, built, err := s.resolveEnvironment(ctx, req.Tenant, req.Environment)
-	if err != nil {
-		var unknown *unknownEnvironment
-		if errors.As(err, &unknown) {
-			return unknown.Error(), nil
-		}
-		return "", err
+	name, version, built, why, err := s.resolveEnvironment(ctx, req.Tenant, req.Environment)
+	if err != nil || why != "" {
+		return why, err
 	}
 	ev.Repo, ev.Files = req.Repo, req.Files
 	ev.Environment, ev.EnvironmentVersion = name, version
@@ -255,20 +252,16 @@ func admitRequest(m bus.Msg) (key, group string) {
 	return bus.BySession(m)
 }
 
-// unknownEnvironment is the error of a request naming an environment its
-// tenant does not have.
-type unknownEnvironment struct{ tenant, name string }
-
-func (e *unknownEnvironment) Error() string {
-	return fmt.Sprintf("environment: tenant %s has no environment %q (corral environments ls lists them)", e.tenant, e.name)
-}
-
 // resolveEnvironment returns the environment a session of tenant runs in,
 // given the name its request gives ("" for the tenant's default), the
-// version of its definition, and whether that version is built.
-func (s *Service) resolveEnvironment(ctx context.Context, tenant, name string) (string, string, bool, error) {
-	if name == "" {
-		return "", "", false, nil
+// version of its definition, and whether that version is built. It says
+// why a request names one the tenant does not have.
+func (s *Service) resolveEnvironment(ctx context.Context, tenant, name string) (resolved, version string, built bool, why string, err error) {
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	resolved, version, built, err = environmentapi.Resolve(rctx, s.environments, tenant, name)
+	if errors.Is(err, environmentapi.ErrUnknown) {
+		return "", "", false, "environment: " + err.Error() + " (corral environments ls lists the tenant's)", nil
 	}
-	return "", "", false, &unknownEnvironment{tenant, name}
+	return resolved, version, built, "", err
 }

@@ -45,7 +45,10 @@ type Service struct {
 	// counter counts the daily usage that the budget checks read.
 	counter *usageCounter
 	skills  *skillIndex
-	log     *slog.Logger
+	// environments are the tenants' environments, which a session's
+	// first request names (or its tenant's default).
+	environments jetstream.KeyValue
+	log          *slog.Logger
 	// logs reads and writes the session logs, as the harness.
 	logs   *sessionlog.Log
 	folded foldCache
@@ -85,6 +88,10 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	environments, err := js.KeyValue(ctx, bus.BucketEnvironments)
+	if err != nil {
+		return nil, err
+	}
 	days, err := newDayUsages(usage, cfg.Policy)
 	if err != nil {
 		return nil, err
@@ -106,8 +113,9 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		return nil, err
 	}
 	s := &Service{
-		skills: index,
-		cfg:    cfg,
+		skills:       index,
+		environments: environments,
+		cfg:          cfg,
 		logs: sessionlog.New(js, sessionlog.Options{
 			As: sessionlog.Harness, Reader: "harness", DeadLetters: true, Logger: log,
 		}),

@@ -39,6 +39,11 @@ type Config struct {
 	// DefaultTimeout is a Bash call's timeout when it gives none
 	// (CORRAL_SANDBOX_TIMEOUT, a Go duration).
 	DefaultTimeout time.Duration
+	// SetupTimeout bounds an environment's setup, which runs once per
+	// version of its definition (CORRAL_SANDBOX_SETUP_TIMEOUT, a Go
+	// duration; default 20m): one that runs longer is stopped, and fails
+	// the session that needed it.
+	SetupTimeout time.Duration
 	// FileTimeout bounds each Read, Write, Edit, Glob and Grep call
 	// (CORRAL_SANDBOX_FILE_TIMEOUT, a Go duration; default 30s).
 	FileTimeout time.Duration
@@ -180,6 +185,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		def  time.Duration
 	}{
 		{"CORRAL_SANDBOX_TIMEOUT", &cfg.DefaultTimeout, 2 * time.Minute},
+		{"CORRAL_SANDBOX_SETUP_TIMEOUT", &cfg.SetupTimeout, 20 * time.Minute},
 		{"CORRAL_SANDBOX_FILE_TIMEOUT", &cfg.FileTimeout, 0},
 		{"CORRAL_SANDBOX_IDLE_TIMEOUT", &cfg.IdleTimeout, 0},
 		{"CORRAL_SANDBOX_STOP_TIMEOUT", &cfg.StopTimeout, 0},

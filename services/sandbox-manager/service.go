@@ -48,6 +48,7 @@ type Service struct {
 	metrics *serviceMetrics
 	snaps   *snapshots // nil when snapshots are off
 	place   *placement
+	envs    *environments
 }
 
 // Start returns the sandbox-manager cfg configures in the process env:
@@ -93,6 +94,9 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	s.metrics = newMetrics(reg, s)
+	if s.envs, err = newEnvironments(ctx, js, filepath.Join(cfg.DataDir, "environments")); err != nil {
+		return nil, err
+	}
 	workspaces := filepath.Join(cfg.DataDir, "workspaces")
 	var egress sandbox.Egress // nil: no sandbox has network
 	if cfg.EgressSocket != "" {
@@ -108,6 +112,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		MaxSuspended:    cfg.MaxSuspended,
 		PoolSize:        cfg.PoolSize,
 		Skills:          s.skillsDir,
+		Layer:           s.sessionLayer,
 		OnStart:         s.metrics.started,
 		MemoryBytes:     cfg.MemoryBytes,
 		FileSizeBytes:   cfg.FileBytes,
@@ -171,6 +176,8 @@ func (s *Service) Run(ctx context.Context) error {
 	// off too, where none is found.
 	read := make(chan error, 1)
 	go func() { read <- s.serveWorkspaces(ctx) }()
+	envs := make(chan error, 1)
+	go func() { envs <- s.serveEnvironments(ctx) }()
 	leased, reaped := make(chan struct{}), make(chan struct{})
 	go func() { s.place.keepAlive(wctx); close(leased) }()
 	go func() { s.reap(ctx); close(reaped) }()
@@ -203,11 +210,12 @@ func (s *Service) Run(ctx context.Context) error {
 	serr := <-served
 	perr := <-previewed
 	rerr := <-read
+	eerr := <-envs
 	stopWatching()
 	werr := <-watched
 	<-leased
 	<-reaped
 	// No call is running once Consume returns: stop every sandbox.
 	s.driver.Close()
-	return errors.Join(err, serr, perr, rerr, werr)
+	return errors.Join(err, serr, perr, rerr, eerr, werr)
 }

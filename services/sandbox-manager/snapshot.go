@@ -76,6 +76,9 @@ type snapshots struct {
 	// snapshot this node took last: a call that changed nothing takes
 	// none.
 	taken *lru.Cache[string, [32]byte]
+	// bases caches the base of each session (see prepare.go), nil for a
+	// session that has none.
+	bases *lru.Cache[string, *manifest]
 	// dirty are the sessions whose last snapshot failed, with the revision
 	// of their placement here then: their workspace here is the only
 	// up-to-date copy. dir keeps a note of each on disk,
@@ -155,6 +158,7 @@ func newSnapshots(ctx context.Context, js jetstream.JetStream, dir, workspaces s
 		stored: mustLRU[string, time.Time](1 << 17),
 		used:   mustLRU[string, usage](1 << 16),
 		taken:  mustLRU[string, [32]byte](1 << 16),
+		bases:  mustLRU[string, *manifest](1 << 10),
 		dirty:  dirty,
 		noted:  noted,
 	}, nil
@@ -401,24 +405,8 @@ func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUI
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
 	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return 0, err
-	}
-	defer root.Close()
-	for _, f := range m.Files {
-		p := filepath.FromSlash(f.Path)
-		switch {
-		case f.Mode.IsDir():
-			err = root.MkdirAll(p, f.Mode.Perm())
-		case f.Link != "":
-			err = root.Symlink(f.Link, p)
-		default:
-			err = s.fetch(ctx, root, p, f)
-		}
-		if err != nil {
-			return 0, fmt.Errorf("restore %s: %s: %w", session, f.Path, err)
-		}
+	if err := s.layOut(ctx, dir, m.Files); err != nil {
+		return 0, fmt.Errorf("restore %s: %w", session, err)
 	}
 	files, err := json.Marshal(m.Files)
 	if err != nil {
@@ -430,6 +418,31 @@ func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUI
 	s.clean(tenant, session)
 	s.mu.Unlock()
 	return m.Seq, nil
+}
+
+// layOut makes files, a manifest's, in the directory dir, which exists
+// and is empty, fetching each file's content from the store.
+func (s *snapshots) layOut(ctx context.Context, dir string, files []fileEntry) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, f := range files {
+		p := filepath.FromSlash(f.Path)
+		switch {
+		case f.Mode.IsDir():
+			err = root.MkdirAll(p, f.Mode.Perm())
+		case f.Link != "":
+			err = root.Symlink(f.Link, p)
+		default:
+			err = s.fetch(ctx, root, p, f)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.Path, err)
+		}
+	}
+	return nil
 }
 
 func (s *snapshots) fetch(ctx context.Context, root *os.Root, p string, f fileEntry) error {
@@ -494,6 +507,7 @@ func (s *snapshots) drop(ctx context.Context, tenant string, session uuid.UUID) 
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
 	_ = s.store.Delete(rctx, manifestName(tenant, session))
+	_ = s.store.Delete(rctx, baseName(tenant, session))
 	s.mu.Lock()
 	s.clean(tenant, session)
 	s.mu.Unlock()

@@ -1,6 +1,7 @@
 package sandboxmanager
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -241,5 +242,41 @@ func (r *snapshotReader) read(ctx context.Context, tenant string, req *workspace
 		seq, at = msg.Sequence+1, end
 		out.Next = &workspaceapi.Cursor{Object: blob.NUID, Seq: seq, At: at}
 	}
+	return out, nil
+}
+
+// diff answers [workspaceapi.OpDiff], with a patch of at most limit bytes.
+func (r *snapshotReader) diff(ctx context.Context, tenant string, req *workspaceapi.DiffRequest, limit int) (*workspaceapi.DiffReply, error) {
+	c, err := r.manifest(ctx, tenant, req.Session)
+	if err != nil {
+		return nil, err
+	}
+	base, err := readBase(ctx, r.store, tenant, req.Session)
+	if err != nil {
+		return nil, err
+	}
+	if base == nil {
+		return nil, apiErrorf(workspaceapi.CodeNotFound, "session %s did not start from a repository or uploaded files: there is nothing to compare its workspace with (corral workspace ls and get show what it holds)", req.Session)
+	}
+	changes := compare(base.Files, c.m.Files)
+	read := storeBlobs(r.store)
+	stat, err := diffStat(ctx, read, changes)
+	if err != nil {
+		return nil, err
+	}
+	out := &workspaceapi.DiffReply{Seq: c.m.Seq, Changes: stat}
+	if req.Stat {
+		return out, nil
+	}
+	var patch bytes.Buffer
+	err = writePatch(ctx, &patch, read, changes, limit)
+	switch {
+	case errors.Is(err, errPatchTooLarge):
+		out.Truncated = true
+		patch.Truncate(limit)
+	case err != nil:
+		return nil, err
+	}
+	out.Patch = patch.String()
 	return out, nil
 }

@@ -45,49 +45,65 @@ type usage struct {
 	bytes int64
 }
 
-// take captures the workspace dir of session into the store, and returns
-// the snapshot's sequence and the bytes its files hold. A workspace over
-// one of lim's bounds is not captured: the error, matching errBound, says
-// which and how to get under it. The caller holds the session's lock.
-func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, dir string, lim limits) (seq uint64, size int64, err error) {
-	start := time.Now()
-	var m manifest
-	var keys []string                  // the hash cache's keys of the files named
-	uploads := make(map[string]string) // paths of the contents to upload, by hash
-	var changed int64                  // bytes of the files not named by the last snapshot, once per content
-	var order []string
+// capture is a directory as the store is to keep it: the entries of its
+// manifest, and what must be uploaded first.
+type capture struct {
+	files []fileEntry
+	// keys are the hash cache's keys of the files named.
+	keys []string
+	// uploads are the paths of the contents the store lacks, by hash, and
+	// order their hashes, as the walk found them.
+	uploads map[string]string
+	order   []string
+	// changed counts the bytes of the files the directory's last manifest
+	// in the store did not name, once per content.
+	changed int64
+	// size counts the bytes of its regular files, up to where the walk
+	// stopped.
+	size int64
+}
+
+// capture walks the directory dir within b, hashing each file unless its
+// size and mtime are as when it was last hashed, and making sure the
+// store keeps each content it holds already (see [snapshots.ensure]).
+// Its manifest must then be written within half the blob grace of the
+// call, after [snapshots.uploadAll]. A directory over one of b's bounds
+// fails with an error matching errBound; c's size is then what the walk
+// counted.
+func (s *snapshots) capture(ctx context.Context, dir string, b bounds) (c *capture, err error) {
+	c = &capture{uploads: make(map[string]string)}
 	sure := make(map[string]bool)
-	err = walk(dir, lim.bounds, func(r *os.Root, name, rel string, info fs.FileInfo) error {
+	err = walk(dir, b, func(r *os.Root, name, rel string, info fs.FileInfo) error {
 		f := fileEntry{Path: rel, Mode: info.Mode()}
 		switch {
 		case info.Mode().IsRegular():
-			size += info.Size()
-			if lim.bytes > 0 && size > lim.bytes {
-				return tooManyBytes(lim.bytes)
+			c.size += info.Size()
+			if b.bytes > 0 && c.size > b.bytes {
+				return tooManyBytes(b.bytes)
 			}
 			key := dir + "/" + rel
-			c, err := s.hash(r, name, rel, key, info)
+			h, err := s.hash(r, name, rel, key, info)
 			if err != nil {
 				return err
 			}
-			f.Hash, f.Size = c.hash, info.Size()
-			keys = append(keys, key)
-			if _, ok := uploads[c.hash]; c.named || ok || sure[c.hash] {
+			f.Hash, f.Size = h.hash, info.Size()
+			c.keys = append(c.keys, key)
+			if _, ok := c.uploads[h.hash]; h.named || ok || sure[h.hash] {
 				break
 			}
 			// Counted against the session's stored bytes whether or not
 			// the store holds it already: what any tenant stored must not
 			// show in what this one is told it used.
-			changed += info.Size()
-			up, err := s.ensure(ctx, c.hash)
+			c.changed += info.Size()
+			up, err := s.ensure(ctx, h.hash)
 			if err != nil {
 				return err
 			}
 			if up {
-				uploads[c.hash] = rel
-				order = append(order, c.hash)
+				c.uploads[h.hash] = rel
+				c.order = append(c.order, h.hash)
 			} else {
-				sure[c.hash] = true
+				sure[h.hash] = true
 			}
 		case info.Mode()&fs.ModeSymlink != 0:
 			var err error
@@ -97,15 +113,45 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 		case !info.IsDir():
 			return nil // sockets, fifos: not kept
 		}
-		m.Files = append(m.Files, f)
+		c.files = append(c.files, f)
 		return nil
 	})
+	return c, err
+}
+
+// uploadAll stores the contents of dir that c found the store lacks.
+func (s *snapshots) uploadAll(ctx context.Context, dir string, c *capture) error {
+	if len(c.order) == 0 {
+		return nil
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, hash := range c.order {
+		if err := s.upload(ctx, root, c.uploads[hash], hash); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// take captures the workspace dir of session into the store, and returns
+// the snapshot's sequence and the bytes its files hold. A workspace over
+// one of lim's bounds is not captured: the error, matching errBound, says
+// which and how to get under it. The caller holds the session's lock.
+func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, dir string, lim limits) (seq uint64, size int64, err error) {
+	start := time.Now()
+	c, err := s.capture(ctx, dir, lim.bounds)
+	size = c.size
 	if errors.Is(err, errBound) {
 		return 0, size, err
 	}
 	if err != nil {
 		return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
 	}
+	m := manifest{Files: c.files}
 	files, err := json.Marshal(m.Files)
 	if err != nil {
 		return 0, size, err
@@ -128,22 +174,13 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	if err != nil {
 		return 0, size, err
 	}
-	adding := changed
+	adding := c.changed
 	if lim.stored > 0 && used.bytes+adding > lim.stored {
 		return 0, size, &boundError{fmt.Sprintf("this call left %d bytes of new or changed files, and this session's snapshots stored %d bytes since %s: over their limit of %d bytes an hour (CORRAL_SANDBOX_SNAPSHOT_BYTES), so the workspace was not snapshotted. Remove or shrink files you do not need, or change fewer before %s; the next call snapshots the workspace again",
 			adding, used.bytes, used.since.UTC().Format(time.TimeOnly), lim.stored, used.since.Add(usageWindow).UTC().Format(time.TimeOnly))}
 	}
-	if len(order) > 0 {
-		root, err := os.OpenRoot(dir)
-		if err != nil {
-			return 0, size, err
-		}
-		defer root.Close()
-		for _, hash := range order {
-			if err := s.upload(ctx, root, uploads[hash], hash); err != nil {
-				return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
-			}
-		}
+	if err := s.uploadAll(ctx, dir, c); err != nil {
+		return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
 	}
 	used.bytes += adding
 	if time.Since(start) >= s.grace/2 {
@@ -172,7 +209,7 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	}
 	// The manifest in the store names these files now: until they
 	// change, the next snapshot need not make sure the store keeps them.
-	for _, k := range keys {
+	for _, k := range c.keys {
 		if c, ok := s.hashes.Get(k); ok && !c.named {
 			c.named = true
 			s.hashes.Add(k, c)

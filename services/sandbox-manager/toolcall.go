@@ -95,6 +95,9 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		// of the node's lease): deliver it again, to be placed afresh.
 		return bus.NotYet(0, fmt.Errorf("session %s is no longer placed here", c.Session))
 	}
+	if c.Name == event.PrepareTool {
+		return s.runPrepare(ctx, c, at)
+	}
 	// Brought up to date before the call is marked as started, so that a
 	// failure here leaves a call that certainly did not run.
 	moved, err := s.syncWorkspace(ctx, c, at)
@@ -184,6 +187,13 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		if msg := s.snapshot(ctx, c, at); msg != "" {
 			res.IsError = true
 			res.Output += "\nError: " + msg
+		} else if s.snaps != nil {
+			// What the session's answer says it changed, kept current.
+			ch, err := s.snaps.changes(ctx, c.Tenant, c.Session)
+			if err != nil {
+				s.log.WarnContext(ctx, "changes since the workspace's base", "session", c.Session, "err", err)
+			}
+			res.Changes = ch
 		}
 	}
 	res.Truncated, res.TimedOut, res.DurationMS = r.Truncated, r.TimedOut, r.Duration.Milliseconds()

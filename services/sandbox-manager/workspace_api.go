@@ -70,6 +70,13 @@ func (s *Service) serveWorkspaces(ctx context.Context) error {
 			}
 			return w.read(ctx, tenant, &req)
 		},
+		workspaceapi.OpDiff: func(ctx context.Context, tenant string, data []byte) (any, error) {
+			var req workspaceapi.DiffRequest
+			if err := decodeRequest(data, tenant, &req, &req.Tenant); err != nil {
+				return nil, err
+			}
+			return w.diff(ctx, tenant, &req, int(workspaceapi.ReadLength(s.js.Conn().MaxPayload())))
+		},
 	} {
 		err := svc.AddEndpoint(op, micro.HandlerFunc(func(r micro.Request) {
 			// Only the server's record says a request came from a

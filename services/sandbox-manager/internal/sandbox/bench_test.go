@@ -74,7 +74,7 @@ func BenchmarkForkExecBash(b *testing.B) {
 // /bin/true, which is what every Bash call cost before the executor.
 func BenchmarkBwrapTrue(b *testing.B) {
 	d := newDriver(b, Config{})
-	args := append(d.sandboxArgs(d.cfg.Dir, "", ""), "--", "/bin/true")
+	args := append(d.sandboxArgs(d.cfg.Dir, "", "", layerMount{}), "--", "/bin/true")
 	var ds []time.Duration
 	for b.Loop() {
 		start := time.Now()

@@ -66,11 +66,12 @@ type box struct {
 }
 
 // startBox starts a sandbox around workspace, with our own executable as
-// its executor, and with network through the egress directory egress
-// unless that is "" (see [Driver.sandboxArgs]). It returns once bwrap is
+// its executor, with network through the egress directory egress unless
+// that is "", and with an environment's layer unless layer has no
+// directory (see [Driver.sandboxArgs]). It returns once bwrap is
 // running, without waiting for the executor: the first call pipelines its
 // request behind the startup.
-func (d *Driver) startBox(workspace, skills, egress string) (*box, error) {
+func (d *Driver) startBox(workspace, skills, egress string, layer layerMount) (*box, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("stdin pipe: %w", err)
@@ -81,7 +82,7 @@ func (d *Driver) startBox(workspace, skills, egress string) (*box, error) {
 		inW.Close()
 		return nil, fmt.Errorf("stdout pipe: %w", err)
 	}
-	args := d.sandboxArgs(workspace, skills, egress)
+	args := d.sandboxArgs(workspace, skills, egress, layer)
 	args = append(args, "--", executorPath, ExecutorArg)
 	b := &box{
 		in:      inW,

@@ -103,14 +103,15 @@ func systemArgs() ([]string, error) {
 // sandboxArgs returns the bwrap options that build a session's sandbox around
 // the host directory workspace, with the host directory skills (if any)
 // read-only at /skills, the host directory egress (if any) read-only at
-// [egressapi.SandboxDir] with the proxy's variables (see egressArgs), and
-// our own binary at executorPath; the caller appends "--" and the command,
-// which runs as PID 1 of the sandbox.
+// [egressapi.SandboxDir] with the proxy's variables (see egressArgs), an
+// environment's layer (if any) at /opt/env with its variables (see
+// layerArgs), and our own binary at executorPath; the caller appends
+// "--" and the command, which runs as PID 1 of the sandbox.
 //
 // /tmp, /dev/shm and HOME ([homeDir]) are tmpfs of TmpSize bytes each and
 // the rest of /dev is read-only, so what a command leaves outside
 // /workspace is bounded and lives only as long as the sandbox.
-func (d *Driver) sandboxArgs(workspace, skills, egress string) []string {
+func (d *Driver) sandboxArgs(workspace, skills, egress string, layer layerMount) []string {
 	args := []string{
 		// --unshare-all only tries a user namespace; demand one.
 		"--unshare-all", "--unshare-user",
@@ -156,6 +157,7 @@ func (d *Driver) sandboxArgs(workspace, skills, egress string) []string {
 	if egress != "" {
 		args = append(args, egressArgs(egress)...)
 	}
+	args = append(args, d.layerArgs(layer)...)
 	args = append(args,
 		"--chdir", "/workspace",
 		// The root is a tmpfs made by bwrap; without this, / would be writable.

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"corral.dev/pkg/egressapi"
 )
 
 // Config configures a [Driver]. Zero values take the defaults noted on each field.
@@ -110,6 +112,17 @@ type Config struct {
 	// ancestors, must let the sandbox user (see User) through, and their
 	// sockets must accept its connections.
 	Egress Egress
+	// Layer, if set, returns the layer of the environment of the session
+	// id names, when its sandbox is about to start: the host directory
+	// bound read-only at /opt/env (package environment's Mount), with the
+	// layer's directories first on PATH and its variables, and the
+	// environment's name and version, which go to the egress service
+	// with id. The zero Layer is none. Its ctx is the call's. A sandbox
+	// with a layer never comes from the pool; an error fails the call
+	// before anything runs ([ErrNotRun]). The directory and its
+	// ancestors must let the sandbox user (see User) through. A layer
+	// changes only between sandboxes: one started keeps its own.
+	Layer func(ctx context.Context, id egressapi.Identity) (Layer, error)
 	// Logger is told what the Driver handles without failing a call (an
 	// egress summary it could not get, say); nil discards it.
 	Logger *slog.Logger

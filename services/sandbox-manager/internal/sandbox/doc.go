@@ -21,8 +21,16 @@
 // forks. PATH holds, in this order, the toolchain directories that the
 // host's /usr has, of those env.go lists (/usr/local/go/bin,
 // /usr/local/cargo/bin, /usr/local/node/bin), then /usr/local/bin, /usr/bin
-// and /bin, then ~/.local/bin and ~/go/bin. An environment's layer, once one is bound at
-// /opt/env, is to put /opt/env/bin first.
+// and /bin, then ~/.local/bin and ~/go/bin.
+//
+// A session of an environment ([Config.Layer]) has the environment's
+// layer, a host directory built once per version of the environment,
+// bound read-only at /opt/env, its directories first on PATH (/opt/env/bin,
+// pip's and npm's) and PYTHONPATH and NODE_PATH set to what pip and npm
+// installed there (see package environment). Its sandbox never comes from
+// the pool. [Driver.Setup] builds a layer: it runs the environment's setup
+// once, in a sandbox made like a session's but with a fresh layer bound
+// writable and a scratch /workspace of its own.
 //
 // A session's first Bash call starts its sandbox, which then stays up: its
 // first process, PID 1, is an executor, which is this very binary (bound

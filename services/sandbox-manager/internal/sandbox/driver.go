@@ -177,7 +177,7 @@ func (d *Driver) probe() error {
 		return fmt.Errorf("%w: %v: %s", ErrSandboxUnavailable, err, bytes.TrimSpace(out))
 	}
 
-	b, err := d.startBox(d.cfg.Dir, "", "")
+	b, err := d.startBox(d.cfg.Dir, "", "", layerMount{})
 	if err != nil {
 		return fmt.Errorf("probe sandbox: %w", err)
 	}

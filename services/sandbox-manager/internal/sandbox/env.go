@@ -19,9 +19,9 @@ const homeDir = "/home/sandbox"
 // system's directories. Only those that exist on the host when the Driver
 // starts go on PATH: the sandbox sees the host's /usr as it is.
 //
-// An environment's layer, once one is bound read-only at /opt/env (issue
-// 21), will put its /opt/env/bin ahead of them all; nothing is bound there
-// yet, so nothing of it goes on PATH.
+// A sandbox with an environment's layer at /opt/env has the layer's
+// directories (package environment's Path) ahead of them all (see
+// [Driver.layerArgs]); one without has nothing of /opt/env on PATH.
 var toolchainDirs = []string{
 	"/usr/local/go/bin",    // Go, as the golang images and go.dev/dl install it
 	"/usr/local/cargo/bin", // Rust, as the rust images install it (rustup's CARGO_HOME)

@@ -133,7 +133,7 @@ func (d *Driver) fill(tenant, skills string) {
 	}
 	var b *box
 	if err == nil {
-		b, err = d.startBox(dir, skills, "")
+		b, err = d.startBox(dir, skills, "", layerMount{})
 	}
 	if err == nil {
 		// Ready before it is pooled: bwrap must have bound dir before

@@ -181,8 +181,10 @@ func (d *Driver) stopAsync(s *session) {
 
 // liveBox returns the live sandbox of s, starting one around workspace if
 // it has none or its sandbox died since the last call. fresh reports a new
-// one. A new one has network if the egress service, opened for s, says
-// so; otherwise it may be a pooled one. The caller holds the lock of s.
+// one. A new one has the layer of the session's environment, if
+// [Config.Layer] gives one, and network if the egress service, opened for
+// s, says so; with neither, it may be a pooled one. The caller holds the
+// lock of s.
 func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *box, fresh bool, err error) {
 	d.mu.Lock()
 	b = s.box
@@ -209,6 +211,10 @@ func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *
 			return nil, false, fmt.Errorf("skills: %w", err)
 		}
 	}
+	layer, err := d.layer(ctx, s)
+	if err != nil {
+		return nil, false, err
+	}
 	if d.owner != nil {
 		if err := d.owner.ownTree(workspace); err != nil {
 			return nil, false, err
@@ -220,18 +226,19 @@ func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *
 		return nil, false, err
 	}
 	b = nil
-	if egress == "" {
-		// A pooled sandbox has no network (see pool.go).
+	pooled := egress == "" && layer.Dir == ""
+	if pooled {
+		// A pooled sandbox has no network and no layer (see pool.go).
 		b, err = d.take(s.id.Tenant, skills, workspace)
 	}
 	if b == nil && err == nil {
-		b, err = d.startBox(workspace, skills, egress)
+		b, err = d.startBox(workspace, skills, egress, layerMount{dir: layer.Dir})
 	}
 	if err != nil {
 		return nil, false, err
 	}
 	// Filled again once the call is done, so as not to slow it down.
-	s.refill, s.skills = egress == "", skills
+	s.refill, s.skills = pooled, skills
 	if d.cfg.OnStart != nil {
 		kind := StartCold
 		if s.resumable {

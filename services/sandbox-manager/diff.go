@@ -1,0 +1,278 @@
+package sandboxmanager
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"slices"
+	"strings"
+
+	"github.com/aymanbagabas/go-udiff"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+)
+
+// What a workspace started from a repository changed: its last snapshot
+// against its base (see prepare.go), file by file, the repository's .git
+// left out. Both are manifests in the store, so the comparison needs no
+// workspace on disk and no sandbox, and reads only the contents of the
+// files that differ.
+
+// maxDiffBlob is the largest file whose lines are compared; a larger one
+// counts as binary.
+const maxDiffBlob = 8 << 20
+
+// change is one file of a workspace that differs from its base: Old is
+// nil for a file added, New for one deleted.
+type change struct {
+	Path     string
+	Old, New *fileEntry
+}
+
+// status is how c's file changed: "added", "modified" or "deleted".
+func (c change) status() string {
+	switch {
+	case c.Old == nil:
+		return "added"
+	case c.New == nil:
+		return "deleted"
+	}
+	return "modified"
+}
+
+// compare returns the files (regular files and symlinks) that differ
+// between the manifests base and now, by path.
+func compare(base, now []fileEntry) []change {
+	index := func(files []fileEntry) map[string]*fileEntry {
+		m := make(map[string]*fileEntry, len(files))
+		for i := range files {
+			f := &files[i]
+			if f.Mode.IsDir() || f.Path == ".git" || strings.HasPrefix(f.Path, ".git/") {
+				continue
+			}
+			m[f.Path] = f
+		}
+		return m
+	}
+	was, is := index(base), index(now)
+	var out []change
+	for p, n := range is {
+		o := was[p]
+		if o == nil || o.Hash != n.Hash || o.Link != n.Link || gitMode(o.Mode) != gitMode(n.Mode) {
+			out = append(out, change{Path: p, Old: o, New: n})
+		}
+	}
+	for p, o := range was {
+		if is[p] == nil {
+			out = append(out, change{Path: p, Old: o})
+		}
+	}
+	slices.SortFunc(out, func(a, b change) int { return strings.Compare(a.Path, b.Path) })
+	return out
+}
+
+// gitMode is the mode git records for a file of mode m.
+func gitMode(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "120000"
+	case m&0o100 != 0:
+		return "100755"
+	}
+	return "100644"
+}
+
+// blobReader reads the content of a file of a manifest, given by hash; ok
+// is false for one over [maxDiffBlob].
+type blobReader func(ctx context.Context, hash string) (data []byte, ok bool, err error)
+
+// storeBlobs returns a blobReader of store.
+func storeBlobs(store jetstream.ObjectStore) blobReader {
+	return func(ctx context.Context, hash string) ([]byte, bool, error) {
+		obj, err := store.Get(ctx, "b."+hash)
+		if err != nil {
+			return nil, false, err
+		}
+		defer obj.Close()
+		data, err := io.ReadAll(io.LimitReader(obj, maxDiffBlob+1))
+		if err != nil {
+			return nil, false, err
+		}
+		if len(data) > maxDiffBlob {
+			return nil, false, nil
+		}
+		return data, true, nil
+	}
+}
+
+// content returns what the file f holds as text, and false if it is
+// binary (or too large to compare); a symlink holds its target.
+func content(ctx context.Context, read blobReader, f *fileEntry) (string, bool, error) {
+	switch {
+	case f == nil:
+		return "", true, nil
+	case f.Mode&fs.ModeSymlink != 0:
+		return f.Link, true, nil
+	case f.Hash == "":
+		return "", true, nil
+	}
+	data, ok, err := read(ctx, f.Hash)
+	if err != nil || !ok {
+		return "", false, err
+	}
+	// As git tells them: a NUL in the first 8000 bytes makes a file binary.
+	if bytes.IndexByte(data[:min(len(data), 8000)], 0) >= 0 {
+		return "", false, nil
+	}
+	return string(data), true, nil
+}
+
+// fileDiff is one changed file's unified diff, nil for a binary file.
+func fileDiff(ctx context.Context, read blobReader, c change) (*udiff.UnifiedDiff, error) {
+	old, oldText, err := content(ctx, read, c.Old)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Path, err)
+	}
+	now, newText, err := content(ctx, read, c.New)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Path, err)
+	}
+	if !oldText || !newText {
+		return nil, nil
+	}
+	from, to := "a/"+c.Path, "b/"+c.Path
+	if c.Old == nil {
+		from = "/dev/null"
+	}
+	if c.New == nil {
+		to = "/dev/null"
+	}
+	d, err := udiff.ToUnifiedDiff(from, to, old, udiff.Lines(old, now), udiff.DefaultContextLines)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Path, err)
+	}
+	return &d, nil
+}
+
+// diffStat counts what changes changed.
+func diffStat(ctx context.Context, read blobReader, changes []change) (*event.Changes, error) {
+	out := &event.Changes{Files: []event.ChangedFile{}}
+	for _, c := range changes {
+		f := event.ChangedFile{Path: c.Path, Status: c.status()}
+		d, err := fileDiff(ctx, read, c)
+		if err != nil {
+			return nil, err
+		}
+		if d == nil {
+			f.Binary = true
+		} else {
+			for _, h := range d.Hunks {
+				for _, l := range h.Lines {
+					switch l.Kind {
+					case udiff.Insert:
+						f.Insertions++
+					case udiff.Delete:
+						f.Deletions++
+					}
+				}
+			}
+		}
+		out.Insertions += f.Insertions
+		out.Deletions += f.Deletions
+		out.Files = append(out.Files, f)
+	}
+	return out, nil
+}
+
+// errPatchTooLarge stops a patch past its limit.
+var errPatchTooLarge = errors.New("the patch is over its limit")
+
+// writePatch writes changes as a patch git applies (git apply), of at most
+// limit bytes: past it, it stops with errPatchTooLarge.
+func writePatch(ctx context.Context, w *bytes.Buffer, read blobReader, changes []change, limit int) error {
+	for _, c := range changes {
+		fmt.Fprintf(w, "diff --git a/%s b/%s\n", c.Path, c.Path)
+		switch {
+		case c.Old == nil:
+			fmt.Fprintf(w, "new file mode %s\n", gitMode(c.New.Mode))
+		case c.New == nil:
+			fmt.Fprintf(w, "deleted file mode %s\n", gitMode(c.Old.Mode))
+		case gitMode(c.Old.Mode) != gitMode(c.New.Mode):
+			fmt.Fprintf(w, "old mode %s\nnew mode %s\n", gitMode(c.Old.Mode), gitMode(c.New.Mode))
+		}
+		d, err := fileDiff(ctx, read, c)
+		switch {
+		case err != nil:
+			return err
+		case d == nil:
+			from, to := "a/"+c.Path, "b/"+c.Path
+			if c.Old == nil {
+				from = "/dev/null"
+			}
+			if c.New == nil {
+				to = "/dev/null"
+			}
+			fmt.Fprintf(w, "Binary files %s and %s differ\n", from, to)
+		default:
+			w.WriteString(d.String())
+		}
+		if w.Len() > limit {
+			return errPatchTooLarge
+		}
+	}
+	return nil
+}
+
+// readBase returns the base of session from store, nil if it has none.
+func readBase(ctx context.Context, store jetstream.ObjectStore, tenant string, session uuid.UUID) (*manifest, error) {
+	data, err := store.GetBytes(ctx, baseName(tenant, session))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the base of %s: %w", session, err)
+	}
+	m, err := decodeManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("read the base of %s: %w", session, err)
+	}
+	return &m, nil
+}
+
+// changes returns what the workspace of session changed since its base,
+// as of its last snapshot; nil if it has no base. A base, or the lack of
+// one, is looked up once: it never changes.
+func (s *snapshots) changes(ctx context.Context, tenant string, session uuid.UUID) (*event.Changes, error) {
+	key := bus.SessionKey(tenant, session)
+	base, ok := s.bases.Get(key)
+	if !ok {
+		rctx, cancel := bus.Bound(ctx)
+		var err error
+		base, err = readBase(rctx, s.store, tenant, session)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		s.bases.Add(key, base)
+	}
+	if base == nil {
+		return nil, nil
+	}
+	rctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	data, err := s.store.GetBytes(rctx, manifestName(tenant, session))
+	if err != nil {
+		return nil, fmt.Errorf("read the snapshot of %s: %w", session, err)
+	}
+	now, err := decodeManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("read the snapshot of %s: %w", session, err)
+	}
+	return diffStat(rctx, storeBlobs(s.store), compare(base.Files, now.Files))
+}
