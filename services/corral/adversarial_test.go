@@ -467,6 +467,7 @@ func readPaths(victim uuid.UUID) map[string]readPath {
 		"consumer on " + bus.SessionEvents("acme", victim):            {try: consume(bus.StreamEvents, bus.SessionEvents("acme", victim))},
 		"consumer on events.>":                                        {try: consume(bus.StreamEvents, "events.>")},
 		"direct get payloads.acme.>":                                  {try: last(bus.StreamPayloads, "payloads.acme.>")},
+		"direct get uploads.acme.>":                                   {try: last(bus.StreamUploads, "uploads.acme.>"), userScoped: true},
 		"direct get $KV.usage.acme.>":                                 {try: kv(bus.BucketUsage, "acme.>")},
 		"direct get $KV.slack.acme.>":                                 {try: kv(bus.BucketSlack, "acme.>"), userScoped: true},
 		"consumer on $KV.slack.acme.>":                                {try: consume("KV_"+bus.BucketSlack, "$KV.slack.acme.>"), userScoped: true},

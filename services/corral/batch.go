@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +26,7 @@ import (
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/policy"
 	"corral.dev/pkg/sessionlog"
+	"corral.dev/pkg/workspaceapi"
 )
 
 func (e *env) batchCmd() *cobra.Command {
@@ -32,9 +35,14 @@ func (e *env) batchCmd() *cobra.Command {
 		Use:   "batch",
 		Short: "Run a file of jobs, one session each, and collect their results",
 		Long: `A batch file holds one job a line, as JSON: an "id" and a "prompt", and
-optionally "model", "tenant" and "user" (the flags give the defaults):
+optionally "model", "tenant" and "user" (the flags give the defaults), and
+"dir", a folder or a .tar, .tar.gz, .tgz or .zip archive (relative to the
+batch file's directory) uploaded for the job's /workspace to start from, or
+"repo", a git repository to start it as a checkout of (as corral run
+--repo), and "environment", the tenant's environment to run in:
 
-  {"id": "fix-1", "prompt": "make the tests in /workspace pass"}
+  {"id": "fix-1", "prompt": "make the tests in /workspace pass", "dir": "fix-1"}
+  {"id": "fix-2", "prompt": "make the tests pass", "repo": {"url": "https://github.com/acme/app.git", "ref": "main"}, "environment": "py"}
   {"id": "sum-2", "prompt": "summarise /memories/notes.md", "model": "openai:gpt-4.1"}
 
 Each job's session is named by its tenant and id, so the file itself is the
@@ -74,7 +82,7 @@ the jobs in the file.`,
 	}
 	status.Flags().BoolVarP(&verbose, "verbose", "v", false, "a line per job")
 
-	var out, policyFile string
+	var out, policyFile, diffs string
 	results := &cobra.Command{
 		Use:   "results FILE",
 		Short: "Write one JSON line per job: its status, answer, cost and error",
@@ -86,13 +94,18 @@ the jobs in the file.`,
 status is completed, failed, stopped, running, pending (waiting for the
 harness) or not_submitted; a failed or stopped job has "code" and "error".
 The cost prices each model response's tokens by the policy's price table, as
-the harness does for budgets.`,
-		Example: `  corral batch results jobs.jsonl --out results.jsonl`,
-		Args:    cobra.ExactArgs(1),
+the harness does for budgets. A completed job whose workspace started from a
+repository or a dir has "changes": the files it changed, with their lines;
+--diffs DIR writes each such job's patch (corral workspace SESSION diff) to
+DIR/<id>.patch, and names it in the line as "diff".`,
+		Example: `  corral batch results jobs.jsonl --out results.jsonl
+  corral batch results jobs.jsonl --out results.jsonl --diffs patches/`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return e.batchResults(cmd.Context(), o, args[0], out, policyFile)
+			return e.batchResults(cmd.Context(), o, args[0], out, policyFile, diffs)
 		},
 	}
+	results.Flags().StringVar(&diffs, "diffs", "", "directory to write each changed job's patch to, as <id>.patch")
 	results.Flags().StringVarP(&out, "out", "o", "-", "file to write (- for stdout)")
 	results.Flags().StringVar(&policyFile, "policy", e.getenv("CORRAL_POLICY_FILE"), "policy file whose prices give the cost (CORRAL_POLICY_FILE; default the built-in deploy/policy.yaml)")
 
@@ -169,10 +182,27 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 	}
 
 	submitted, before := 0, 0
+	// Each folder is uploaded once for each tenant and user whose jobs
+	// start from it.
+	uploaded := make(map[[3]string]string)
 	for i, j := range jobs {
 		if states[i].status != statusNotSubmitted {
 			before++
 			continue
+		}
+		if j.dir != "" {
+			key := [3]string{j.dir, j.tenant, j.req.User}
+			if uploaded[key] == "" {
+				ref, err := e.uploadDir(ctx, js, j.tenant, j.req.User, j.dir)
+				if err != nil {
+					if ctx.Err() != nil {
+						return interrupted(file, fmt.Sprintf("with %d of %d jobs submitted", submitted+before, len(jobs)))
+					}
+					return fmt.Errorf("job %q: %w", j.id, err)
+				}
+				uploaded[key] = ref
+			}
+			j.req.Files = uploaded[key]
 		}
 		// The request's ID is its message ID: a publish repeated within
 		// the duplicate window is dropped by the server (a request
@@ -432,9 +462,12 @@ type jobResult struct {
 	CostUSD float64     `json:"cost_usd"`
 	Code    string      `json:"code,omitempty"`
 	Error   string      `json:"error,omitempty"`
+	// Changes and Diff: see the results command's help.
+	Changes *event.Changes `json:"changes,omitempty"`
+	Diff    string         `json:"diff,omitempty"`
 }
 
-func (e *env) batchResults(ctx context.Context, o batchOpts, file, out, policyFile string) error {
+func (e *env) batchResults(ctx context.Context, o batchOpts, file, out, policyFile, diffs string) error {
 	prices := policy.Default()
 	if policyFile != "" {
 		var err error
@@ -455,13 +488,25 @@ func (e *env) batchResults(ctx context.Context, o batchOpts, file, out, policyFi
 	if err != nil {
 		return err
 	}
+	if diffs != "" {
+		if err := os.MkdirAll(diffs, 0o755); err != nil {
+			return err
+		}
+	}
 	var lines []byte
 	for i, j := range jobs {
 		st := states[i]
-		b, err := json.Marshal(jobResult{
+		res := jobResult{
 			ID: j.id, Tenant: j.tenant, Session: j.session, Status: st.status, Answer: st.answer,
 			Turns: st.turns, Usage: st.usage, CostUSD: st.costUSD, Code: st.code, Error: st.reason,
-		})
+			Changes: st.changes,
+		}
+		if diffs != "" && st.changes != nil {
+			if res.Diff, err = e.writeJobDiff(ctx, js, o, j, diffs); err != nil {
+				return fmt.Errorf("job %q: %w", j.id, err)
+			}
+		}
+		b, err := json.Marshal(res)
 		if err != nil {
 			return err
 		}
@@ -472,6 +517,44 @@ func (e *env) batchResults(ctx context.Context, o batchOpts, file, out, policyFi
 		return err
 	}
 	return writeFileAtomic(out, lines, 0o644)
+}
+
+// writeJobDiff writes the patch of job j's session to dir, named for the
+// job, and returns the file's path.
+func (e *env) writeJobDiff(ctx context.Context, js jetstream.JetStream, o batchOpts, j *job, dir string) (string, error) {
+	ws := &wsClient{nc: js.Conn(), o: &wsOpts{memOpts: memOpts{tenant: j.tenant, user: j.req.User}}, session: j.session}
+	var r workspaceapi.DiffRequest
+	r.Session = j.session
+	var reply workspaceapi.DiffReply
+	if err := ws.call(ctx, workspaceapi.OpDiff, r, &reply); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, patchName(j.id))
+	if err := writeFileAtomic(path, []byte(reply.Patch), 0o644); err != nil {
+		return "", err
+	}
+	if reply.Truncated {
+		fmt.Fprintf(e.stderr, "corral: job %q: the patch was cut at %d bytes (corral workspace %s get --all has every file)\n", j.id, len(reply.Patch), j.session)
+	}
+	return path, nil
+}
+
+// patchName is the file a job's patch is written to: its id, with what
+// may not stand in a file name replaced, and a hash of the id when
+// anything was, so that two ids never share a file.
+func patchName(id string) string {
+	safe := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			return r
+		}
+		return '_'
+	}, id)
+	if safe != id || strings.HasPrefix(safe, ".") {
+		sum := sha256.Sum256([]byte(id))
+		safe = strings.TrimLeft(safe, ".") + "-" + hex.EncodeToString(sum[:4])
+	}
+	return safe + ".patch"
 }
 
 // writeFileAtomic writes data to path, with permissions perm, through a

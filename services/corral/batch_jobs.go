@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/google/uuid"
@@ -41,6 +42,9 @@ type job struct {
 	// req is the request that starts the job's session; its ID doubles
 	// as the message ID.
 	req event.Request
+	// dir is the folder or archive the job's workspace starts from,
+	// uploaded when the job is submitted; "" for none.
+	dir string
 }
 
 // jobLine is what a line of a batch file may hold.
@@ -50,6 +54,12 @@ type jobLine struct {
 	Model  string `json:"model"`
 	Tenant string `json:"tenant"`
 	User   string `json:"user"`
+	// Dir is relative to the batch file's directory.
+	Dir string `json:"dir"`
+	// Repo is a repository the job's workspace starts as a checkout of,
+	// and Environment the environment its session runs in.
+	Repo        *event.Repo `json:"repo"`
+	Environment string      `json:"environment"`
 }
 
 // jobDefaults fill what a line leaves out.
@@ -73,6 +83,11 @@ func readJobsFile(path string, d jobDefaults) ([]*job, error) {
 	if err != nil {
 		return nil, &exitError{2, fmt.Errorf("%s: %w", path, err)}
 	}
+	for _, j := range jobs {
+		if j.dir != "" && !filepath.IsAbs(j.dir) {
+			j.dir = filepath.Join(filepath.Dir(path), j.dir)
+		}
+	}
 	return jobs, nil
 }
 
@@ -80,7 +95,7 @@ func readJobsFile(path string, d jobDefaults) ([]*job, error) {
 const maxLineErrors = 20
 
 // readJobs reads a batch file: one JSON object a line, with an id and a
-// prompt, and optionally a model, tenant and user; blank lines are
+// prompt, and optionally a model, tenant, user and dir; blank lines are
 // skipped. Each job's request is checked against the request schema. A
 // file with any bad line, or two lines with one id, is refused whole, with
 // the line number of each problem.
@@ -152,17 +167,22 @@ func parseJob(n int, raw []byte, d jobDefaults) (*job, error) {
 	case strings.TrimSpace(l.Prompt) == "":
 		return nil, fmt.Errorf("job %q: prompt: missing", l.ID)
 	}
-	j := &job{line: n, id: l.ID, tenant: cmp.Or(l.Tenant, d.tenant)}
+	j := &job{line: n, id: l.ID, tenant: cmp.Or(l.Tenant, d.tenant), dir: l.Dir}
 	if err := event.CheckTenant(j.tenant); err != nil {
 		return nil, fmt.Errorf("job %q: tenant: %v", l.ID, err)
 	}
 	var reqID uuid.UUID
 	j.session, reqID = jobSession(j.tenant, j.id)
 	j.req = event.Request{
-		Header: event.NewHeader(event.TypeRequest, j.tenant, j.session),
-		User:   cmp.Or(l.User, d.user),
-		Model:  cmp.Or(l.Model, d.model),
-		Prompt: l.Prompt,
+		Header:      event.NewHeader(event.TypeRequest, j.tenant, j.session),
+		User:        cmp.Or(l.User, d.user),
+		Model:       cmp.Or(l.Model, d.model),
+		Prompt:      l.Prompt,
+		Repo:        l.Repo,
+		Environment: l.Environment,
+	}
+	if l.Repo != nil && l.Dir != "" {
+		return nil, fmt.Errorf("job %q: a workspace starts from one of repo and dir, not both", l.ID)
 	}
 	j.req.ID = reqID
 	data, err := json.Marshal(&j.req)
@@ -198,6 +218,9 @@ type jobState struct {
 	usage     model.Usage
 	turns     int
 	costUSD   float64
+	// changes is what the job's session changed in a workspace started
+	// from a repository or a dir.
+	changes *event.Changes
 }
 
 // ended reports whether the job's session has come to an end.
@@ -225,6 +248,7 @@ func (s *jobState) apply(j *job, ev event.Event, prices *policy.Policy) {
 		s.costUSD += prices.Cost(ev.Model, ev.Usage)
 	case *event.SessionCompleted:
 		s.status, s.answer, s.code, s.reason = statusCompleted, ev.Answer, "", ""
+		s.changes = ev.Changes
 	case *event.SessionFailed:
 		s.status, s.code, s.reason = statusFailed, ev.Code, ev.Reason
 	case *event.SessionStopped:

@@ -45,7 +45,7 @@ const (
 	heidiToken = "heidi-token-0123456789"
 )
 
-func startDev(t *testing.T, script modeltest.Script, env map[string]string) *platform {
+func startDev(t testing.TB, script modeltest.Script, env map[string]string) *platform {
 	t.Helper()
 	p, _ := startDevAt(t, natstest.FreeAddr(t), t.TempDir(), script, env)
 	return p
@@ -53,7 +53,7 @@ func startDev(t *testing.T, script modeltest.Script, env map[string]string) *pla
 
 // startDevAt runs `corral dev` listening on addr with its state in data.
 // The returned stop ends it (the test's cleanup does too) and waits.
-func startDevAt(t *testing.T, addr, data string, script modeltest.Script, env map[string]string) (*platform, func()) {
+func startDevAt(t testing.TB, addr, data string, script modeltest.Script, env map[string]string) (*platform, func()) {
 	t.Helper()
 	fake := modeltest.New(t, script)
 	p := &platform{data: data, model: fake, log: &logtest.Buffer{}}
@@ -133,7 +133,7 @@ func startDevAt(t *testing.T, addr, data string, script modeltest.Script, env ma
 
 // corral runs a client command against the platform and returns its exit
 // status, stdout and stderr.
-func (p *platform) corral(t *testing.T, args ...string) (int, string, string) {
+func (p *platform) corral(t testing.TB, args ...string) (int, string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -144,7 +144,7 @@ func (p *platform) corral(t *testing.T, args ...string) (int, string, string) {
 }
 
 // sessionOf reads the session ID `corral run` printed on stderr.
-func sessionOf(t *testing.T, stderr string) uuid.UUID {
+func sessionOf(t testing.TB, stderr string) uuid.UUID {
 	t.Helper()
 	for _, line := range strings.Split(stderr, "\n") {
 		if id, ok := strings.CutPrefix(line, "session "); ok {
@@ -156,7 +156,7 @@ func sessionOf(t *testing.T, stderr string) uuid.UUID {
 }
 
 // events returns a session's log, parsed.
-func (p *platform) events(t *testing.T, session uuid.UUID) []any {
+func (p *platform) events(t testing.TB, session uuid.UUID) []any {
 	t.Helper()
 	nc, err := p.connect()
 	if err != nil {
@@ -177,7 +177,7 @@ func (p *platform) events(t *testing.T, session uuid.UUID) []any {
 
 // judged returns the events msgs hold that the session log accepts, large
 // ones fetched from where they are kept.
-func judged(t *testing.T, js jetstream.JetStream, msgs []bus.Msg) []event.Event {
+func judged(t testing.TB, js jetstream.JetStream, msgs []bus.Msg) []event.Event {
 	t.Helper()
 	l := sessionlog.New(js, sessionlog.Options{Reader: "test"})
 	var out []event.Event

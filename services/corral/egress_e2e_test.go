@@ -45,14 +45,14 @@ type upstreams struct {
 	hosts map[string]string // host -> address
 }
 
-func newUpstreams(t *testing.T) *upstreams {
+func newUpstreams(t testing.TB) *upstreams {
 	return &upstreams{ca: upstreamtest.NewCA(t), hosts: make(map[string]string)}
 }
 
 func (u *upstreams) add(up *upstreamtest.Upstream) { u.hosts[up.Host] = up.Addr }
 
 // env is what corral dev needs to reach them, under policy.
-func (u *upstreams) env(t *testing.T, policy string) map[string]string {
+func (u *upstreams) env(t testing.TB, policy string) map[string]string {
 	var resolve []string
 	for h, a := range u.hosts {
 		resolve = append(resolve, h+"="+a)
@@ -65,7 +65,7 @@ func (u *upstreams) env(t *testing.T, policy string) map[string]string {
 }
 
 // vault makes a vault as user of tenant with corral vaults create.
-func (p *platform) vault(t *testing.T, tenant, user, secret string, args ...string) {
+func (p *platform) vault(t testing.TB, tenant, user, secret string, args ...string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(file, []byte(secret+"\n"), 0o600); err != nil {

@@ -166,7 +166,7 @@ func TestMemoryWritesNeedAFreshRead(t *testing.T) {
 	}
 }
 
-func writeTemp(t *testing.T, content string) string {
+func writeTemp(t testing.TB, content string) string {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(f, []byte(content), 0o644); err != nil {

@@ -9,7 +9,7 @@ import (
 
 // corralOK runs the CLI and returns its output, failing the test if it
 // fails.
-func (p *platform) corralOK(t *testing.T, args ...string) string {
+func (p *platform) corralOK(t testing.TB, args ...string) string {
 	t.Helper()
 	code, stdout, stderr := p.corral(t, args...)
 	if code != 0 {

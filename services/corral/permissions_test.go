@@ -327,6 +327,11 @@ func TestDeployedPermissions(t *testing.T) {
 	denied("memory", mjs, mv, sessionlog.Subject("acme", session, event.TypeToolCompleted, sessionlog.Sandbox), map[string]string{"type": event.TypeToolCompleted})
 	denied("client", cjs, cv, sessionlog.Subject("acme", session, event.TypeSessionStopped, sessionlog.Harness), map[string]string{"type": event.TypeSessionStopped})
 	denied("client", cjs, cv, bus.RequestSubject("initech", session, "ada"), map[string]string{"type": event.TypeRequest})
+	// Uploads are written by clients alone, each in its own tenant.
+	staged := bus.UploadSubject("acme", bus.UserToken("ada"), strings.Repeat("0", 64), 0)
+	denied("client", cjs, cv, bus.UploadSubject("initech", bus.UserToken("ada"), strings.Repeat("0", 64), 0), "not acme's")
+	denied("sandbox-manager", sjs, sv, staged, "not the client's")
+	denied("harness", hjs, hv, staged, "not the client's")
 	denied("sandbox-manager", sjs, sv, bus.RequestSubject("acme", session, "ada"), map[string]string{"type": event.TypeRequest})
 	denied("sandbox-manager", sjs, sv, bus.ToolSubject(bus.ServiceSandbox, "acme", session), map[string]string{"type": event.TypeToolCall})
 	denied("harness", hjs, hv, "$KV.approvals.acme."+session.String()+".x", map[string]string{"status": "approved"})

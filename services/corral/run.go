@@ -35,6 +35,11 @@ func (e *env) runCmd() *cobra.Command {
 	f.BoolVar(&o.json, "json", false, "print the session's events as JSON lines on stdout instead")
 	f.StringVar(&o.session, "session", "", "send PROMPT to this session, which goes on from where it is, instead of starting one")
 	f.StringVar(&o.fork, "fork", "", "start a new session whose /workspace is this session's, as of its last snapshot (the conversation starts afresh)")
+	f.StringVar(&o.repo, "repo", "", "start the session's /workspace as a checkout of this git repository (an http or https URL, no credentials in it: a vault binding its host gives egress the token to add)")
+	f.StringVar(&o.ref, "ref", "", "--repo: the branch, tag or full commit ID to check out (default: the repository's default branch)")
+	f.IntVar(&o.depth, "depth", 0, "--repo: commits of history to fetch (default 1, a shallow clone; -1: all)")
+	f.StringVar(&o.environment, "environment", "", "run the session in this environment of the tenant (corral environments ls; default: the tenant's default environment)")
+	f.StringVar(&o.dir, "dir", "", "start the session's /workspace as this folder's files, or a .tar, .tar.gz, .tgz or .zip archive's (modes and symlinks kept; at most 200,000 entries and 50 GiB; a file uploaded in the last 6 days is not sent again)")
 	return cmd
 }
 
@@ -44,7 +49,12 @@ const acceptWait = 30 * time.Second
 
 type runOpts struct {
 	nats, model, tenant, user, prompt, session, fork string
+	repo, ref, environment                           string
+	depth                                            int
 	json                                             bool
+	// dir is a folder or archive to upload for the workspace to start
+	// from.
+	dir string
 }
 
 func (e *env) run(ctx context.Context, o runOpts) error {
@@ -77,6 +87,17 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		}
 		if req.Fork, err = uuid.Parse(o.fork); err != nil {
 			return &exitError{2, fmt.Errorf("--fork %q is not a session ID", o.fork)}
+		}
+	}
+	if err := o.startFrom(&req); err != nil {
+		return err
+	}
+	if o.dir != "" {
+		if o.session != "" || o.fork != "" || o.repo != "" {
+			return &exitError{2, errors.New("--dir starts a new session from uploaded files: it cannot go with --session, --fork or --repo")}
+		}
+		if req.Files, err = e.uploadDir(ctx, js, o.tenant, o.user, o.dir); err != nil {
+			return err
 		}
 	}
 	l := e.sessionLog(js)
@@ -141,6 +162,10 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		case *event.SessionCompleted:
 			if !o.json {
 				fmt.Fprintln(e.stdout, ev.Answer)
+				if ev.Changes != nil {
+					fmt.Fprintf(e.stderr, "· changed in /workspace (corral workspace %s diff shows the patch):\n", session)
+					writeChanges(e.stderr, ev.Changes)
+				}
 			}
 			return true, nil
 		case *event.SessionFailed:
@@ -164,6 +189,25 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 	if stopped != nil {
 		return &exitError{1, fmt.Errorf("session %s was stopped by %s%s", session, stopped.By, prefixed(": ", stopped.Reason))}
 	}
+	return nil
+}
+
+// startFrom puts in req what the session's workspace starts from and its
+// environment, as the flags name them: only a new session's.
+func (o *runOpts) startFrom(req *event.Request) error {
+	if o.repo == "" && (o.ref != "" || o.depth != 0) {
+		return &exitError{2, errors.New("--ref and --depth go with --repo")}
+	}
+	if o.session != "" && (o.repo != "" || o.environment != "") {
+		return &exitError{2, errors.New("--repo and --environment name what a new session starts from: they cannot go with --session")}
+	}
+	if o.repo != "" {
+		if o.fork != "" {
+			return &exitError{2, errors.New("a session starts from one of --fork and --repo, not both")}
+		}
+		req.Repo = &event.Repo{URL: o.repo, Ref: o.ref, Depth: o.depth}
+	}
+	req.Environment = o.environment
 	return nil
 }
 

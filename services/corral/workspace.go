@@ -25,12 +25,13 @@ type wsOpts struct {
 	out       string
 	all       bool
 	recursive bool
+	stat      bool
 }
 
 func (e *env) workspaceCmd() *cobra.Command {
 	var o wsOpts
 	cmd := &cobra.Command{
-		Use:   "workspace SESSION ls [PATH] | cat PATH | get PATH|--all -o FILE",
+		Use:   "workspace SESSION ls [PATH] | cat PATH | get PATH|--all -o FILE | diff [--stat]",
 		Short: "List, print and download the files of a session's workspace",
 		Long: `Workspace reads the files of a session's last workspace snapshot (taken after
 every call that may change files): while the session runs, after it ended,
@@ -43,6 +44,10 @@ and after the node that ran it died, without starting a sandbox. PATH is in
   corral workspace SESSION get --all -o out.tar.gz
                                                  the whole workspace, a gzipped tar
                                                  with modes and symlinks
+  corral workspace SESSION diff [--stat]         for a session started from a repository
+                                                 (or uploaded files): what changed since,
+                                                 as a patch git apply takes (.git left
+                                                 out); --stat: files and lines only
 
 -o - writes to standard output. Exit status: 0 done, 1 failed (no such
 session, file or snapshot), 2 usage.`,
@@ -64,7 +69,7 @@ session, file or snapshot), 2 usage.`,
 				if len(rest) == 1 {
 					p = rest[0]
 				}
-			case op == "get" && len(rest) == 0 && o.all:
+			case op == "get" && len(rest) == 0 && o.all, op == "diff" && len(rest) == 0:
 			default:
 				return &exitError{2, fmt.Errorf("usage: corral %s", cmd.Use)}
 			}
@@ -87,6 +92,8 @@ session, file or snapshot), 2 usage.`,
 			case "cat":
 				_, err := ws.cat(cmd.Context(), e.stdout, rel, 0)
 				return err
+			case "diff":
+				return ws.diff(cmd.Context(), e.stdout, e.stderr)
 			}
 			return ws.get(cmd.Context(), e.stdout, rel)
 		},
@@ -98,6 +105,7 @@ session, file or snapshot), 2 usage.`,
 	f.StringVarP(&o.out, "output", "o", "", "get: the file to write (- for standard output)")
 	f.BoolVar(&o.all, "all", false, "get: the whole workspace, as a .tar.gz")
 	f.BoolVarP(&o.recursive, "recursive", "R", false, "ls: every entry below PATH, not only its own")
+	f.BoolVar(&o.stat, "stat", false, "diff: the files changed and their lines inserted and deleted, not the patch")
 	return cmd
 }
 
@@ -116,6 +124,46 @@ func (c *wsClient) list(ctx context.Context, rel string, recursive bool) (*works
 	var r workspaceapi.ListReply
 	err := c.call(ctx, workspaceapi.OpList, workspaceapi.ListRequest{Session: c.session, Path: rel, Recursive: recursive}, &r)
 	return &r, err
+}
+
+// diff writes what the session's workspace changed since it started, as
+// a patch, or with --stat as counts; a patch cut at the API's limit says
+// so on errw.
+func (c *wsClient) diff(ctx context.Context, w, errw io.Writer) error {
+	var r workspaceapi.DiffReply
+	if err := c.call(ctx, workspaceapi.OpDiff, workspaceapi.DiffRequest{Session: c.session, Stat: c.o.stat}, &r); err != nil {
+		return err
+	}
+	if c.o.stat {
+		writeChanges(w, r.Changes)
+		return nil
+	}
+	if _, err := io.WriteString(w, r.Patch); err != nil {
+		return err
+	}
+	if r.Truncated {
+		fmt.Fprintf(errw, "corral: the patch was cut at %d bytes; corral workspace %s get --all -o out.tar.gz has every file\n", len(r.Patch), c.session)
+	}
+	return nil
+}
+
+// writeChanges writes what a workspace changed: each file with its lines
+// inserted and deleted, then the totals, as git diff --stat does.
+func writeChanges(w io.Writer, ch *event.Changes) {
+	if ch == nil || len(ch.Files) == 0 {
+		fmt.Fprintln(w, "no changes")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
+	for _, f := range ch.Files {
+		lines := fmt.Sprintf("+%d -%d", f.Insertions, f.Deletions)
+		if f.Binary {
+			lines = "binary"
+		}
+		fmt.Fprintf(tw, " %s\t%s\t%s\n", f.Path, f.Status, lines)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, " %d files changed, %d insertions(+), %d deletions(-)\n", len(ch.Files), ch.Insertions, ch.Deletions)
 }
 
 // ls prints the entries under rel: mode, size and path, and a symlink's
