@@ -16,7 +16,8 @@
 # the same call on an idle platform; corral stop killing a running call,
 # next to killing a bare process; workspace snapshots and restores;
 # resume from suspension, what a suspended sandbox holds, and how many idle
-# sessions one node holds.
+# sessions one node holds; a session prepared from a repository, next to
+# git clone, and one of a cached environment, next to one with none.
 #   scripts/bench.sh [N]    # N iterations per latency benchmark (default 500)
 #   IDLE_SESSIONS=10000     # sessions of the idle-sessions benchmark
 #   CORRAL_HARNESS_SPEEDUPS # the harness's speed-ups in the benchmarks
@@ -47,6 +48,9 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 (cd services/corral && go test -run '^$' -bench 'Fairness' -benchtime 20x .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Stop|KillProcess' -benchtime "$((n / 10 + 1))x" .) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'SnapshotCallChanges|1MB' -benchtime "$((n / 10 + 1))x" . && go test -run '^$' -bench '100MB' -benchtime 3x .) | tee -a "$out"
+# A session's preparation: from a 10 MB repository (next to git clone on
+# the host), and of a cached environment (next to none).
+(cd services/corral && go test -run '^$' -bench 'Prepare' -benchtime "$((n / 50 + 5))x" .) | tee -a "$out"
 # Last: the idle sessions' ten thousand workspaces keep the disk busy for a
 # while after.
 (cd services/sandbox-manager && go test -run '^$' -bench 'IdleSessions' -benchtime "${IDLE_SESSIONS:-10000}x" -timeout 30m ./internal/sandbox) | tee -a "$out"
