@@ -57,10 +57,10 @@ func isPrepareError(err error) bool {
 // cloneTimeout bounds a repository's clone.
 const cloneTimeout = 10 * time.Minute
 
-// runPrepare prepares the workspace of c's session, placed here at at,
+// runPrepare prepares the workspace of c's session, placed here,
 // and records what it laid out, or why it could not. The caller holds the
 // session's lock.
-func (s *Service) runPrepare(ctx context.Context, c *event.ToolCall, at placed) error {
+func (s *Service) runPrepare(ctx context.Context, c *event.ToolCall) error {
 	res := event.ToolCompleted{
 		Header:  event.NewHeader(event.TypeToolCompleted, c.Tenant, c.Session),
 		Call:    c.Call,
@@ -86,7 +86,7 @@ func (s *Service) runPrepare(ctx context.Context, c *event.ToolCall, at placed) 
 	start := time.Now()
 	p, err := s.preparedBefore(ctx, c)
 	if err == nil && p == nil {
-		p, err = s.prepare(callCtx, c, in, at)
+		p, err = s.prepare(callCtx, c, in)
 	}
 	res.DurationMS = time.Since(start).Milliseconds()
 	switch {
@@ -106,7 +106,7 @@ func (s *Service) runPrepare(ctx context.Context, c *event.ToolCall, at placed) 
 
 // prepare lays out the workspace of c's session as in says, and builds
 // its environment, returning what it did.
-func (s *Service) prepare(ctx context.Context, c *event.ToolCall, in event.PrepareInput, at placed) (*event.Prepared, error) {
+func (s *Service) prepare(ctx context.Context, c *event.ToolCall, in event.PrepareInput) (*event.Prepared, error) {
 	p := &event.Prepared{}
 	id := egressapi.Identity{Tenant: c.Tenant, User: c.User, Session: c.Session, Environment: in.Environment, EnvironmentVersion: in.EnvironmentVersion}
 	if in.Environment != "" {

@@ -96,7 +96,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		return bus.NotYet(0, fmt.Errorf("session %s is no longer placed here", c.Session))
 	}
 	if c.Name == event.PrepareTool {
-		return s.runPrepare(ctx, c, at)
+		return s.runPrepare(ctx, c)
 	}
 	// Brought up to date before the call is marked as started, so that a
 	// failure here leaves a call that certainly did not run.
