@@ -3,7 +3,9 @@ package event
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -53,6 +55,34 @@ type Repo struct {
 	// shallow clone), -1 the whole history.
 	Depth int `json:"depth,omitempty"`
 }
+
+// Check says why r cannot be cloned: a URL that is not http or https,
+// carries credentials, a query or a fragment, or a ref that is no name
+// of a branch, tag or commit (one starting with "-" would be an option to
+// git). The harness checks a request's, and the sandbox-manager again
+// before it clones.
+func (r *Repo) Check() error {
+	u, err := url.Parse(r.URL)
+	switch {
+	case err != nil:
+		return fmt.Errorf("repo: url %q does not parse: %v", r.URL, err)
+	case u.Scheme != "https" && u.Scheme != "http":
+		return fmt.Errorf("repo: url %q: only http and https repositories are cloned (egress injects the tenant's credentials into those)", r.URL)
+	case u.User != nil:
+		return errors.New("repo: the url carries credentials: put the token in a vault (corral vaults create), and egress adds it to the requests to the forge; the sandbox never sees it")
+	case u.Hostname() == "" || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
+		return fmt.Errorf("repo: url %q: want scheme://host/path, with no query or fragment", r.URL)
+	case r.Depth < -1:
+		return fmt.Errorf("repo: depth %d: want a number of commits, or -1 for the whole history", r.Depth)
+	case !refRE.MatchString(r.Ref) || strings.Contains(r.Ref, ".."):
+		return fmt.Errorf("repo: ref %q is not a branch, tag or commit name", r.Ref)
+	}
+	return nil
+}
+
+// refRE is what a ref may look like: empty (the default branch), or a
+// name git allows that starts with neither "-" nor "/".
+var refRE = regexp.MustCompile(`^([A-Za-z0-9_][A-Za-z0-9_./+@-]{0,254})?$`)
 
 // SessionRequested records an accepted [Request] in the session's log.
 // Schema: schemas/session/v1/requested.json.

@@ -59,7 +59,7 @@ func BenchmarkPrepare(b *testing.B) {
 			mu.Unlock()
 		}
 		return modeltest.Turn{Text: "done"}, nil
-	}, up.env(b, "rules: []\n"))
+	}, up.env(b, strings.ReplaceAll(forgePolicy, "acme:", "bench:")))
 	p.corralOK(b, "environments", "create", writeTemp(b, benchEnvironment), "--tenant", "bench")
 	nc, err := p.connect()
 	if err != nil {

@@ -13,10 +13,26 @@ import (
 	"corral.dev/pkg/upstreamtest"
 )
 
-// noEgressPolicy lets the agent's sandboxes reach nothing: a workspace
-// cloned from a repository comes through the preparation's own sandbox,
-// which may fetch from that repository alone.
+// noEgressPolicy lets the sandboxes reach nothing.
 const noEgressPolicy = "rules: []\n"
+
+// forgePolicy lets acme's sessions fetch from the forge and nothing else
+// (so their clones too); globex's may not reach it at all.
+const forgePolicy = `
+rules: []
+tenants:
+  acme:
+    egress:
+      - name: forge-fetch
+        when: host == "git.example.test" && (path.endsWith("/info/refs") || path.endsWith("/git-upload-pack"))
+        decision: allow
+  globex:
+    egress:
+      - name: no-forge
+        when: host == "git.example.test"
+        decision: deny
+        reason: the forge is off limits
+`
 
 // A session started from a private repository: the repository is cloned
 // through egress with the tenant's vault token before the model's first
@@ -66,7 +82,7 @@ func TestSessionStartsFromAPrivateRepository(t *testing.T) {
 			out = append(out, r.Content)
 		}
 		return modeltest.Turn{Text: "done: " + strings.Join(out, " | ")}, nil
-	}, up.env(t, noEgressPolicy))
+	}, up.env(t, forgePolicy))
 	p.vault(t, "acme", "ada", token, "forge", "--host", "git.example.test", "--basic-user", "x-access-token")
 
 	code, stdout, stderr := p.corral(t, "run", "--tenant", "acme", "--user", "ada",
@@ -170,22 +186,24 @@ func TestSessionFromARepositoryFailsClearly(t *testing.T) {
 	p := startDev(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
 		asked++
 		return modeltest.Turn{Text: "asked"}, nil
-	}, up.env(t, noEgressPolicy))
+	}, up.env(t, forgePolicy))
 	p.vault(t, "acme", "ada", token, "forge", "--host", "git.example.test", "--basic-user", "x-access-token")
 
 	for _, tc := range []struct {
-		user, ref string
-		want      []string
+		tenant, user, ref string
+		want              []string
 	}{
-		{"ada", "no-such-branch", []string{"workspace_failed", "no such branch, tag or commit", "no-such-branch"}},
-		{"bob", "main", []string{"workspace_failed", "refused the credentials", "corral vaults create"}},
+		{"acme", "ada", "no-such-branch", []string{"workspace_failed", "no such branch, tag or commit", "no-such-branch"}},
+		{"acme", "bob", "main", []string{"workspace_failed", "refused the credentials", "corral vaults create"}},
+		{"globex", "ada", "main", []string{"workspace_failed", "egress refused it", "the forge is off limits"}},
+		{"initech", "ada", "main", []string{"workspace_failed", "egress refused it", "no egress rule allows git.example.test"}},
 	} {
-		code, _, stderr := p.corral(t, "run", "--tenant", "acme", "--user", tc.user,
+		code, _, stderr := p.corral(t, "run", "--tenant", tc.tenant, "--user", tc.user,
 			"--repo", "https://git.example.test/app.git", "--ref", tc.ref, "look")
 		if code != 1 {
-			t.Errorf("%s at %s: exit %d, want 1:\n%s", tc.user, tc.ref, code, stderr)
+			t.Errorf("%s of %s at %s: exit %d, want 1:\n%s", tc.user, tc.tenant, tc.ref, code, stderr)
 		}
-		wantIn(t, fmt.Sprintf("%s at %s", tc.user, tc.ref), stderr, tc.want...)
+		wantIn(t, fmt.Sprintf("%s of %s at %s", tc.user, tc.tenant, tc.ref), stderr, tc.want...)
 	}
 	if asked != 0 {
 		t.Errorf("the model was asked %d times about workspaces that were never prepared", asked)

@@ -50,7 +50,7 @@ type grants struct {
 // bucket that cannot be read is an error, and the sandbox is not opened.
 func (g *grants) load(ctx context.Context, id egressapi.Identity) error {
 	k := sessionKey{id.Tenant, id.Session}
-	if id.Environment == "" || id.EnvironmentVersion == "" || id.Fetch != "" {
+	if id.Environment == "" || id.EnvironmentVersion == "" {
 		g.forget(k)
 		return nil
 	}

@@ -1,8 +1,10 @@
 package egress
 
 import (
+	"strings"
 	"testing"
 
+	"corral.dev/pkg/egressapi"
 	"corral.dev/pkg/policy"
 	"corral.dev/services/egress/internal/proxy"
 )
@@ -31,5 +33,56 @@ func TestJudgeFetch(t *testing.T) {
 				t.Fatalf("judgeFetch(%+v) = %+v, want %s (known %v)", tc.t, v, tc.want, tc.known)
 			}
 		})
+	}
+}
+
+// What a clone fetches, the policy must allow for the session: a denial
+// or a hold for a reviewer refuses it, and a tenant with no rule for the
+// forge clones nothing from it.
+func TestFetchFollowsThePolicy(t *testing.T) {
+	pol, err := policy.Parse([]byte(`
+rules: []
+tenants:
+  acme:
+    egress:
+      - name: forge-read
+        when: host == "git.example.com" && method in ["GET", "POST"] && !path.endsWith("/git-receive-pack")
+        decision: allow
+  initech:
+    egress:
+      - name: forge-held
+        when: host == "git.example.com"
+        decision: approve
+        reason: every byte is reviewed
+  globex:
+    egress:
+      - name: no-forge
+        when: host == "git.example.com"
+        decision: deny
+        reason: the forge is off limits
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := judge{p: pol, envs: &grants{}}
+	refs := proxy.Target{Scheme: "https", Host: "git.example.com", Port: 443, Method: "GET", Path: "/acme/app.git/info/refs"}
+	for _, tc := range []struct {
+		tenant, want, reason string
+	}{
+		{"acme", policy.Allow, ""},
+		{"initech", policy.Deny, "cannot wait for one"},
+		{"globex", policy.Deny, "the forge is off limits"},
+		{"hooli", policy.Deny, "no egress rule allows git.example.com"},
+	} {
+		id := egressapi.Identity{Tenant: tc.tenant, User: "ada", Fetch: "https://git.example.com/acme/app.git"}
+		v := j.Judge(id, refs)
+		if v.Decision != tc.want || !strings.Contains(v.Reason, tc.reason) {
+			t.Errorf("%s: %+v, want %s (%q)", tc.tenant, v, tc.want, tc.reason)
+		}
+		// Whatever the policy allows, nothing but the repository's fetch.
+		other := proxy.Target{Scheme: "https", Host: "git.example.com", Port: 443, Method: "GET", Path: "/api/v3/user"}
+		if v := j.Judge(id, other); v.Decision != policy.Deny {
+			t.Errorf("%s: the forge's API: %+v", tc.tenant, v)
+		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"unicode/utf8"
 
@@ -120,8 +119,8 @@ func (s *Service) startFrom(ctx context.Context, req *event.Request, ev *event.S
 		return "a session starts from one of repo and files, not both", nil
 	}
 	if req.Repo != nil {
-		if why := checkRepo(req.Repo); why != "" {
-			return why, nil
+		if err := req.Repo.Check(); err != nil {
+			return err.Error(), nil
 		}
 	}
 	name, version, built, why, err := s.resolveEnvironment(ctx, req.Tenant, req.Environment)
@@ -132,29 +131,9 @@ func (s *Service) startFrom(ctx context.Context, req *event.Request, ev *event.S
 	ev.Environment, ev.EnvironmentVersion = name, version
 	if req.Repo != nil || req.Files != "" || name != "" && !built {
 		// The same ID for every delivery of the request.
-		ev.Prepare = uuid.NewSHA1(req.Session, []byte("prepare:"+req.ID.String()))
+		ev.Prepare = uuid.NewSHA1(req.Session, []byte("prepare:"+req.Tenant+":"+req.ID.String()))
 	}
 	return "", nil
-}
-
-// checkRepo says why a request's repository cannot be cloned, or "".
-func checkRepo(r *event.Repo) string {
-	u, err := url.Parse(r.URL)
-	switch {
-	case err != nil:
-		return fmt.Sprintf("repo: url %q does not parse: %v", r.URL, err)
-	case u.Scheme != "https" && u.Scheme != "http":
-		return fmt.Sprintf("repo: url %q: only http and https repositories are cloned (egress injects the tenant's credentials into those)", r.URL)
-	case u.User != nil:
-		return "repo: the url carries credentials: put the token in a vault (corral vaults create), and egress adds it to the requests to the forge; the sandbox never sees it"
-	case u.Hostname() == "" || u.RawQuery != "" || u.Fragment != "":
-		return fmt.Sprintf("repo: url %q: want scheme://host/path, with no query or fragment", r.URL)
-	case r.Depth < -1:
-		return fmt.Sprintf("repo: depth %d: want a number of commits, or -1 for the whole history", r.Depth)
-	case strings.HasPrefix(r.Ref, "-") || strings.ContainsAny(r.Ref, " \t\n~^:?*[\\") || strings.Contains(r.Ref, ".."):
-		return fmt.Sprintf("repo: ref %q is not a branch, tag or commit name", r.Ref)
-	}
-	return ""
 }
 
 // checkFork says why a request may not fork the session it names, or ""

@@ -86,7 +86,7 @@ func (s *Service) runPrepare(ctx context.Context, c *event.ToolCall) error {
 	start := time.Now()
 	p, err := s.preparedBefore(ctx, c)
 	if err == nil && p == nil {
-		p, err = s.prepare(callCtx, c, in)
+		p, err = s.prepare(callCtx, c, in, &res)
 	}
 	res.DurationMS = time.Since(start).Milliseconds()
 	switch {
@@ -105,8 +105,9 @@ func (s *Service) runPrepare(ctx context.Context, c *event.ToolCall) error {
 }
 
 // prepare lays out the workspace of c's session as in says, and builds
-// its environment, returning what it did.
-func (s *Service) prepare(ctx context.Context, c *event.ToolCall, in event.PrepareInput) (*event.Prepared, error) {
+// its environment, returning what it did; what a clone sent out goes in
+// rec, the result to be recorded.
+func (s *Service) prepare(ctx context.Context, c *event.ToolCall, in event.PrepareInput, rec *event.ToolCompleted) (*event.Prepared, error) {
 	p := &event.Prepared{}
 	id := egressapi.Identity{Tenant: c.Tenant, User: c.User, Session: c.Session, Environment: in.Environment, EnvironmentVersion: in.EnvironmentVersion}
 	if in.Environment != "" {
@@ -133,7 +134,7 @@ func (s *Service) prepare(ctx context.Context, c *event.ToolCall, in event.Prepa
 			return nil, err
 		}
 	case in.Repo != nil:
-		commit, err := s.clone(ctx, id, in.Repo)
+		commit, err := s.clone(ctx, id, in.Repo, rec)
 		if err != nil {
 			return nil, err
 		}
@@ -199,10 +200,14 @@ func (s *Service) preparedBefore(ctx context.Context, c *event.ToolCall) (*event
 var commitRE = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 
 // clone fetches repository r into the workspace of id's session, in a
-// sandbox that may fetch from r alone (see [egressapi.Identity].Fetch),
-// and returns the commit checked out. The sandbox is stopped after: the
-// session's own starts with the session's identity.
-func (s *Service) clone(ctx context.Context, id egressapi.Identity, r *event.Repo) (string, error) {
+// sandbox that may fetch from r alone, what the policy allows of it (see
+// [egressapi.Identity].Fetch), and returns the commit checked out; what it
+// sent out, and had refused, goes in rec. The sandbox is stopped after:
+// the session's own starts with the session's identity.
+func (s *Service) clone(ctx context.Context, id egressapi.Identity, r *event.Repo, rec *event.ToolCompleted) (string, error) {
+	if err := r.Check(); err != nil {
+		return "", failPrepare("%v", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, cloneTimeout)
 	defer cancel()
 	id.Fetch = r.URL
@@ -229,7 +234,7 @@ func (s *Service) clone(ctx context.Context, id egressapi.Identity, r *event.Rep
 		"cd " + tool.Workspace,
 		"git init -q .",
 		"git remote add origin " + shellQuote(r.URL),
-		"git fetch -q --no-tags " + depth + " origin " + shellQuote(ref),
+		"git fetch -q --no-tags " + depth + " --end-of-options origin " + shellQuote(ref),
 		"git -c advice.detachedHead=false checkout -q FETCH_HEAD",
 	}, "\n")
 	if branch != "" && !strings.HasPrefix(r.Ref, "refs/tags/") {
@@ -240,8 +245,12 @@ func (s *Service) clone(ctx context.Context, id egressapi.Identity, r *event.Rep
 	if err != nil {
 		return "", err
 	}
+	rec.Egress = res.Egress
 	out := strings.TrimSpace(res.Output)
 	if res.IsError {
+		if res.Egress != nil && len(res.Egress.Refused) > 0 {
+			return "", failPrepare("cloning %s at %s failed: egress refused it: %s", r.URL, ref, res.Egress.Note())
+		}
 		return "", failPrepare("cloning %s at %s failed: %s", r.URL, ref, cloneFailure(out))
 	}
 	lines := strings.Split(out, "\n")

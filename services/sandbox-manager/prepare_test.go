@@ -77,7 +77,7 @@ func TestPrepareIsNotRepeated(t *testing.T) {
 	c = requested(died)
 	other := newNode(t, js, nil)
 	t.Cleanup(other.driver.Close)
-	if _, err := other.prepare(ctx, &c, event.PrepareInput{Files: ref}); err != nil {
+	if _, err := other.prepare(ctx, &c, event.PrepareInput{Files: ref}, &event.ToolCompleted{}); err != nil {
 		t.Fatal(err)
 	}
 	stream, err := js.Stream(ctx, bus.StreamUploads)

@@ -175,9 +175,9 @@ func (s *Service) Run(ctx context.Context) error {
 	// The workspace API reads snapshots alone: it serves with snapshots
 	// off too, where none is found.
 	read := make(chan error, 1)
-	go func() { read <- s.serveWorkspaces(ctx) }()
+	go func() { read <- unlessStopped(ctx, s.serveWorkspaces(ctx)) }()
 	envs := make(chan error, 1)
-	go func() { envs <- s.serveEnvironments(ctx) }()
+	go func() { envs <- unlessStopped(ctx, s.serveEnvironments(ctx)) }()
 	leased, reaped := make(chan struct{}), make(chan struct{})
 	go func() { s.place.keepAlive(wctx); close(leased) }()
 	go func() { s.reap(ctx); close(reaped) }()
@@ -218,4 +218,13 @@ func (s *Service) Run(ctx context.Context) error {
 	// No call is running once Consume returns: stop every sandbox.
 	s.driver.Close()
 	return errors.Join(err, serr, perr, rerr, eerr, werr)
+}
+
+// unlessStopped returns err unless ctx is done: an API that was still
+// starting when the service stopped fails for that alone.
+func unlessStopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
