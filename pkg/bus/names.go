@@ -29,6 +29,9 @@ const (
 // log are stored, one message each, named by their SHA-256 (hex).
 func PayloadSubject(tenant, sha string) string { return "payloads." + tenant + "." + sha }
 
+// UploadMaxBytes bounds what the UPLOADS stream holds.
+const UploadMaxBytes = 4 << 30
+
 // UploadSubject is where chunk index (from 0) of a file that user (a
 // [UserToken]) of tenant uploaded is staged, the file named by its
 // SHA-256 (hex): uploads.<tenant>.<user>.<sha256>.<index>. A client may
@@ -361,6 +364,12 @@ var streams = []jetstream.StreamConfig{
 		// A chunk, and its headers.
 		MaxMsgSize:  UploadChunkBytes + 4<<10,
 		AllowDirect: true,
+		// Bounded, new uploads refused once full, so that what clients
+		// stage cannot fill the server's disk (and with it every
+		// stream): a client told the stream is full tries later, or
+		// after a week, when the oldest uploads are gone.
+		MaxBytes: UploadMaxBytes,
+		Discard:  jetstream.DiscardNew,
 	},
 	{
 		Name:        StreamDeadLetter,

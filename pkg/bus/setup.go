@@ -282,5 +282,6 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 		have.Storage == want.Storage && (want.Duplicates == 0 || have.Duplicates == want.Duplicates) &&
 		unlimited(have.MaxMsgSize) == unlimited(want.MaxMsgSize) && have.AllowDirect == want.AllowDirect &&
 		have.MaxAge == want.MaxAge && have.Description == want.Description &&
-		(want.MaxConsumers == 0 || have.MaxConsumers == want.MaxConsumers)
+		(want.MaxConsumers == 0 || have.MaxConsumers == want.MaxConsumers) &&
+		(want.MaxBytes == 0 || have.MaxBytes == want.MaxBytes && have.Discard == want.Discard)
 }

@@ -123,7 +123,8 @@ type SessionCompleted struct {
 	// Usage sums the tokens of every model response.
 	Usage model.Usage `json:"usage"`
 	// Changes is, for a session whose workspace started from a
-	// repository, what it changed there (see [ToolCompleted].Changes).
+	// repository or uploaded files, what it changed there (see
+	// [ToolCompleted].Changes).
 	Changes *Changes `json:"changes,omitempty"`
 }
 

@@ -228,9 +228,9 @@ type ToolCompleted struct {
 	// Prepared is, for the call that prepared a session's workspace
 	// ([SessionRequested].Prepare), what it laid out.
 	Prepared *Prepared `json:"prepared,omitempty"`
-	// Changes is, in a session whose workspace started from a repository,
-	// what the workspace changed since, as of the snapshot taken after
-	// this call.
+	// Changes is, in a session whose workspace started from a repository
+	// or uploaded files, what the workspace changed since, as of the
+	// snapshot taken after this call.
 	Changes *Changes `json:"changes,omitempty"`
 }
 
@@ -261,14 +261,21 @@ type Prepared struct {
 	SetupMS int64 `json:"setup_ms,omitempty"`
 }
 
-// Changes is what a workspace started from a repository changed since:
+// Changes is what a workspace started from a repository or uploaded
+// files changed since:
 // the files added, modified and deleted (the repository's .git left out),
 // and the lines inserted and deleted in text files.
 type Changes struct {
 	Files      []ChangedFile `json:"files"`
 	Insertions int           `json:"insertions"`
 	Deletions  int           `json:"deletions"`
+	// More counts the files changed past the first [MaxChangedFiles],
+	// which are not listed and whose lines are not counted.
+	More int `json:"more,omitempty"`
 }
+
+// MaxChangedFiles is how many files a [Changes] lists.
+const MaxChangedFiles = 200
 
 // ChangedFile is one file of [Changes]: Status is "added", "modified" or
 // "deleted"; a binary file counts no lines.

@@ -50,7 +50,7 @@ func (s *store) layout(t *testing.T, user, ref string, b Bounds) (dir string, fi
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir = filepath.Join(t.TempDir(), "workspace")
-	files, bytes, err = Layout(ctx, s.chunks, s.blobs, "acme", user, ref, dir, b)
+	files, bytes, err = Layout(ctx, s.chunks, "acme", user, ref, dir, b)
 	return dir, files, bytes, err
 }
 

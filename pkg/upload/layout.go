@@ -25,12 +25,6 @@ type Chunks interface {
 	GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error)
 }
 
-// Blobs reads contents checked when they were stored, named b.<sha256>:
-// the workspaces object store ([jetstream.ObjectStore]).
-type Blobs interface {
-	Get(ctx context.Context, name string, opts ...jetstream.GetObjectOpt) (jetstream.ObjectResult, error)
-}
-
 // Bounds bound what [Layout] lays out; a zero field bounds nothing.
 type Bounds struct {
 	// Entries bounds the directories, files and symlinks.
@@ -91,8 +85,8 @@ const layoutParallel = 8
 //
 // An error matching [ErrRefused] is the upload's own; any other (the
 // stream or store unreachable, the disk full) may pass when tried again.
-func Layout(ctx context.Context, chunks Chunks, blobs Blobs, tenant, user, ref, dir string, b Bounds) (files int, bytes int64, err error) {
-	r := &reader{chunks: chunks, blobs: blobs, tenant: tenant, user: bus.UserToken(user)}
+func Layout(ctx context.Context, chunks Chunks, tenant, user, ref, dir string, b Bounds) (files int, bytes int64, err error) {
+	r := &reader{chunks: chunks, tenant: tenant, user: bus.UserToken(user)}
 	l, err := r.list(ctx, ref)
 	if err != nil {
 		return 0, 0, err
@@ -172,7 +166,6 @@ func empty(root *os.Root) error {
 // reader reads what user (a [bus.UserToken]) of tenant staged.
 type reader struct {
 	chunks       Chunks
-	blobs        Blobs
 	tenant, user string
 }
 
@@ -226,16 +219,16 @@ func incomplete(name string) error {
 }
 
 // copy writes to w the content hash of size bytes (-1: not known, and at
-// most maxListBytes), from the blobs when they hold it, else from the
-// chunks staged, checking its size and hash. name says what it is in
-// errors.
+// most maxListBytes), from the chunks the user staged, checking its size
+// and hash. name says what it is in errors.
+//
+// Never from the snapshots' store, though it may hold the content: its
+// blobs are every tenant's, and a list naming a hash would read another
+// tenant's file by knowing its hash alone. A user lays out only what they
+// sent.
 func (r *reader) copy(ctx context.Context, w io.Writer, hash string, size int64, name string) error {
 	h := sha256.New()
-	w = io.MultiWriter(w, h)
-	n, err := r.fromBlobs(ctx, w, hash, size)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		n, err = r.fromChunks(ctx, w, hash, size, name)
-	}
+	n, err := r.fromChunks(ctx, io.MultiWriter(w, h), hash, size, name)
 	if err != nil {
 		return err
 	}
@@ -243,24 +236,6 @@ func (r *reader) copy(ctx context.Context, w io.Writer, hash string, size int64,
 		return incomplete(name)
 	}
 	return nil
-}
-
-// fromBlobs copies the blob of hash to w, returning
-// [jetstream.ErrObjectNotFound] when there is none (or no store).
-func (r *reader) fromBlobs(ctx context.Context, w io.Writer, hash string, size int64) (int64, error) {
-	if r.blobs == nil {
-		return 0, jetstream.ErrObjectNotFound
-	}
-	obj, err := r.blobs.Get(ctx, "b."+hash)
-	if err != nil {
-		return 0, err
-	}
-	defer obj.Close()
-	limit := size
-	if limit < 0 {
-		limit = maxListBytes
-	}
-	return io.Copy(w, io.LimitReader(obj, limit+1))
 }
 
 // fromChunks copies the chunks staged of the content hash to w, each

@@ -147,34 +147,40 @@ func TestLayoutRefusesCorruptUploads(t *testing.T) {
 	}
 }
 
-// Files are read from the workspaces store when it holds them, checked
-// there too: a store's blob that does not match its name is refused.
-func TestLayoutReadsTheStore(t *testing.T) {
+// A file is never read from the snapshots' store, which every tenant's
+// snapshots share: a list naming a hash whose content the user did not
+// send lays out nothing, though the store holds it.
+func TestLayoutNeverReadsTheStore(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	src := t.TempDir()
-	writeFile(t, filepath.Join(src, "a.txt"), []byte("in the store\n"), 0o600)
+	writeFile(t, filepath.Join(src, "a.txt"), []byte("another tenant's secret\n"), 0o600)
 	ref, _ := s.upload(t, "ada", src)
-	hash := hashOfFull("in the store\n")
+	hash := hashOfFull("another tenant's secret\n")
 	ctx := context.Background()
-	// Gone from the uploads, kept in the store.
+	// In the store (another tenant's snapshot), gone from ada's uploads.
+	if _, err := s.blobs.PutBytes(ctx, "b."+hash, []byte("another tenant's secret\n")); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.chunks.Purge(ctx, jetstream.WithPurgeSubject(bus.UploadSubject("acme", bus.UserToken("ada"), hash, 0))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.blobs.PutBytes(ctx, "b."+hash, []byte("in the store\n")); err != nil {
-		t.Fatal(err)
+	dir, _, _, err := s.layout(t, "ada", ref, Bounds{})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "a.txt") {
+		t.Errorf("layout of a file only the store holds: %v, want refused, naming a.txt", err)
 	}
-	dir, files, _, err := s.layout(t, "ada", ref, Bounds{})
-	if err != nil || files != 1 {
-		t.Fatalf("layout: %d files, %v", files, err)
+	if b, _ := os.ReadFile(filepath.Join(dir, "a.txt")); len(b) > 0 {
+		t.Errorf("a.txt was laid out from the store: %q", b)
 	}
-	sameTree(t, describe(t, dir), map[string]string{"a.txt": "-rw------- 13 bytes " + hashOf("in the store\n")})
+}
 
-	if _, err := s.blobs.PutBytes(ctx, "b."+hash, []byte("poisoned!!!!\n")); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, _, err := s.layout(t, "ada", ref, Bounds{}); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "a.txt") {
-		t.Errorf("layout from a poisoned store: %v, want refused, naming a.txt", err)
+// A file list giving a file more bytes than any upload may hold is
+// refused before anything is read: sizes that would overflow a sum past
+// the quota never get that far.
+func TestLayoutRefusesHugeSizes(t *testing.T) {
+	l := List{Files: []Entry{{Path: "a", Size: 1 << 62, Hash: hashOfFull("a")}}}
+	if err := l.Check(); err == nil {
+		t.Error("a file of 2^62 bytes passed the list's check")
 	}
 }
 

@@ -130,7 +130,7 @@ func (l *List) Check() error {
 				return fmt.Errorf("the file list gives the directory %q a size, hash or link", e.Path)
 			}
 		case 0:
-			if !isHash(e.Hash) || e.Size < 0 || e.Link != "" {
+			if !isHash(e.Hash) || e.Size < 0 || e.Size > MaxBytes || e.Link != "" {
 				return fmt.Errorf("the file list gives the file %q no size and SHA-256, or a link", e.Path)
 			}
 		case fs.ModeSymlink:

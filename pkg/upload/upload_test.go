@@ -61,7 +61,7 @@ func TestUploadAndLayout(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "left-over"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := Layout(ctx, s.chunks, s.blobs, "acme", "ada", ref, dir, Bounds{}); err != nil {
+	if _, _, err := Layout(ctx, s.chunks, "acme", "ada", ref, dir, Bounds{}); err != nil {
 		t.Fatalf("layout again: %v", err)
 	}
 	sameTree(t, describe(t, dir), want)
@@ -80,7 +80,7 @@ func TestUploadIsTheUsers(t *testing.T) {
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "is not uploaded") {
 		t.Errorf("bob's layout of ada's upload: %v, want refused: not uploaded", err)
 	}
-	_, _, err = Layout(context.Background(), s.chunks, s.blobs, "initech", "ada", ref, t.TempDir(), Bounds{})
+	_, _, err = Layout(context.Background(), s.chunks, "initech", "ada", ref, t.TempDir(), Bounds{})
 	if !errors.Is(err, ErrRefused) {
 		t.Errorf("initech's layout of acme's upload: %v, want refused", err)
 	}

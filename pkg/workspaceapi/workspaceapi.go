@@ -134,7 +134,7 @@ type DiffRequest struct {
 }
 
 // DiffReply answers a [DiffRequest]: the snapshot compared, what changed,
-// and the patch (git's format, which git apply takes), cut at [MaxRead]
+// and the patch (git's format, which git apply takes), cut at half of [MaxRead]
 // bytes and then Truncated.
 type DiffReply struct {
 	Seq       uint64         `json:"seq"`

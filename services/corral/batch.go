@@ -541,7 +541,8 @@ func (e *env) writeJobDiff(ctx context.Context, js jetstream.JetStream, o batchO
 
 // patchName is the file a job's patch is written to: its id, with what
 // may not stand in a file name replaced, and a hash of the id when
-// anything was, so that two ids never share a file.
+// anything was (an upper-case letter too), so that two ids never share a
+// file.
 func patchName(id string) string {
 	safe := strings.Map(func(r rune) rune {
 		switch {
@@ -550,7 +551,9 @@ func patchName(id string) string {
 		}
 		return '_'
 	}, id)
-	if safe != id || strings.HasPrefix(safe, ".") {
+	// Lower case too, so that ids differing only in case never share a
+	// file on a file system that ignores case.
+	if safe != strings.ToLower(id) || strings.HasPrefix(safe, ".") {
 		sum := sha256.Sum256([]byte(id))
 		safe = strings.TrimLeft(safe, ".") + "-" + hex.EncodeToString(sum[:4])
 	}

@@ -63,6 +63,13 @@ func (g *grants) load(ctx context.Context, id egressapi.Identity) error {
 	if err != nil {
 		return fmt.Errorf("environment %s: %w", id.Environment, err)
 	}
+	// Checked again, as the API checked it before storing it: a definition
+	// written to the bucket by anything else (a host "*") grants nothing.
+	if err := e.Spec.Validate(); err != nil {
+		g.log.WarnContext(ctx, "environment grants nothing: its definition does not validate", "tenant", id.Tenant, "environment", id.Environment, "err", err)
+		g.forget(k)
+		return nil
+	}
 	hs, unknown := preset.Of(e.Spec.Egress.Presets)
 	if unknown != "" {
 		return fmt.Errorf("environment %s: no preset %q", id.Environment, unknown)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aymanbagabas/go-udiff"
 	"github.com/google/uuid"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
@@ -75,6 +76,69 @@ func compare(base, now []fileEntry) []change {
 	}
 	slices.SortFunc(out, func(a, b change) int { return strings.Compare(a.Path, b.Path) })
 	return out
+}
+
+// labels are the names a patch gives c's file before and after, as git
+// writes them: a/<path> and b/<path>, quoted where the path needs it, or
+// /dev/null for a file added or deleted.
+func (c change) labels() (from, to string) {
+	from, to = quotePath("a/"+c.Path), quotePath("b/"+c.Path)
+	if c.Old == nil {
+		from = "/dev/null"
+	}
+	if c.New == nil {
+		to = "/dev/null"
+	}
+	return from, to
+}
+
+// quotePath quotes p as git quotes a path in a patch when it holds a
+// control character, a double quote, a backslash or a byte past ASCII:
+// in double quotes, those escaped as in C (octal for most). A name with a
+// newline so stays one line of the patch, and cannot forge another file's
+// header.
+func quotePath(p string) string {
+	plain := true
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return p
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; c {
+		case '"', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case '\a':
+			b.WriteString(`\a`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\v':
+			b.WriteString(`\v`)
+		case '\f':
+			b.WriteString(`\f`)
+		case '\r':
+			b.WriteString(`\r`)
+		default:
+			if c < 0x20 || c >= 0x7f {
+				fmt.Fprintf(&b, "\\%03o", c)
+			} else {
+				b.WriteByte(c)
+			}
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // gitMode is the mode git records for a file of mode m.
@@ -146,13 +210,7 @@ func fileDiff(ctx context.Context, read blobReader, c change) (*udiff.UnifiedDif
 	if !oldText || !newText {
 		return nil, nil
 	}
-	from, to := "a/"+c.Path, "b/"+c.Path
-	if c.Old == nil {
-		from = "/dev/null"
-	}
-	if c.New == nil {
-		to = "/dev/null"
-	}
+	from, to := c.labels()
 	d, err := udiff.ToUnifiedDiff(from, to, old, udiff.Lines(old, now), udiff.DefaultContextLines)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.Path, err)
@@ -160,34 +218,57 @@ func fileDiff(ctx context.Context, read blobReader, c change) (*udiff.UnifiedDif
 	return &d, nil
 }
 
-// diffStat counts what changes changed.
-func diffStat(ctx context.Context, read blobReader, changes []change) (*event.Changes, error) {
+// diffStat counts what changes changed: the lines of the first
+// [event.MaxChangedFiles] files, each file's counts taken from counted
+// when it has them (by [countKey]) and kept there; the rest only counted
+// as files.
+func diffStat(ctx context.Context, read blobReader, changes []change, counted *lru.Cache[string, event.ChangedFile]) (*event.Changes, error) {
 	out := &event.Changes{Files: []event.ChangedFile{}}
+	if len(changes) > event.MaxChangedFiles {
+		out.More = len(changes) - event.MaxChangedFiles
+		changes = changes[:event.MaxChangedFiles]
+	}
 	for _, c := range changes {
-		f := event.ChangedFile{Path: c.Path, Status: c.status()}
-		d, err := fileDiff(ctx, read, c)
-		if err != nil {
-			return nil, err
-		}
-		if d == nil {
-			f.Binary = true
-		} else {
-			for _, h := range d.Hunks {
-				for _, l := range h.Lines {
-					switch l.Kind {
-					case udiff.Insert:
-						f.Insertions++
-					case udiff.Delete:
-						f.Deletions++
+		key := countKey(c)
+		f, ok := counted.Get(key)
+		if !ok {
+			d, err := fileDiff(ctx, read, c)
+			if err != nil {
+				return nil, err
+			}
+			f = event.ChangedFile{Binary: d == nil}
+			if d != nil {
+				for _, h := range d.Hunks {
+					for _, l := range h.Lines {
+						switch l.Kind {
+						case udiff.Insert:
+							f.Insertions++
+						case udiff.Delete:
+							f.Deletions++
+						}
 					}
 				}
 			}
+			counted.Add(key, f)
 		}
+		f.Path, f.Status = c.Path, c.status()
 		out.Insertions += f.Insertions
 		out.Deletions += f.Deletions
 		out.Files = append(out.Files, f)
 	}
 	return out, nil
+}
+
+// countKey names what a change compares, whatever its path: the counts
+// of lines inserted and deleted depend on the contents alone.
+func countKey(c change) string {
+	side := func(f *fileEntry) string {
+		if f == nil {
+			return "-"
+		}
+		return f.Hash + "|" + f.Link
+	}
+	return side(c.Old) + ">" + side(c.New)
 }
 
 // errPatchTooLarge stops a patch past its limit.
@@ -197,7 +278,7 @@ var errPatchTooLarge = errors.New("the patch is over its limit")
 // limit bytes: past it, it stops with errPatchTooLarge.
 func writePatch(ctx context.Context, w *bytes.Buffer, read blobReader, changes []change, limit int) error {
 	for _, c := range changes {
-		fmt.Fprintf(w, "diff --git a/%s b/%s\n", c.Path, c.Path)
+		fmt.Fprintf(w, "diff --git %s %s\n", quotePath("a/"+c.Path), quotePath("b/"+c.Path))
 		switch {
 		case c.Old == nil:
 			fmt.Fprintf(w, "new file mode %s\n", gitMode(c.New.Mode))
@@ -211,13 +292,7 @@ func writePatch(ctx context.Context, w *bytes.Buffer, read blobReader, changes [
 		case err != nil:
 			return err
 		case d == nil:
-			from, to := "a/"+c.Path, "b/"+c.Path
-			if c.Old == nil {
-				from = "/dev/null"
-			}
-			if c.New == nil {
-				to = "/dev/null"
-			}
+			from, to := c.labels()
 			fmt.Fprintf(w, "Binary files %s and %s differ\n", from, to)
 		default:
 			w.WriteString(d.String())
@@ -274,5 +349,5 @@ func (s *snapshots) changes(ctx context.Context, tenant string, session uuid.UUI
 	if err != nil {
 		return nil, fmt.Errorf("read the snapshot of %s: %w", session, err)
 	}
-	return diffStat(rctx, storeBlobs(s.store), compare(base.Files, now.Files))
+	return diffStat(rctx, storeBlobs(s.store), compare(base.Files, now.Files), s.counted)
 }

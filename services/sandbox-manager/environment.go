@@ -53,7 +53,21 @@ type environments struct {
 	// request records it, by [bus.SessionKey]: it never changes. Bounded;
 	// a session forgotten reads its request again.
 	sessions *lru.Cache[string, sessionEnvironment]
+	// failed holds, by <tenant>.<version>, the builds that failed lately
+	// with the session's failure: a broken setup is not run again for
+	// every session and every call that needs its layer, only once
+	// failedTTL is past.
+	failed *lru.Cache[string, failedBuild]
 }
+
+// failedBuild is a build's failure, and when it failed.
+type failedBuild struct {
+	at  time.Time
+	err error
+}
+
+// failedTTL is how long a failed build is not tried again.
+const failedTTL = 2 * time.Minute
 
 // sessionEnvironment is the environment a session runs in: none when
 // version is "".
@@ -77,7 +91,7 @@ func newEnvironments(ctx context.Context, js jetstream.JetStream, dir string) (*
 			return nil, fmt.Errorf("environments: %w", err)
 		}
 	}
-	return &environments{kv: kv, dir: dir, sessions: mustLRU[string, sessionEnvironment](1 << 14)}, nil
+	return &environments{kv: kv, dir: dir, sessions: mustLRU[string, sessionEnvironment](1 << 14), failed: mustLRU[string, failedBuild](1 << 10)}, nil
 }
 
 // layerName is the name in the store of the manifest of tenant's layer of
@@ -115,11 +129,15 @@ func (s *Service) ensureEnvironment(ctx context.Context, tenant, name, version s
 	if _, err := os.Stat(layer); err == nil {
 		return layer, 0, nil
 	}
-	unlock, err := s.envs.builds.Lock(ctx, tenant+"."+version)
+	key := tenant + "." + version
+	unlock, err := s.envs.builds.Lock(ctx, key)
 	if err != nil {
 		return "", 0, fmt.Errorf("wait for environment %s: %w", name, err)
 	}
 	defer unlock()
+	if f, ok := s.envs.failed.Get(key); ok && time.Since(f.at) < failedTTL {
+		return "", 0, f.err
+	}
 	if _, err := os.Stat(layer); err == nil {
 		return layer, 0, nil // made while this call waited
 	}
@@ -144,6 +162,9 @@ func (s *Service) ensureEnvironment(ctx context.Context, tenant, name, version s
 		return "", 0, err
 	}
 	setupMS, err = s.buildLayer(ctx, tenant, name, version, e.Spec, id, layer)
+	if isPrepareError(err) {
+		s.envs.failed.Add(key, failedBuild{time.Now(), err})
+	}
 	if err != nil {
 		return "", 0, err
 	}

@@ -28,6 +28,8 @@ type snapshotReader struct {
 	// in pieces, or a workspace read file by file, decodes its manifest
 	// once, however large.
 	manifests *lru.Cache[string, readManifest]
+	// counted is [snapshots].counted, for the diffs read here.
+	counted *lru.Cache[string, event.ChangedFile]
 }
 
 // readManifest is a manifest as stored under an object (its NUID, which a
@@ -48,7 +50,7 @@ func newSnapshotReader(ctx context.Context, js jetstream.JetStream, logs *sessio
 	}
 	// A few: a manifest may list tens of thousands of files, and what the
 	// cache is for is reading one workspace, or one file in pieces.
-	return &snapshotReader{store: store, stream: stream, logs: logs, manifests: mustLRU[string, readManifest](16)}, nil
+	return &snapshotReader{store: store, stream: stream, logs: logs, manifests: mustLRU[string, readManifest](16), counted: mustLRU[string, event.ChangedFile](1 << 12)}, nil
 }
 
 // manifest returns the last snapshot of session of tenant. A session
@@ -260,7 +262,7 @@ func (r *snapshotReader) diff(ctx context.Context, tenant string, req *workspace
 	}
 	changes := compare(base.Files, c.m.Files)
 	read := storeBlobs(r.store)
-	stat, err := diffStat(ctx, read, changes)
+	stat, err := diffStat(ctx, read, changes, r.counted)
 	if err != nil {
 		return nil, err
 	}

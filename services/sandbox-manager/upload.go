@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/upload"
@@ -13,9 +14,8 @@ import (
 // layoutFiles lays out in dir, a session's workspace, the files user of
 // tenant uploaded (corral run --dir) under ref, "sha256:<hex>" of their
 // list, and returns how many regular files it wrote and their bytes. Each
-// file is checked against its hash, from the workspaces store when it
-// holds it, else from the user's uploads; no other user's upload is
-// found. dir is made anew, as a restored snapshot's is, so that the
+// file is read from the user's uploads and checked against its hash; no
+// other user's upload is found, nor any tenant's snapshot. dir is made anew, as a restored snapshot's is, so that the
 // sandbox user is handed the whole of it when its sandbox starts.
 //
 // An upload that is missing, incomplete, does not match its hash, names a
@@ -29,16 +29,19 @@ func (s *Service) layoutFiles(ctx context.Context, tenant, user, ref, dir string
 	if err != nil {
 		return 0, 0, fmt.Errorf("open stream %s: %w", bus.StreamUploads, err)
 	}
-	var blobs upload.Blobs
-	if s.snaps != nil {
-		blobs = s.snaps.store
-	} else if blobs, err = s.js.ObjectStore(rctx, bus.BucketWorkspaces); err != nil {
-		return 0, 0, fmt.Errorf("open object store %s: %w", bus.BucketWorkspaces, err)
-	}
 	b := upload.Bounds{Entries: s.cfg.WorkspaceFiles, Bytes: s.cfg.WorkspaceBytes}
 	err = os.RemoveAll(dir)
 	if err == nil {
-		files, bytes, err = upload.Layout(ctx, chunks, blobs, tenant, user, ref, dir, b)
+		// The tenant's directory only lets through, as the driver makes
+		// it: the sandboxes' user passes it to reach its workspace.
+		err = os.MkdirAll(filepath.Dir(dir), 0o711)
+	}
+	if err == nil {
+		files, bytes, err = upload.Layout(ctx, chunks, tenant, user, ref, dir, b)
+	}
+	if err != nil {
+		// Nothing half laid out stays behind.
+		_ = os.RemoveAll(dir)
 	}
 	var quota *upload.QuotaError
 	switch {

@@ -75,7 +75,9 @@ func (s *Service) serveWorkspaces(ctx context.Context) error {
 			if err := decodeRequest(data, tenant, &req, &req.Tenant); err != nil {
 				return nil, err
 			}
-			return w.diff(ctx, tenant, &req, int(workspaceapi.ReadLength(s.js.Conn().MaxPayload())))
+			// Half a read's length: the reply's changes, and JSON's
+			// escapes of the patch's text, fit in the rest.
+			return w.diff(ctx, tenant, &req, int(workspaceapi.ReadLength(s.js.Conn().MaxPayload()))/2)
 		},
 	} {
 		err := svc.AddEndpoint(op, micro.HandlerFunc(func(r micro.Request) {
@@ -103,7 +105,9 @@ func (s *Service) serveWorkspaces(ctx context.Context) error {
 				s.log.WarnContext(rctx, "workspace api", "subject", r.Subject(), "err", err)
 				_ = r.Error(workspaceapi.CodeInternal, err.Error(), nil)
 			default:
-				_ = r.RespondJSON(resp)
+				if err := r.RespondJSON(resp); err != nil {
+					s.log.WarnContext(rctx, "workspace api: reply", "subject", r.Subject(), "err", err)
+				}
 			}
 		}), micro.WithEndpointSubject(bus.WorkspaceAPI("*", "*", op)))
 		if err != nil {
