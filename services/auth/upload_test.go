@@ -93,7 +93,7 @@ func TestUploadsStayWithTheirUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if files, _, err := upload.Layout(ctx, chunks, nil, "acme", "ada", ref, dir, upload.Bounds{}); err != nil || files != 1 {
+	if files, _, err := upload.Layout(ctx, chunks, "acme", "ada", ref, dir, upload.Bounds{}); err != nil || files != 1 {
 		t.Fatalf("layout of ada's upload: %d files, %v", files, err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "work.txt")); err != nil || string(b) != body {
