@@ -43,11 +43,23 @@ func NewAnthropic(cfg Config) Client {
 }
 
 type anthropicRequest struct {
-	Model     string             `json:"model"`
-	MaxTokens int                `json:"max_tokens"`
-	System    string             `json:"system,omitempty"`
-	Messages  []anthropicMessage `json:"messages"`
+	Model     string `json:"model"`
+	MaxTokens int    `json:"max_tokens"`
+	// System is the system prompt: a string, or with caching one text
+	// block carrying a breakpoint.
+	System   any                `json:"system,omitempty"`
+	Messages []anthropicMessage `json:"messages"`
 }
+
+// cacheControl marks a prompt cache breakpoint: the prompt up to and
+// including the block that carries it is cached (for five minutes, renewed
+// by each read).
+type cacheControl struct {
+	Type string `json:"type"`
+}
+
+// ephemeral is the breakpoint every cached request carries.
+var ephemeral = &cacheControl{Type: "ephemeral"}
 
 type anthropicMessage struct {
 	Role    Role             `json:"role"`
@@ -65,14 +77,16 @@ type anthropicBlock struct {
 	ToolUseID string          `json:"tool_use_id,omitempty"`
 	// Content is a string in the results we send; the API also accepts an
 	// array of blocks, which we never send.
-	Content string `json:"content,omitempty"`
-	IsError bool   `json:"is_error,omitempty"`
+	Content      string        `json:"content,omitempty"`
+	IsError      bool          `json:"is_error,omitempty"`
+	CacheControl *cacheControl `json:"cache_control,omitempty"`
 }
 
 type anthropicTool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	InputSchema json.RawMessage `json:"input_schema"`
+	Name         string          `json:"name"`
+	Description  string          `json:"description,omitempty"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	CacheControl *cacheControl   `json:"cache_control,omitempty"`
 }
 
 type anthropicResponse struct {
@@ -88,7 +102,8 @@ type anthropicResponse struct {
 }
 
 // Complete implements [Client]. Usage.InputTokens includes tokens written to
-// and read from the prompt cache.
+// and read from the prompt cache, which CacheWriteTokens and
+// CacheReadTokens count.
 func (c *anthropicClient) Complete(ctx context.Context, req Request) (Response, error) {
 	body, err := encodeAnthropic(req)
 	if err != nil {
@@ -111,8 +126,10 @@ func decodeAnthropic(data []byte) (Response, error) {
 		StopReason: wire.StopReason,
 		Model:      wire.Model,
 		Usage: Usage{
-			InputTokens:  tokens(wire.Usage.InputTokens, wire.Usage.CacheCreationInputTokens, wire.Usage.CacheReadInputTokens),
-			OutputTokens: tokens(wire.Usage.OutputTokens),
+			InputTokens:      tokens(wire.Usage.InputTokens, wire.Usage.CacheCreationInputTokens, wire.Usage.CacheReadInputTokens),
+			OutputTokens:     tokens(wire.Usage.OutputTokens),
+			CacheReadTokens:  tokens(wire.Usage.CacheReadInputTokens),
+			CacheWriteTokens: tokens(wire.Usage.CacheCreationInputTokens),
 		},
 	}
 	for _, b := range wire.Content {
@@ -133,8 +150,14 @@ func encodeAnthropic(req Request) ([]byte, error) {
 	w := anthropicRequest{
 		Model:     req.Model,
 		MaxTokens: req.MaxTokens,
-		System:    req.System,
 		Messages:  make([]anthropicMessage, 0, len(req.Messages)),
+	}
+	switch {
+	case req.System == "":
+	case req.CacheKey != "":
+		w.System = []anthropicBlock{{Type: TextBlock, Text: &req.System, CacheControl: ephemeral}}
+	default:
+		w.System = req.System
 	}
 	if w.MaxTokens <= 0 {
 		w.MaxTokens = defaultMaxTokens
@@ -161,16 +184,47 @@ func encodeAnthropic(req Request) ([]byte, error) {
 		}
 		w.Messages = append(w.Messages, wm)
 	}
-	tools, err := anthropicTools.encode(req.Tools, func(t tool.Spec) any {
+	cache, wire := &anthropicTools, func(t tool.Spec) any {
 		return anthropicTool{Name: t.Name, Description: t.Description, InputSchema: schemaOrEmpty(t.InputSchema)}
-	})
+	}
+	if req.CacheKey != "" {
+		breakpoints(w.Messages)
+	}
+	if req.CacheKey != "" && len(req.Tools) > 0 {
+		last := req.Tools[len(req.Tools)-1].Name
+		cache, wire = &anthropicToolsCached, func(t tool.Spec) any {
+			at := anthropicTool{Name: t.Name, Description: t.Description, InputSchema: schemaOrEmpty(t.InputSchema)}
+			if t.Name == last {
+				at.CacheControl = ephemeral
+			}
+			return at
+		}
+	}
+	tools, err := cache.encode(req.Tools, wire)
 	if err != nil {
 		return nil, err
 	}
 	return marshalWithTools(w, tools)
 }
 
-var anthropicTools toolsCache
+// anthropicTools are the tools as every request sends them;
+// anthropicToolsCached with a breakpoint on the last, for cached requests.
+var anthropicTools, anthropicToolsCached toolsCache
+
+// breakpoints marks the cache breakpoints of a cached request's
+// conversation: its last block, which caches the whole prompt for the next
+// turn, and the last block of the message two before, where the prompt of
+// the turn before ended, which reads that back. With the tools' and the
+// system prompt's, four: the API's limit. Each turn so reads what the
+// turn before wrote, and writes only what it adds.
+func breakpoints(msgs []anthropicMessage) {
+	for _, i := range []int{len(msgs) - 3, len(msgs) - 1} {
+		if i < 0 || len(msgs[i].Content) == 0 {
+			continue
+		}
+		msgs[i].Content[len(msgs[i].Content)-1].CacheControl = ephemeral
+	}
+}
 
 // objectOrEmpty returns input when it is a JSON object and {} otherwise: the
 // API insists that a tool_use input be an object, and a call whose

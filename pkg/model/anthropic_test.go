@@ -114,7 +114,7 @@ func TestAnthropicResponse(t *testing.T) {
 			{Type: model.ToolUseBlock, ID: "toolu_9", Name: "Read", Input: json.RawMessage(`{"file_path": "/y"}`)},
 		},
 		StopReason: "tool_use",
-		Usage:      model.Usage{InputTokens: 112, OutputTokens: 20},
+		Usage:      model.Usage{InputTokens: 112, OutputTokens: 20, CacheReadTokens: 7, CacheWriteTokens: 5},
 		Model:      "claude-test-20250101",
 	}
 	if !reflect.DeepEqual(got, want) {

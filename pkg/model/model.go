@@ -60,12 +60,32 @@ type Request struct {
 	Messages  []Message
 	Tools     []tool.Spec
 	MaxTokens int
+	// CacheKey, when set, asks the provider to cache the prompt's prefix
+	// for the requests that share it (a session's): Anthropic's requests
+	// carry cache_control breakpoints, OpenAI's a prompt_cache_key. The
+	// prompt must then be byte-stable across a session's turns up to its
+	// newest messages (tools, system prompt, conversation, in that order).
+	CacheKey string
 }
 
 // Usage counts the tokens of one response.
 type Usage struct {
+	// InputTokens counts every input token, cached or not.
 	InputTokens  int `json:"input_tokens"`
 	OutputTokens int `json:"output_tokens"`
+	// CacheReadTokens and CacheWriteTokens are those of InputTokens read
+	// from the provider's prompt cache, and written to it, which it bills
+	// at their own prices.
+	CacheReadTokens  int `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int `json:"cache_write_tokens,omitempty"`
+}
+
+// Add adds v's counts to u, saturating as [tokens] does.
+func (u *Usage) Add(v Usage) {
+	u.InputTokens = tokens(u.InputTokens, v.InputTokens)
+	u.OutputTokens = tokens(u.OutputTokens, v.OutputTokens)
+	u.CacheReadTokens = tokens(u.CacheReadTokens, v.CacheReadTokens)
+	u.CacheWriteTokens = tokens(u.CacheWriteTokens, v.CacheWriteTokens)
 }
 
 // tokens adds a response's token counts as budgets may: a count below zero

@@ -58,6 +58,10 @@ type openAIRequest struct {
 	Model     string          `json:"model"`
 	Messages  []openAIMessage `json:"messages"`
 	MaxTokens int             `json:"max_tokens,omitempty"`
+	// PromptCacheKey routes the requests that share it to where their
+	// common prefix is cached (OpenAI caches prefixes of 1,024 tokens and
+	// more by itself; the key keeps a session's together).
+	PromptCacheKey string `json:"prompt_cache_key,omitempty"`
 }
 
 type openAIMessage struct {
@@ -96,8 +100,11 @@ type openAIResponse struct {
 		FinishReason string        `json:"finish_reason"`
 	} `json:"choices"`
 	Usage struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 }
 
@@ -129,7 +136,13 @@ func decodeOpenAI(data []byte) (Response, error) {
 	resp := Response{
 		StopReason: choice.FinishReason,
 		Model:      wire.Model,
-		Usage:      Usage{InputTokens: tokens(wire.Usage.PromptTokens), OutputTokens: tokens(wire.Usage.CompletionTokens)},
+		Usage: Usage{
+			InputTokens:  tokens(wire.Usage.PromptTokens),
+			OutputTokens: tokens(wire.Usage.CompletionTokens),
+			// Of the prompt's, never more: a count that says otherwise
+			// would price tokens the prompt did not have.
+			CacheReadTokens: min(tokens(wire.Usage.PromptTokensDetails.CachedTokens), tokens(wire.Usage.PromptTokens)),
+		},
 	}
 	msg := choice.Message
 	switch {
@@ -181,7 +194,7 @@ func inputArguments(input json.RawMessage) string {
 }
 
 func encodeOpenAI(req Request) ([]byte, error) {
-	w := openAIRequest{Model: req.Model, MaxTokens: max(req.MaxTokens, 0), Messages: []openAIMessage{}}
+	w := openAIRequest{Model: req.Model, MaxTokens: max(req.MaxTokens, 0), Messages: []openAIMessage{}, PromptCacheKey: req.CacheKey}
 	if req.System != "" {
 		w.Messages = append(w.Messages, openAIMessage{Role: "system", Content: &req.System})
 	}

@@ -9,8 +9,11 @@ import (
 )
 
 var anthropicProtocol = protocol{
-	name:            "anthropic",
-	decode:          decodeAnthropic,
+	name:   "anthropic",
+	decode: decodeAnthropic,
+	bill: func(c *promptCache, body []byte) usage {
+		return c.anthropic(anthropicSegments(body))
+	},
 	reply:           replyAnthropic,
 	errorBody:       anthropicError,
 	requestIDHeader: "request-id",
@@ -143,7 +146,7 @@ func anthropicText(raw json.RawMessage) (string, error) {
 	return strings.Join(texts, "\n\n"), nil
 }
 
-func replyAnthropic(c Conversation, t Turn, input int) (any, error) {
+func replyAnthropic(c Conversation, t Turn, u usage) (any, error) {
 	content := []anthropicBlock{}
 	if t.Text != "" {
 		content = append(content, anthropicBlock{Type: "text", Text: t.Text})
@@ -173,8 +176,10 @@ func replyAnthropic(c Conversation, t Turn, input int) (any, error) {
 		"stop_reason":   stop,
 		"stop_sequence": nil,
 		"usage": map[string]int{
-			"input_tokens":  input,
-			"output_tokens": outputTokens(t.Text, args, t.Calls),
+			"input_tokens":                u.input - u.read - u.written,
+			"cache_read_input_tokens":     u.read,
+			"cache_creation_input_tokens": u.written,
+			"output_tokens":               outputTokens(t.Text, args, t.Calls),
 		},
 	}, nil
 }

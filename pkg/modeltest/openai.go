@@ -9,8 +9,12 @@ import (
 )
 
 var openAIProtocol = protocol{
-	name:            "openai",
-	decode:          decodeOpenAI,
+	name:   "openai",
+	decode: decodeOpenAI,
+	bill: func(c *promptCache, body []byte) usage {
+		segs, key := openAISegments(body)
+		return c.openAI(key, segs)
+	},
 	reply:           replyOpenAI,
 	errorBody:       openAIError,
 	requestIDHeader: "x-request-id",
@@ -131,7 +135,7 @@ func openAIText(raw json.RawMessage) (string, error) {
 	return strings.Join(texts, "\n\n"), nil
 }
 
-func replyOpenAI(c Conversation, t Turn, input int) (any, error) {
+func replyOpenAI(c Conversation, t Turn, u usage) (any, error) {
 	var calls []openAIToolCall
 	args := make([][]byte, len(t.Calls))
 	for i, call := range t.Calls {
@@ -168,10 +172,11 @@ func replyOpenAI(c Conversation, t Turn, input int) (any, error) {
 			"message":       message,
 			"finish_reason": finish,
 		}},
-		"usage": map[string]int{
-			"prompt_tokens":     input,
-			"completion_tokens": output,
-			"total_tokens":      input + output,
+		"usage": map[string]any{
+			"prompt_tokens":         u.input,
+			"completion_tokens":     output,
+			"total_tokens":          u.input + output,
+			"prompt_tokens_details": map[string]int{"cached_tokens": u.read},
 		},
 	}, nil
 }

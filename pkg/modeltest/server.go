@@ -25,6 +25,9 @@ type Server struct {
 	// scriptMu serializes script calls, so scripts need no locking.
 	scriptMu sync.Mutex
 
+	// cache is the prompt cache the requests are billed by.
+	cache promptCache
+
 	mu             sync.Mutex
 	requests       []Conversation
 	failStatus     int
@@ -38,9 +41,10 @@ type protocol struct {
 	// decode fills c from the request body and checks it as the real API
 	// would; an error is answered with 400.
 	decode func(body []byte, c *Conversation) error
-	// reply renders the turn as a response body; input is the number of
-	// input tokens to report.
-	reply func(c Conversation, t Turn, input int) (any, error)
+	// bill says what a request's body is billed, by cache.
+	bill func(cache *promptCache, body []byte) usage
+	// reply renders the turn as a response body, reporting u.
+	reply func(c Conversation, t Turn, u usage) (any, error)
 	// errorBody renders an error response body.
 	errorBody func(status int, msg string) any
 	// requestIDHeader names the header that carries the request ID.
@@ -138,7 +142,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p protocol) {
 		s.fail(w, p, http.StatusInternalServerError, err.Error())
 		return
 	}
-	resp, err := p.reply(c, turn, max(1, len(body)/4))
+	resp, err := p.reply(c, turn, p.bill(&s.cache, body))
 	if err != nil {
 		s.fail(w, p, http.StatusInternalServerError, "modeltest: "+err.Error())
 		return
