@@ -75,19 +75,28 @@ type Budgets struct {
 	TenantDaily Limits `yaml:"tenant_daily"`
 }
 
-// Price is what a model charges, in USD per million tokens.
+// Price is what a model charges, in USD per million tokens: input tokens
+// read from the provider's prompt cache at CacheRead, those written to it
+// at CacheWrite, the other input tokens at Input. A cache price left out
+// is Input's: an unknown discount is not assumed.
 type Price struct {
-	Input  float64 `yaml:"input"`
-	Output float64 `yaml:"output"`
+	Input      float64  `yaml:"input"`
+	Output     float64  `yaml:"output"`
+	CacheRead  *float64 `yaml:"cache_read"`
+	CacheWrite *float64 `yaml:"cache_write"`
 }
 
 // Usage is what a session, or a user or tenant in a day, has spent.
 type Usage struct {
-	Steps          int     `json:"steps"`
-	InputTokens    int64   `json:"input_tokens"`
-	OutputTokens   int64   `json:"output_tokens"`
-	CostUSD        float64 `json:"cost_usd"`
-	SandboxSeconds float64 `json:"sandbox_seconds"`
+	Steps        int   `json:"steps"`
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	// CacheReadTokens and CacheWriteTokens are those of InputTokens read
+	// from the providers' prompt caches and written to them.
+	CacheReadTokens  int64   `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int64   `json:"cache_write_tokens,omitempty"`
+	CostUSD          float64 `json:"cost_usd"`
+	SandboxSeconds   float64 `json:"sandbox_seconds"`
 }
 
 // Add adds u2 to u.
@@ -95,6 +104,8 @@ func (u *Usage) Add(u2 Usage) {
 	u.Steps += u2.Steps
 	u.InputTokens += u2.InputTokens
 	u.OutputTokens += u2.OutputTokens
+	u.CacheReadTokens += u2.CacheReadTokens
+	u.CacheWriteTokens += u2.CacheWriteTokens
 	u.CostUSD += u2.CostUSD
 	u.SandboxSeconds += u2.SandboxSeconds
 }
@@ -172,5 +183,15 @@ func (p *Policy) Cost(modelName string, usage model.Usage) float64 {
 	if !ok {
 		pr = p.prices["*"]
 	}
-	return (float64(usage.InputTokens)*pr.Input + float64(usage.OutputTokens)*pr.Output) / 1e6
+	read, write := pr.Input, pr.Input
+	if pr.CacheRead != nil {
+		read = *pr.CacheRead
+	}
+	if pr.CacheWrite != nil {
+		write = *pr.CacheWrite
+	}
+	cached := usage.CacheReadTokens + usage.CacheWriteTokens
+	plain := max(usage.InputTokens-cached, 0)
+	return (float64(plain)*pr.Input + float64(usage.CacheReadTokens)*read + float64(usage.CacheWriteTokens)*write +
+		float64(usage.OutputTokens)*pr.Output) / 1e6
 }

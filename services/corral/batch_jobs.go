@@ -243,8 +243,7 @@ func (s *jobState) apply(j *job, ev event.Event, prices *policy.Policy) {
 		}
 	case *event.ModelResponded:
 		s.turns++
-		s.usage.InputTokens += ev.Usage.InputTokens
-		s.usage.OutputTokens += ev.Usage.OutputTokens
+		s.usage.Add(ev.Usage)
 		s.costUSD += prices.Cost(ev.Model, ev.Usage)
 	case *event.SessionCompleted:
 		s.status, s.answer, s.code, s.reason = statusCompleted, ev.Answer, "", ""

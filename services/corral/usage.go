@@ -59,7 +59,7 @@ budgets are checked against.`,
 				return fmt.Errorf("usage: %w", err)
 			}
 			w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintln(w, "DAY\tTENANT\tUSER\tSTEPS\tINPUT TOKENS\tOUTPUT TOKENS\tCOST USD\tSANDBOX S\t")
+			fmt.Fprintln(w, "DAY\tTENANT\tUSER\tSTEPS\tINPUT TOKENS\tCACHE HIT\tOUTPUT TOKENS\tCOST USD\tSANDBOX S\t")
 			rows := 0
 			for i := days - 1; i >= 0; i-- {
 				d := last.AddDate(0, 0, -i).Format(time.DateOnly)
@@ -82,7 +82,7 @@ budgets are checked against.`,
 						b, _ := base64.RawURLEncoding.DecodeString(parts[3])
 						who = string(b)
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%.4f\t%.1f\t\n", d, parts[0], who, u.Steps, u.InputTokens, u.OutputTokens, u.CostUSD, u.SandboxSeconds)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%.4f\t%.1f\t\n", d, parts[0], who, u.Steps, u.InputTokens, cacheHit(u), u.OutputTokens, u.CostUSD, u.SandboxSeconds)
 					rows++
 				}
 			}
@@ -121,4 +121,13 @@ func readUsage(ctx context.Context, js jetstream.JetStream, tenant string) (map[
 		out[k] = m.Data
 	}
 	return out, nil
+}
+
+// cacheHit is the share of u's input tokens read from the providers'
+// prompt caches, as a percentage; "-" with no input.
+func cacheHit(u policy.Usage) string {
+	if u.InputTokens <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(u.CacheReadTokens)/float64(u.InputTokens))
 }

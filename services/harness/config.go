@@ -34,6 +34,10 @@ type Config struct {
 	// MaxTokens is the output-token limit of each model call
 	// (CORRAL_MAX_TOKENS).
 	MaxTokens int
+	// PromptCache asks the providers to cache each session's prompt
+	// (CORRAL_PROMPT_CACHE, default on): its turns then bill the
+	// conversation before the newest at the cache's price.
+	PromptCache bool
 	// Concurrency is how many sessions one harness steps at once
 	// (CORRAL_HARNESS_CONCURRENCY), TenantConcurrency how many of one
 	// tenant's (CORRAL_HARNESS_TENANT_CONCURRENCY, default half of it).
@@ -92,6 +96,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	if cfg.MaxTokens, err = envconf.Int(getenv, "CORRAL_MAX_TOKENS", 8192); err != nil {
+		return Config{}, err
+	}
+	if cfg.PromptCache, err = envconf.Switch(getenv, "CORRAL_PROMPT_CACHE", true); err != nil {
 		return Config{}, err
 	}
 	if cfg.Concurrency, err = envconf.Int(getenv, "CORRAL_HARNESS_CONCURRENCY", 64); err != nil {

@@ -73,6 +73,7 @@ func (d *dayUsages) recent(ctx context.Context, key string) (policy.Usage, error
 // price is what a model response counts in daily usage.
 func (d *dayUsages) price(modelName string, u model.Usage) policy.Usage {
 	return policy.Usage{Steps: 1, InputTokens: int64(u.InputTokens), OutputTokens: int64(u.OutputTokens),
+		CacheReadTokens: int64(u.CacheReadTokens), CacheWriteTokens: int64(u.CacheWriteTokens),
 		CostUSD: d.pol.Cost(modelName, u)}
 }
 

@@ -195,13 +195,19 @@ func (s *Service) ask(ctx context.Context, st *state, env core.Env, messages []m
 		return nil, err
 	}
 	start := time.Now()
-	resp, err := client.Complete(ctx, model.Request{
+	req := model.Request{
 		Model:     name,
 		System:    systemPrompt(st, skills),
 		Messages:  messages,
 		Tools:     tool.Specs(),
 		MaxTokens: s.cfg.MaxTokens,
-	})
+	}
+	if s.cfg.PromptCache {
+		// One key per session: its prompt grows turn by turn, and each
+		// turn reads back what the one before cached.
+		req.CacheKey = bus.SessionKey(st.Tenant, st.Session)
+	}
+	resp, err := client.Complete(ctx, req)
 	provider, _, _ := strings.Cut(st.Model, ":")
 	outcome := "ok"
 	if err != nil {

@@ -11,10 +11,12 @@ import (
 // SessionUsage is what the session has spent, by its log, priced by pol.
 func SessionUsage(st *State, pol *policy.Policy) policy.Usage {
 	u := policy.Usage{
-		Steps:          st.Turn,
-		InputTokens:    int64(st.Usage.InputTokens),
-		OutputTokens:   int64(st.Usage.OutputTokens),
-		SandboxSeconds: float64(st.SandboxMS) / 1000,
+		Steps:            st.Turn,
+		InputTokens:      int64(st.Usage.InputTokens),
+		OutputTokens:     int64(st.Usage.OutputTokens),
+		CacheReadTokens:  int64(st.Usage.CacheReadTokens),
+		CacheWriteTokens: int64(st.Usage.CacheWriteTokens),
+		SandboxSeconds:   float64(st.SandboxMS) / 1000,
 	}
 	for m, mu := range st.ByModel {
 		u.CostUSD += pol.Cost(m, mu)

@@ -156,11 +156,9 @@ func (st *State) Apply(seq uint64, ev any) {
 	case *event.ModelResponded:
 		st.flushResults()
 		st.Turn = e.Turn
-		st.Usage.InputTokens += e.Usage.InputTokens
-		st.Usage.OutputTokens += e.Usage.OutputTokens
+		st.Usage.Add(e.Usage)
 		u := st.ByModel[e.Model]
-		u.InputTokens += e.Usage.InputTokens
-		u.OutputTokens += e.Usage.OutputTokens
+		u.Add(e.Usage)
 		st.ByModel[e.Model] = u
 		st.Messages = append(st.Messages, model.Message{Role: model.Assistant, Content: e.Content})
 		// A response of an earlier version may record the dispatch of
