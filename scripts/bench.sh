@@ -17,7 +17,8 @@
 # next to killing a bare process; workspace snapshots and restores;
 # resume from suspension, what a suspended sandbox holds, and how many idle
 # sessions one node holds; a session prepared from a repository, next to
-# git clone, and one of a cached environment, next to one with none.
+# git clone, and one of a cached environment, next to one with none; the
+# billed input of a session with prompt caching, next to none cached.
 #   scripts/bench.sh [N]    # N iterations per latency benchmark (default 500)
 #   IDLE_SESSIONS=10000     # sessions of the idle-sessions benchmark
 #   CORRAL_HARNESS_SPEEDUPS # the harness's speed-ups in the benchmarks
@@ -51,6 +52,9 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 # A session's preparation: from a 10 MB repository (next to git clone on
 # the host), and of a cached environment (next to none).
 (cd services/corral && go test -run '^$' -bench 'Prepare' -benchtime "$((n / 50 + 5))x" .) | tee -a "$out"
+# The billed input of a 30-turn session with prompt caching, next to the
+# same input with nothing cached.
+(cd services/corral && go test -run '^$' -bench 'PromptCache' -benchtime 3x .) | tee -a "$out"
 # Last: the idle sessions' ten thousand workspaces keep the disk busy for a
 # while after.
 (cd services/sandbox-manager && go test -run '^$' -bench 'IdleSessions' -benchtime "${IDLE_SESSIONS:-10000}x" -timeout 30m ./internal/sandbox) | tee -a "$out"
