@@ -3,6 +3,8 @@ package model
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -62,6 +64,19 @@ type openAIRequest struct {
 	// common prefix is cached (OpenAI caches prefixes of 1,024 tokens and
 	// more by itself; the key keeps a session's together).
 	PromptCacheKey string `json:"prompt_cache_key,omitempty"`
+}
+
+// maxPromptCacheKey is the longest prompt_cache_key the API takes.
+const maxPromptCacheKey = 64
+
+// promptCacheKey returns key as the API takes it: as it is, or its
+// SHA-256 in hex when it is too long, which is as stable and as distinct.
+func promptCacheKey(key string) string {
+	if len(key) <= maxPromptCacheKey {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
 }
 
 type openAIMessage struct {
@@ -194,7 +209,7 @@ func inputArguments(input json.RawMessage) string {
 }
 
 func encodeOpenAI(req Request) ([]byte, error) {
-	w := openAIRequest{Model: req.Model, MaxTokens: max(req.MaxTokens, 0), Messages: []openAIMessage{}, PromptCacheKey: req.CacheKey}
+	w := openAIRequest{Model: req.Model, MaxTokens: max(req.MaxTokens, 0), Messages: []openAIMessage{}, PromptCacheKey: promptCacheKey(req.CacheKey)}
 	if req.System != "" {
 		w.Messages = append(w.Messages, openAIMessage{Role: "system", Content: &req.System})
 	}

@@ -1,9 +1,13 @@
 package model_test
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 
 	"corral.dev/pkg/model"
@@ -165,5 +169,30 @@ func TestOpenAINoChoices(t *testing.T) {
 	c := model.NewOpenAI(model.Config{BaseURL: api.URL})
 	if _, err := c.Complete(t.Context(), conversation(0)); err == nil {
 		t.Error("Complete succeeded, want an error for a response without choices")
+	}
+}
+
+// A request with a cache key carries it as prompt_cache_key, within the
+// API's 64 characters however long the key.
+func TestOpenAIPromptCacheKey(t *testing.T) {
+	for _, key := range []string{"acme.01a21400-0000-7000-8000-000000000001", strings.Repeat("t", 63) + ".01a21400-0000-7000-8000-000000000001"} {
+		var got map[string]any
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_ = json.NewDecoder(r.Body).Decode(&got)
+			_, _ = io.WriteString(w, `{"model":"m","choices":[{"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":2000,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":1920}}}`)
+		}))
+		c := model.NewOpenAI(model.Config{BaseURL: srv.URL})
+		resp, err := c.Complete(context.Background(), model.Request{Model: "m", Messages: []model.Message{{Role: model.User, Content: []model.Block{{Type: model.TextBlock, Text: "hi"}}}}, CacheKey: key})
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent, _ := got["prompt_cache_key"].(string)
+		if sent == "" || len(sent) > 64 || (len(key) <= 64 && sent != key) {
+			t.Errorf("key %q sent as %q", key, sent)
+		}
+		if resp.Usage.CacheReadTokens != 1920 || resp.Usage.InputTokens != 2000 {
+			t.Errorf("usage %+v, want 1920 of 2000 input tokens cached", resp.Usage)
+		}
 	}
 }
