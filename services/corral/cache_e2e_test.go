@@ -6,9 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
+	"corral.dev/pkg/natstest"
 )
 
 // A 30-turn session on each wire: from its second turn on, at least 90%
@@ -52,20 +54,27 @@ func TestPromptCacheOverThirtyTurns(t *testing.T) {
 			if share := float64(read) / float64(input); share < 0.9 {
 				t.Errorf("turns 2 to %d read %d of %d input tokens from the cache (%.1f%%), want at least 90%%", turns, read, input, 100*share)
 			}
-			out := p.corralOK(t, "usage", "--tenant", "acme", "--user", "ada")
-			var billed float64
-			for line := range strings.Lines(out) {
-				f := strings.Fields(line)
-				if len(f) >= 9 && f[2] == "ada" {
-					billed, _ = strconv.ParseFloat(f[7], 64)
+			// The day's usage is counted a moment after it is spent.
+			natstest.WaitFor(t, 30*time.Second, func() error {
+				out := p.corralOK(t, "usage", "--tenant", "acme", "--user", "ada")
+				for line := range strings.Lines(out) {
+					f := strings.Fields(line)
+					if len(f) < 9 || f[2] != "ada" {
+						continue
+					}
+					if f[3] != strconv.Itoa(turns) {
+						return fmt.Errorf("%s of %d steps counted", f[3], turns)
+					}
 					if hit := strings.TrimSuffix(f[5], "%"); hit == f[5] {
 						t.Errorf("the cache hit column shows %q", f[5])
 					}
+					if billed, _ := strconv.ParseFloat(f[7], 64); math.Abs(billed-cost) > 0.0001 {
+						t.Errorf("corral usage says the session cost $%.4f; by hand, $%.4f:\n%s", billed, cost, out)
+					}
+					return nil
 				}
-			}
-			if math.Abs(billed-cost) > 0.0001 {
-				t.Errorf("corral usage says the session cost $%.4f; by hand, $%.4f:\n%s", billed, cost, out)
-			}
+				return fmt.Errorf("no usage of ada yet:\n%s", out)
+			})
 		})
 	}
 }
