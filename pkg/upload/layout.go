@@ -75,9 +75,9 @@ const layoutParallel = 8
 // that user of tenant staged, and returns how many regular files it wrote
 // and their bytes. dir is made if it is missing, and emptied if it is not
 // (a layout tried again finds what the last try left). Each content is
-// read from blobs (which may be nil) when it holds it, else from the
-// chunks user staged, and is checked against its size and hash before it
-// is kept; the list is checked too, and so is every path in it, before
+// read from the chunks user staged, and only from them (see
+// [reader.copy]), and is checked against its size and hash before it is
+// kept; the list is checked too, and so is every path in it, before
 // anything is written. Nothing is written outside dir: each entry's parent
 // is a directory made here, files are created only where nothing was
 // (never through a symlink), and symlinks are made last, as they are

@@ -54,7 +54,7 @@ func compare(base, now []fileEntry) []change {
 		m := make(map[string]*fileEntry, len(files))
 		for i := range files {
 			f := &files[i]
-			if f.Mode.IsDir() || f.Path == ".git" || strings.HasPrefix(f.Path, ".git/") {
+			if f.Mode.IsDir() || inGit(f.Path) {
 				continue
 			}
 			m[f.Path] = f
@@ -339,6 +339,12 @@ func (s *snapshots) changes(ctx context.Context, tenant string, session uuid.UUI
 	if base == nil {
 		return nil, nil
 	}
+	// A call that changed nothing took no new snapshot: what changed is
+	// what it was after the last one.
+	seq, _ := s.seq.Get(key)
+	if last, ok := s.lastChanges.Get(key); ok && seq != 0 && last.seq == seq {
+		return last.changes, nil
+	}
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
 	data, err := s.store.GetBytes(rctx, manifestName(tenant, session))
@@ -349,5 +355,16 @@ func (s *snapshots) changes(ctx context.Context, tenant string, session uuid.UUI
 	if err != nil {
 		return nil, fmt.Errorf("read the snapshot of %s: %w", session, err)
 	}
-	return diffStat(rctx, storeBlobs(s.store), compare(base.Files, now.Files), s.counted)
+	ch, err := diffStat(rctx, storeBlobs(s.store), compare(base.Files, now.Files), s.counted)
+	if err == nil {
+		s.lastChanges.Add(key, seqChanges{now.Seq, ch})
+	}
+	return ch, err
+}
+
+// seqChanges is what a workspace changed since its base, as of snapshot
+// seq.
+type seqChanges struct {
+	seq     uint64
+	changes *event.Changes
 }

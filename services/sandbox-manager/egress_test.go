@@ -20,21 +20,21 @@ import (
 	"corral.dev/schemas"
 )
 
-// egressNode stands in for the node's egress service on its control
-// socket: it refuses the first open, then gives every session network
-// through a directory whose socket is served by a proxy stand-in that
-// answers "hello via egress" to any request but those to refused.test.
-type egressNode struct {
+// fakeEgress serves the node's egress control socket, control, in a
+// directory of its own, root, that the sandbox user reaches, until the
+// test ends. The proxy stand-ins its answers start go in servers, closed
+// at the end.
+type fakeEgress struct {
 	control string
 	root    string
 
 	mu      sync.Mutex
-	opens   int
-	summary egressapi.Summary
 	servers []*http.Server
 }
 
-func newEgressNode(t *testing.T) *egressNode {
+// start serves the control socket, answering each request with answer,
+// which may start goroutines wg counts.
+func (f *fakeEgress) start(t *testing.T, answer func(egressapi.Request, *sync.WaitGroup) egressapi.Reply) {
 	t.Helper()
 	// The sandbox user reaches it: under /tmp, not the test's directory.
 	root, err := os.MkdirTemp("", "egress-")
@@ -44,19 +44,19 @@ func newEgressNode(t *testing.T) *egressNode {
 	if err := os.Chmod(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	n := &egressNode{control: filepath.Join(root, "control.sock"), root: root}
-	ln, err := net.Listen("unix", n.control)
+	f.control, f.root = filepath.Join(root, "control.sock"), root
+	ln, err := net.Listen("unix", f.control)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		ln.Close()
-		n.mu.Lock()
-		for _, s := range n.servers {
+		f.mu.Lock()
+		for _, s := range f.servers {
 			s.Close()
 		}
-		n.mu.Unlock()
+		f.mu.Unlock()
 		wg.Wait()
 		os.RemoveAll(root)
 	})
@@ -72,12 +72,28 @@ func newEgressNode(t *testing.T) *egressNode {
 				err = json.Unmarshal(line, &req)
 			}
 			if err == nil {
-				b, _ := json.Marshal(n.answer(req, &wg))
+				b, _ := json.Marshal(answer(req, &wg))
 				conn.Write(append(b, '\n'))
 			}
 			conn.Close()
 		}
 	})
+}
+
+// egressNode stands in for the node's egress service on its control
+// socket: it refuses the first open, then gives every session network
+// through a directory whose socket is served by a proxy stand-in that
+// answers "hello via egress" to any request but those to refused.test.
+type egressNode struct {
+	fakeEgress
+	opens   int
+	summary egressapi.Summary
+}
+
+func newEgressNode(t *testing.T) *egressNode {
+	t.Helper()
+	n := &egressNode{}
+	n.start(t, n.answer)
 	return n
 }
 

@@ -1,7 +1,6 @@
 package sandboxmanager
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,63 +33,19 @@ import (
 // (the stand-in upstreams, by name) and refuses the rest, with a CA bundle
 // of the upstreams' CA. It records the identities it opens sandboxes for.
 type tunnels struct {
-	control string
-	root    string
-	hosts   map[string]string // host -> address
-	ca      []byte
-
-	mu      sync.Mutex
-	opened  []egressapi.Identity
-	servers []*http.Server
+	fakeEgress
+	hosts  map[string]string // host -> address
+	ca     []byte
+	opened []egressapi.Identity
 }
 
 func newTunnels(t *testing.T, ca *upstreamtest.CA, ups ...*upstreamtest.Upstream) *tunnels {
 	t.Helper()
-	// The sandbox user reaches it: under /tmp, not the test's directory.
-	root, err := os.MkdirTemp("", "egress-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	n := &tunnels{control: filepath.Join(root, "control.sock"), root: root, hosts: map[string]string{}, ca: ca.CertPEM()}
+	n := &tunnels{hosts: map[string]string{}, ca: ca.CertPEM()}
 	for _, u := range ups {
 		n.hosts[u.Host] = u.Addr
 	}
-	ln, err := net.Listen("unix", n.control)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		n.mu.Lock()
-		for _, s := range n.servers {
-			s.Close()
-		}
-		n.mu.Unlock()
-		wg.Wait()
-		os.RemoveAll(root)
-	})
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			var req egressapi.Request
-			line, err := bufio.NewReader(conn).ReadBytes('\n')
-			if err == nil {
-				err = json.Unmarshal(line, &req)
-			}
-			if err == nil {
-				b, _ := json.Marshal(n.answer(req, &wg))
-				conn.Write(append(b, '\n'))
-			}
-			conn.Close()
-		}
-	})
+	n.start(t, n.answer)
 	return n
 }
 

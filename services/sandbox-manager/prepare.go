@@ -155,11 +155,6 @@ func (s *Service) prepare(ctx context.Context, c *event.ToolCall, in event.Prepa
 	if _, _, err := s.snaps.take(ctx, c.Tenant, c.Session, dir, limits{bounds: lim}); err != nil {
 		return nil, quotaError(err)
 	}
-	n, size, err := countFiles(dir, lim)
-	if err != nil {
-		return nil, quotaError(err)
-	}
-	p.Files, p.Bytes = n, size
 	s.snaps.bases.Remove(bus.SessionKey(c.Tenant, c.Session))
 	if err := s.snaps.keepBase(ctx, c.Tenant, c.Session, c.Call, p); err != nil {
 		return nil, err
@@ -319,13 +314,26 @@ func baseName(tenant string, session uuid.UUID) string {
 }
 
 // keepBase keeps the session's last snapshot, just taken of the workspace
-// call prepared, as its base, with what the call laid out.
+// call prepared, as its base, with what the call laid out: p, whose Files
+// and Bytes it counts from the snapshot's manifest (a repository's .git
+// left out).
 func (s *snapshots) keepBase(ctx context.Context, tenant string, session, call uuid.UUID, p *event.Prepared) error {
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
 	data, err := s.store.GetBytes(rctx, manifestName(tenant, session))
 	if err != nil {
 		return fmt.Errorf("keep the base of %s: %w", session, err)
+	}
+	m, err := decodeManifest(data)
+	if err != nil {
+		return fmt.Errorf("keep the base of %s: %w", session, err)
+	}
+	p.Files, p.Bytes = 0, 0
+	for _, f := range m.Files {
+		if f.Hash != "" && !inGit(f.Path) {
+			p.Files++
+			p.Bytes += f.Size
+		}
 	}
 	meta, err := json.Marshal(p)
 	if err != nil {
@@ -376,11 +384,17 @@ func countFiles(dir string, b bounds) (n int, size int64, err error) {
 		if all += info.Size(); b.bytes > 0 && all > b.bytes {
 			return tooManyBytes(b.bytes)
 		}
-		if rel != ".git" && !strings.HasPrefix(rel, ".git/") {
+		if !inGit(rel) {
 			n++
 			size += info.Size()
 		}
 		return nil
 	})
 	return n, size, err
+}
+
+// inGit reports whether the workspace path rel is a repository's .git or
+// in it.
+func inGit(rel string) bool {
+	return rel == ".git" || strings.HasPrefix(rel, ".git/")
 }

@@ -83,6 +83,9 @@ type snapshots struct {
 	// inserts and deletes: a session's next calls count again only the
 	// files that changed since.
 	counted *lru.Cache[string, event.ChangedFile]
+	// lastChanges holds each session's changes since its base, as of its
+	// last snapshot, by [bus.SessionKey].
+	lastChanges *lru.Cache[string, seqChanges]
 	// dirty are the sessions whose last snapshot failed, with the revision
 	// of their placement here then: their workspace here is the only
 	// up-to-date copy. dir keeps a note of each on disk,
@@ -152,20 +155,21 @@ func newSnapshots(ctx context.Context, js jetstream.JetStream, dir, workspaces s
 		}
 	}
 	return &snapshots{
-		js:      js,
-		store:   store,
-		stream:  stream,
-		grace:   grace,
-		dir:     dir,
-		seq:     mustLRU[string, uint64](1 << 16),
-		hashes:  mustLRU[string, cachedHash](1 << 17),
-		stored:  mustLRU[string, time.Time](1 << 17),
-		used:    mustLRU[string, usage](1 << 16),
-		taken:   mustLRU[string, [32]byte](1 << 16),
-		bases:   mustLRU[string, *manifest](1 << 10),
-		counted: mustLRU[string, event.ChangedFile](1 << 14),
-		dirty:   dirty,
-		noted:   noted,
+		js:          js,
+		store:       store,
+		stream:      stream,
+		grace:       grace,
+		dir:         dir,
+		seq:         mustLRU[string, uint64](1 << 16),
+		hashes:      mustLRU[string, cachedHash](1 << 17),
+		stored:      mustLRU[string, time.Time](1 << 17),
+		used:        mustLRU[string, usage](1 << 16),
+		taken:       mustLRU[string, [32]byte](1 << 16),
+		bases:       mustLRU[string, *manifest](1 << 10),
+		counted:     mustLRU[string, event.ChangedFile](1 << 14),
+		lastChanges: mustLRU[string, seqChanges](1 << 10),
+		dirty:       dirty,
+		noted:       noted,
 	}, nil
 }
 
