@@ -558,3 +558,14 @@ func SkillsIndex(tenant string) string { return tenant + ".index" }
 
 // SkillsFiles: see [SkillsIndex].
 func SkillsFiles(tenant string) string { return tenant + ".files" }
+
+// LiveSubject is where a session's output is published as it comes (the
+// model's text as it streams, a running call's output): core NATS, not
+// durable, live.<tenant>.<session>. The durable record stays the log's.
+func LiveSubject(tenant string, session uuid.UUID) string {
+	return fmt.Sprintf("live.%s.%s", tenant, session)
+}
+
+// LiveFilter matches the live output of every session of tenant ("*" for
+// any).
+func LiveFilter(tenant string) string { return "live." + tenant + ".*" }

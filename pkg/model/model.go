@@ -27,6 +27,11 @@ const (
 	TextBlock       = "text"
 	ToolUseBlock    = "tool_use"
 	ToolResultBlock = "tool_result"
+	// ThinkingBlock and RedactedThinkingBlock are Anthropic's extended
+	// thinking, kept in the log and sent back exactly, signature and all,
+	// as the API requires across tool-use turns.
+	ThinkingBlock         = "thinking"
+	RedactedThinkingBlock = "redacted_thinking"
 )
 
 // Block is one piece of a message's content: text, a tool call the model made
@@ -43,6 +48,11 @@ type Block struct {
 	ToolUseID string `json:"tool_use_id,omitempty"`
 	Content   string `json:"content,omitempty"`
 	IsError   bool   `json:"is_error,omitempty"`
+	// Thinking and Signature are set for thinking blocks, Data for
+	// redacted_thinking blocks: opaque, sent back byte for byte.
+	Thinking  string `json:"thinking,omitempty"`
+	Signature string `json:"signature,omitempty"`
+	Data      string `json:"data,omitempty"`
 }
 
 // Message is one turn of the conversation.
@@ -66,6 +76,42 @@ type Request struct {
 	// prompt must then be byte-stable across a session's turns up to its
 	// newest messages (tools, system prompt, conversation, in that order).
 	CacheKey string
+	// CacheTTL, with CacheKey, asks for the provider's longer cache
+	// lifetime where it has one ("1h": Anthropic's one-hour breakpoints,
+	// OpenAI's extended retention); "" is the provider's default.
+	CacheTTL string
+	// Thinking, when above zero, is the budget in tokens of Anthropic's
+	// extended thinking; OpenAI's reasoning models take ReasoningEffort
+	// ("minimal", "low", "medium", "high") instead.
+	Thinking        int
+	ReasoningEffort string
+	// OnDelta, when set, hears each piece of the response as it streams
+	// in, in order, on the goroutine that called Complete. A new Attempt
+	// voids the deltas of the attempts before it (a stream cut and asked
+	// again). The response Complete returns is the durable one.
+	OnDelta func(Delta)
+}
+
+// Delta kinds.
+const (
+	DeltaText     = "text"
+	DeltaThinking = "thinking"
+	// DeltaToolUse is part of a tool call's input JSON; the first delta
+	// of a call has its Name and ID.
+	DeltaToolUse = "tool_use"
+)
+
+// Delta is a piece of a streamed response.
+type Delta struct {
+	// Attempt counts the requests Complete made, from 1.
+	Attempt int
+	// Index is the content block's index in the response.
+	Index int
+	Kind  string
+	// Text is the text, thinking, or partial input JSON the block adds.
+	Text string
+	// ID and Name name a tool call, on its first delta.
+	ID, Name string
 }
 
 // Usage counts the tokens of one response.
@@ -109,9 +155,13 @@ func tokens(counts ...int) int {
 type Response struct {
 	Content []Block `json:"content"`
 	// StopReason is the provider's own word for why the model stopped
-	// ("end_turn", "tool_use", "stop", "tool_calls", "max_tokens", "length").
+	// ("end_turn", "tool_use", "stop", "tool_calls", "max_tokens", "length",
+	// "refusal", "content_filter").
 	StopReason string `json:"stop_reason"`
-	Usage      Usage  `json:"usage"`
+	// Refusal is the model's explanation when it declined to answer
+	// (OpenAI's refusal, or Anthropic's text with stop reason "refusal").
+	Refusal string `json:"refusal,omitempty"`
+	Usage   Usage  `json:"usage"`
 	// Model is the model that answered, as the provider names it.
 	Model string `json:"model"`
 }
