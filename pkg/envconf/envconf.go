@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -85,6 +86,19 @@ func Switch(getenv func(string) string, name string, def bool) (bool, error) {
 	default:
 		return false, fmt.Errorf("%s=%q: want on or off", name, s)
 	}
+}
+
+// OneOf returns the value of the variable name, which must be one of
+// choices, or def.
+func OneOf(getenv func(string) string, name, def string, choices ...string) (string, error) {
+	s := getenv(name)
+	if s == "" {
+		return def, nil
+	}
+	if slices.Contains(choices, s) {
+		return s, nil
+	}
+	return "", fmt.Errorf("%s=%q: want one of %s", name, s, strings.Join(choices, ", "))
 }
 
 // example writes d as a person would set it: 2m rather than 2m0s, and 1m

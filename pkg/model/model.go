@@ -124,6 +124,10 @@ type Usage struct {
 	// at their own prices.
 	CacheReadTokens  int `json:"cache_read_tokens,omitempty"`
 	CacheWriteTokens int `json:"cache_write_tokens,omitempty"`
+	// CacheWriteLongTokens are those of CacheWriteTokens written with the
+	// longer lifetime ([Request.CacheTTL] "1h"), which Anthropic bills
+	// higher.
+	CacheWriteLongTokens int `json:"cache_write_long_tokens,omitempty"`
 }
 
 // Add adds v's counts to u, saturating as [tokens] does.
@@ -132,6 +136,7 @@ func (u *Usage) Add(v Usage) {
 	u.OutputTokens = tokens(u.OutputTokens, v.OutputTokens)
 	u.CacheReadTokens = tokens(u.CacheReadTokens, v.CacheReadTokens)
 	u.CacheWriteTokens = tokens(u.CacheWriteTokens, v.CacheWriteTokens)
+	u.CacheWriteLongTokens = tokens(u.CacheWriteLongTokens, v.CacheWriteLongTokens)
 }
 
 // tokens adds a response's token counts as budgets may: a count below zero

@@ -77,13 +77,16 @@ type Budgets struct {
 
 // Price is what a model charges, in USD per million tokens: input tokens
 // read from the provider's prompt cache at CacheRead, those written to it
-// at CacheWrite, the other input tokens at Input. A cache price left out
-// is Input's: an unknown discount is not assumed.
+// at CacheWrite (CacheWriteLong for those written with the longer
+// lifetime), the other input tokens at Input. A cache price left out is
+// Input's (CacheWriteLong's is CacheWrite's): an unknown discount is not
+// assumed.
 type Price struct {
-	Input      float64  `yaml:"input"`
-	Output     float64  `yaml:"output"`
-	CacheRead  *float64 `yaml:"cache_read"`
-	CacheWrite *float64 `yaml:"cache_write"`
+	Input          float64  `yaml:"input"`
+	Output         float64  `yaml:"output"`
+	CacheRead      *float64 `yaml:"cache_read"`
+	CacheWrite     *float64 `yaml:"cache_write"`
+	CacheWriteLong *float64 `yaml:"cache_write_1h"`
 }
 
 // Usage is what a session, or a user or tenant in a day, has spent.
@@ -190,8 +193,13 @@ func (p *Policy) Cost(modelName string, usage model.Usage) float64 {
 	if pr.CacheWrite != nil {
 		write = *pr.CacheWrite
 	}
+	long := write
+	if pr.CacheWriteLong != nil {
+		long = *pr.CacheWriteLong
+	}
+	longTokens := min(usage.CacheWriteLongTokens, usage.CacheWriteTokens)
 	cached := usage.CacheReadTokens + usage.CacheWriteTokens
 	plain := max(usage.InputTokens-cached, 0)
-	return (float64(plain)*pr.Input + float64(usage.CacheReadTokens)*read + float64(usage.CacheWriteTokens)*write +
-		float64(usage.OutputTokens)*pr.Output) / 1e6
+	return (float64(plain)*pr.Input + float64(usage.CacheReadTokens)*read + float64(usage.CacheWriteTokens-longTokens)*write +
+		float64(longTokens)*long + float64(usage.OutputTokens)*pr.Output) / 1e6
 }

@@ -38,6 +38,13 @@ type Config struct {
 	// (CORRAL_PROMPT_CACHE, default on): its turns then bill the
 	// conversation before the newest at the cache's price.
 	PromptCache bool
+	// CacheTTL is the lifetime asked of a session's cached prompt
+	// (CORRAL_PROMPT_CACHE_TTL): "5m" the providers' default, "1h" their
+	// longer one (Anthropic's one-hour breakpoints, written at a higher
+	// price; OpenAI's extended retention), or "auto" (the default): the
+	// longer one once the session has waited for a reviewer, whose
+	// decision may take longer than the default lifetime.
+	CacheTTL string
 	// Concurrency is how many sessions one harness steps at once
 	// (CORRAL_HARNESS_CONCURRENCY), TenantConcurrency how many of one
 	// tenant's (CORRAL_HARNESS_TENANT_CONCURRENCY, default half of it).
@@ -99,6 +106,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	if cfg.PromptCache, err = envconf.Switch(getenv, "CORRAL_PROMPT_CACHE", true); err != nil {
+		return Config{}, err
+	}
+	if cfg.CacheTTL, err = envconf.OneOf(getenv, "CORRAL_PROMPT_CACHE_TTL", CacheTTLAuto, CacheTTLAuto, "5m", "1h"); err != nil {
 		return Config{}, err
 	}
 	if cfg.Concurrency, err = envconf.Int(getenv, "CORRAL_HARNESS_CONCURRENCY", 64); err != nil {

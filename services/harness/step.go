@@ -206,6 +206,7 @@ func (s *Service) ask(ctx context.Context, st *state, env core.Env, messages []m
 		// One key per session: its prompt grows turn by turn, and each
 		// turn reads back what the one before cached.
 		req.CacheKey = bus.SessionKey(st.Tenant, st.Session)
+		req.CacheTTL = s.cacheTTL(st)
 	}
 	resp, err := client.Complete(ctx, req)
 	provider, _, _ := strings.Cut(st.Model, ":")
