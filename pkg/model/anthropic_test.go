@@ -78,6 +78,7 @@ func TestAnthropicRequest(t *testing.T) {
 	equalJSON(t, "body", got.Body, `{
 		"model": "claude-test",
 		"max_tokens": 4096,
+		"stream": true,
 		"system": "You are terse.",
 		"messages": [
 			{"role": "user", "content": [{"type": "text", "text": "list files"}]},
@@ -110,6 +111,7 @@ func TestAnthropicResponse(t *testing.T) {
 	}
 	want := model.Response{
 		Content: []model.Block{
+			{Type: model.ThinkingBlock, Thinking: "hmm", Signature: "x"},
 			{Type: model.TextBlock, Text: "Reading it."},
 			{Type: model.ToolUseBlock, ID: "toolu_9", Name: "Read", Input: json.RawMessage(`{"file_path": "/y"}`)},
 		},

@@ -25,8 +25,12 @@ var (
 type APIError struct {
 	// Provider is "anthropic" or "openai".
 	Provider string
-	// Status is the HTTP status code.
+	// Status is the HTTP status code; for an error event in a streamed
+	// response (Event), the status its type stands for.
 	Status int
+	// Event reports that the error came as an event of a streamed
+	// response whose status was 200.
+	Event bool
 	// Type is the provider's error type or code, such as
 	// "rate_limit_error" or "invalid_api_key"; it may be empty.
 	Type string
@@ -45,6 +49,9 @@ type APIError struct {
 func (e *APIError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: status %d", e.Provider, e.Status)
+	if e.Event {
+		b.WriteString(" (an error event in the stream)")
+	}
 	if e.Type != "" {
 		b.WriteString(" " + e.Type)
 	}
@@ -82,38 +89,100 @@ const maxErrorMessage = 512
 // Anthropic's {"type":"error","error":{"type","message"}}, OpenAI's
 // {"error":{"message","type","code"}}, and the {"error":"message"} some
 // OpenAI-compatible servers send. key is redacted from the message.
-func parseAPIError(provider string, resp *http.Response, body []byte, key Secret) *APIError {
-	e := &APIError{Provider: provider, Status: resp.StatusCode, RequestID: requestID(resp.Header)}
-	var wire struct {
-		Error json.RawMessage `json:"error"`
-	}
-	if json.Unmarshal(body, &wire) == nil && len(wire.Error) > 0 {
-		var obj struct {
-			Type    string          `json:"type"`
-			Message string          `json:"message"`
-			Code    json.RawMessage `json:"code"`
-		}
-		var s string
-		switch {
-		case json.Unmarshal(wire.Error, &obj) == nil:
-			e.Type, e.Message = obj.Type, obj.Message
-			if e.Type == "" {
-				e.Type = codeString(obj.Code)
-			}
-		case json.Unmarshal(wire.Error, &s) == nil:
-			e.Message = s
-		}
-	}
+func parseAPIError(provider string, status int, h http.Header, body []byte, key Secret) *APIError {
+	e := &APIError{Provider: provider, Status: status, RequestID: requestID(h)}
+	e.Type, e.Message, _ = errorFields(body)
 	if e.Type == "" && e.Message == "" {
 		e.Message = truncate(strings.TrimSpace(string(body)), maxErrorMessage)
 	}
 	if e.Message == "" {
-		e.Message = http.StatusText(resp.StatusCode)
+		e.Message = http.StatusText(status)
 	}
-	if key != "" {
-		e.Message = strings.ReplaceAll(e.Message, string(key), "REDACTED")
+	e.Message = redact(e.Message, key)
+	return e
+}
+
+// errorFields reads the type (or else the code), the message and the
+// raw code of an error body in one of the shapes [parseAPIError] knows.
+func errorFields(body []byte) (typ, msg string, code json.RawMessage) {
+	var wire struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &wire) != nil || len(wire.Error) == 0 {
+		return "", "", nil
+	}
+	var obj struct {
+		Type    string          `json:"type"`
+		Message string          `json:"message"`
+		Code    json.RawMessage `json:"code"`
+	}
+	var s string
+	switch {
+	case json.Unmarshal(wire.Error, &obj) == nil:
+		typ = obj.Type
+		if typ == "" {
+			typ = codeString(obj.Code)
+		}
+		return typ, obj.Message, obj.Code
+	case json.Unmarshal(wire.Error, &s) == nil:
+		return "", s, nil
+	}
+	return "", "", nil
+}
+
+// eventError builds an [*APIError] from the error event of a streamed
+// response, its data in one of the shapes [parseAPIError] knows. Its
+// Status is the one the error's type stands for (overloaded_error is
+// 529, rate_limit_error 429), or its numeric code where a gateway sends
+// one; an unknown error counts as a 500, which is retried.
+func eventError(provider string, data []byte) *APIError {
+	typ, msg, code := errorFields(data)
+	e := &APIError{Provider: provider, Event: true, Type: typ, Message: msg, Status: eventStatus(typ, code)}
+	if e.Type == "" && e.Message == "" {
+		e.Message = truncate(strings.TrimSpace(string(data)), maxErrorMessage)
+	}
+	if e.Message == "" {
+		e.Message = http.StatusText(e.Status)
 	}
 	return e
+}
+
+// eventStatus returns the HTTP status an error event's type or code
+// stands for.
+func eventStatus(typ string, code json.RawMessage) int {
+	var n int
+	if json.Unmarshal(code, &n) == nil && n >= 400 && n <= 599 {
+		return n
+	}
+	for _, t := range []string{typ, codeString(code)} {
+		switch t {
+		case "invalid_request_error", "context_length_exceeded", "invalid_prompt":
+			return http.StatusBadRequest
+		case "authentication_error", "invalid_api_key":
+			return http.StatusUnauthorized
+		case "permission_error":
+			return http.StatusForbidden
+		case "not_found_error", "model_not_found":
+			return http.StatusNotFound
+		case "request_too_large":
+			return http.StatusRequestEntityTooLarge
+		case "rate_limit_error", "rate_limit_exceeded", "requests", "tokens", "insufficient_quota":
+			return http.StatusTooManyRequests
+		case "overloaded_error":
+			return 529
+		case "timeout_error":
+			return http.StatusGatewayTimeout
+		}
+	}
+	return http.StatusInternalServerError
+}
+
+// redact removes key from msg.
+func redact(msg string, key Secret) string {
+	if key == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, string(key), "REDACTED")
 }
 
 // codeString renders OpenAI's error code, which may be a string, a number

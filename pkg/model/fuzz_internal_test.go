@@ -1,6 +1,8 @@
 package model
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -9,7 +11,7 @@ import (
 )
 
 // checkResponse checks what a decoder made of a provider's response: token
-// counts that budgets can add up (never negative), blocks of our two kinds
+// counts that budgets can add up (never negative), blocks of our kinds
 // whose inputs are JSON, and an assistant turn the same provider's encoder
 // takes back into the next request.
 func checkResponse(t *testing.T, data []byte, resp Response, encode func(Request) ([]byte, error)) {
@@ -19,7 +21,7 @@ func checkResponse(t *testing.T, data []byte, resp Response, encode func(Request
 	}
 	for _, b := range resp.Content {
 		switch b.Type {
-		case TextBlock:
+		case TextBlock, ThinkingBlock, RedactedThinkingBlock:
 		case ToolUseBlock:
 			if b.Input != nil && !json.Valid(b.Input) {
 				t.Fatalf("response %q: tool input %q is not JSON", data, b.Input)
@@ -54,7 +56,7 @@ func FuzzDecodeAnthropic(f *testing.F) {
 		if err != nil {
 			return
 		}
-		checkResponse(t, data, resp, encodeAnthropic)
+		checkResponse(t, data, resp, encodeAnthropicStreamed)
 	})
 }
 
@@ -74,7 +76,7 @@ func FuzzDecodeOpenAI(f *testing.F) {
 		if err != nil {
 			return
 		}
-		checkResponse(t, data, resp, encodeOpenAI)
+		checkResponse(t, data, resp, encodeOpenAIModern)
 		var wire openAIResponse
 		if err := json.Unmarshal(data, &wire); err != nil {
 			t.Fatal(err)
@@ -96,6 +98,39 @@ func FuzzDecodeOpenAI(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeStreams decodes streamed responses of both providers: no
+// event stream makes a decoder fail other than by an error, and what it
+// assembles is a response like the whole ones.
+func FuzzDecodeStreams(f *testing.F) {
+	for _, s := range []string{
+		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"m\",\"content\":[],\"usage\":{\"input_tokens\":3}}}\n\n" +
+			"data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"Bash\",\"input\":{}}}\n\n" +
+			"data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\"}}\n\n" +
+			"data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":-5}}\n\n" +
+			"data: {\"type\":\"message_stop\"}\n\n",
+		"data: {\"choices\":[{\"delta\":{\"content\":\"hi\",\"tool_calls\":[{\"index\":3,\"function\":{\"arguments\":\"{x\"}}]}}],\"usage\":{\"prompt_tokens\":-1}}\n\ndata: [DONE]\n\n",
+		"data: {\"error\":{\"type\":\"overloaded_error\"}}\n\n",
+		"data: [DONE]\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, p := range []struct {
+			stream func(*sseReader, func(Delta)) (Response, error)
+			encode func(Request) ([]byte, error)
+		}{{decodeAnthropicStream, encodeAnthropicStreamed}, {decodeOpenAIStream, encodeOpenAIModern}} {
+			resp, err := p.stream(newSSEReader(bufio.NewReaderSize(bytes.NewReader(data), 16)), func(Delta) {})
+			if err == nil {
+				checkResponse(t, data, resp, p.encode)
+			}
+		}
+	})
+}
+
+func encodeOpenAIModern(req Request) ([]byte, error) { return encodeOpenAI(req, false, true) }
+
+func encodeAnthropicStreamed(req Request) ([]byte, error) { return encodeAnthropic(req, true) }
 
 // FuzzRetryAfter reads a rate-limited response's retry headers: a wait
 // is never negative.

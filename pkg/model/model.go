@@ -81,7 +81,9 @@ type Request struct {
 	// OpenAI's extended retention); "" is the provider's default.
 	CacheTTL string
 	// Thinking, when above zero, is the budget in tokens of Anthropic's
-	// extended thinking; OpenAI's reasoning models take ReasoningEffort
+	// extended thinking (at least the API's 1,024; the request's
+	// max_tokens is the budget plus MaxTokens, so that MaxTokens stays
+	// the answer's own); OpenAI's reasoning models take ReasoningEffort
 	// ("minimal", "low", "medium", "high") instead.
 	Thinking        int
 	ReasoningEffort string

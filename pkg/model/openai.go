@@ -21,6 +21,8 @@ const defaultOpenAIURL = "https://api.openai.com/v1"
 // copy it.
 type openAIClient struct {
 	p *poster
+	// legacyMaxTokens sends max_tokens rather than max_completion_tokens.
+	legacyMaxTokens bool
 }
 
 // NewOpenAI returns a [Client] for the OpenAI Chat Completions API and
@@ -34,15 +36,29 @@ type openAIClient struct {
 // token.
 //
 // The API has no is_error on tool results, so a failed result's content is
-// sent prefixed with "Error: ". max_tokens is sent only when a request sets
-// MaxTokens.
+// sent prefixed with "Error: ". MaxTokens is sent, only when a request sets
+// it, as max_completion_tokens, or as max_tokens under
+// cfg.MaxTokensField [MaxTokensLegacy]. ReasoningEffort is sent as
+// reasoning_effort; CacheTTL "1h", with a CacheKey, as
+// prompt_cache_retention "24h". A refusal comes back as the response's
+// Refusal and as its text.
+//
+// Every request streams its response ("stream": true, with the usage
+// asked for in the last chunk), which is read as it arrives:
+// [Request.OnDelta] hears each piece, and a stream cut before its
+// "[DONE]", or ended by an error chunk of a server or rate-limit error,
+// is asked again like a 5xx. A server that answers JSON instead is read
+// as such.
 func NewOpenAI(cfg Config) Client {
 	key := cfg.APIKey
-	return &openAIClient{p: newPoster("openai", openAIEndpoint(cfg.BaseURL), cfg, func(h http.Header) {
-		if key != "" {
-			h.Set("authorization", "Bearer "+string(key))
-		}
-	})}
+	return &openAIClient{
+		p: newPoster("openai", openAIEndpoint(cfg.BaseURL), cfg, func(h http.Header) {
+			if key != "" {
+				h.Set("authorization", "Bearer "+string(key))
+			}
+		}),
+		legacyMaxTokens: cfg.MaxTokensField == MaxTokensLegacy,
+	}
 }
 
 func openAIEndpoint(base string) string {
@@ -57,13 +73,24 @@ func openAIEndpoint(base string) string {
 }
 
 type openAIRequest struct {
-	Model     string          `json:"model"`
-	Messages  []openAIMessage `json:"messages"`
-	MaxTokens int             `json:"max_tokens,omitempty"`
+	Model               string          `json:"model"`
+	Messages            []openAIMessage `json:"messages"`
+	MaxTokens           int             `json:"max_tokens,omitempty"`
+	MaxCompletionTokens int             `json:"max_completion_tokens,omitempty"`
+	ReasoningEffort     string          `json:"reasoning_effort,omitempty"`
 	// PromptCacheKey routes the requests that share it to where their
 	// common prefix is cached (OpenAI caches prefixes of 1,024 tokens and
 	// more by itself; the key keeps a session's together).
-	PromptCacheKey string `json:"prompt_cache_key,omitempty"`
+	// PromptCacheRetention "24h" keeps the prefix for a day rather than
+	// minutes.
+	PromptCacheKey       string               `json:"prompt_cache_key,omitempty"`
+	PromptCacheRetention string               `json:"prompt_cache_retention,omitempty"`
+	Stream               bool                 `json:"stream,omitempty"`
+	StreamOptions        *openAIStreamOptions `json:"stream_options,omitempty"`
+}
+
+type openAIStreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
 }
 
 // maxPromptCacheKey is the longest prompt_cache_key the API takes.
@@ -109,54 +136,63 @@ type openAITool struct {
 }
 
 type openAIResponse struct {
-	Model   string `json:"model"`
-	Choices []struct {
-		Message      openAIMessage `json:"message"`
-		FinishReason string        `json:"finish_reason"`
-	} `json:"choices"`
-	Usage struct {
-		PromptTokens        int `json:"prompt_tokens"`
-		CompletionTokens    int `json:"completion_tokens"`
-		PromptTokensDetails struct {
-			CachedTokens int `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
+	Model   string         `json:"model"`
+	Choices []openAIChoice `json:"choices"`
+	Usage   openAIUsage    `json:"usage"`
 }
+
+type openAIChoice struct {
+	Message      openAIMessage `json:"message"`
+	FinishReason string        `json:"finish_reason"`
+}
+
+type openAIUsage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// openAIWire reads the Chat Completions API's responses.
+var openAIWire = wire{json: decodeOpenAI, stream: decodeOpenAIStream}
 
 // Complete implements [Client]. A tool call whose arguments are not valid
 // JSON comes back with Input holding them as a JSON string, so the caller
 // can tell the model its arguments were malformed.
 func (c *openAIClient) Complete(ctx context.Context, req Request) (Response, error) {
-	body, err := encodeOpenAI(req)
+	body, err := encodeOpenAI(req, c.legacyMaxTokens, !c.p.noStream)
 	if err != nil {
 		return Response{}, fmt.Errorf("openai: %w: %w", ErrPermanent, err)
 	}
-	data, err := c.p.post(ctx, body)
-	if err != nil {
-		return Response{}, err
-	}
-	return decodeOpenAI(data)
+	return c.p.post(ctx, body, openAIWire, req.OnDelta)
 }
 
-// decodeOpenAI reads a Chat Completions response.
+// decodeOpenAI reads a Chat Completions response that came whole.
 func decodeOpenAI(data []byte) (Response, error) {
-	var wire openAIResponse
-	if err := json.Unmarshal(data, &wire); err != nil {
+	var w openAIResponse
+	if err := json.Unmarshal(data, &w); err != nil {
 		return Response{}, fmt.Errorf("openai: decode response: %w", err)
 	}
-	if len(wire.Choices) == 0 {
+	return w.response()
+}
+
+// response turns the API's response, whole or assembled from its stream,
+// into ours.
+func (w *openAIResponse) response() (Response, error) {
+	if len(w.Choices) == 0 {
 		return Response{}, fmt.Errorf("openai: response has no choices")
 	}
-	choice := wire.Choices[0]
+	choice := w.Choices[0]
 	resp := Response{
 		StopReason: choice.FinishReason,
-		Model:      wire.Model,
+		Model:      w.Model,
 		Usage: Usage{
-			InputTokens:  tokens(wire.Usage.PromptTokens),
-			OutputTokens: tokens(wire.Usage.CompletionTokens),
+			InputTokens:  tokens(w.Usage.PromptTokens),
+			OutputTokens: tokens(w.Usage.CompletionTokens),
 			// Of the prompt's, never more: a count that says otherwise
 			// would price tokens the prompt did not have.
-			CacheReadTokens: min(tokens(wire.Usage.PromptTokensDetails.CachedTokens), tokens(wire.Usage.PromptTokens)),
+			CacheReadTokens: min(tokens(w.Usage.PromptTokensDetails.CachedTokens), tokens(w.Usage.PromptTokens)),
 		},
 	}
 	msg := choice.Message
@@ -166,6 +202,7 @@ func decodeOpenAI(data []byte) (Response, error) {
 	case msg.Refusal != "":
 		resp.Content = append(resp.Content, Block{Type: TextBlock, Text: msg.Refusal})
 	}
+	resp.Refusal = msg.Refusal
 	for i, tc := range msg.ToolCalls {
 		id := tc.ID
 		if id == "" {
@@ -208,8 +245,25 @@ func inputArguments(input json.RawMessage) string {
 	return string(trimmed)
 }
 
-func encodeOpenAI(req Request) ([]byte, error) {
-	w := openAIRequest{Model: req.Model, MaxTokens: max(req.MaxTokens, 0), Messages: []openAIMessage{}, PromptCacheKey: promptCacheKey(req.CacheKey)}
+func encodeOpenAI(req Request, legacyMaxTokens, stream bool) ([]byte, error) {
+	w := openAIRequest{
+		Model:           req.Model,
+		Messages:        []openAIMessage{},
+		ReasoningEffort: req.ReasoningEffort,
+		PromptCacheKey:  promptCacheKey(req.CacheKey),
+		Stream:          stream,
+	}
+	if stream {
+		w.StreamOptions = &openAIStreamOptions{IncludeUsage: true}
+	}
+	if legacyMaxTokens {
+		w.MaxTokens = max(req.MaxTokens, 0)
+	} else {
+		w.MaxCompletionTokens = max(req.MaxTokens, 0)
+	}
+	if req.CacheKey != "" && req.CacheTTL == "1h" {
+		w.PromptCacheRetention = "24h"
+	}
 	if req.System != "" {
 		w.Messages = append(w.Messages, openAIMessage{Role: "system", Content: &req.System})
 	}
@@ -232,6 +286,9 @@ func encodeOpenAI(req Request) ([]byte, error) {
 					content = "Error: " + content
 				}
 				results = append(results, openAIMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: &content})
+			case ThinkingBlock, RedactedThinkingBlock:
+				// Anthropic's alone, and its to check: not part of this
+				// API's conversation.
 			default:
 				return nil, fmt.Errorf("message %d: unknown block type %q", i, b.Type)
 			}

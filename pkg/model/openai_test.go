@@ -57,6 +57,8 @@ func TestOpenAIRequest(t *testing.T) {
 	}
 	equalJSON(t, "body", got.Body, `{
 		"model": "claude-test",
+		"stream": true,
+		"stream_options": {"include_usage": true},
 		"messages": [
 			{"role": "system", "content": "You are terse."},
 			{"role": "user", "content": "list files"},
@@ -108,11 +110,9 @@ func TestOpenAIResponse(t *testing.T) {
 	if v, ok := r.Header["Authorization"]; ok {
 		t.Errorf("authorization sent without a key: %q", v)
 	}
-	var body struct {
-		MaxTokens int `json:"max_tokens"`
-	}
-	if err := json.Unmarshal(r.Body, &body); err != nil || body.MaxTokens != 256 {
-		t.Errorf("max_tokens = %d (%v), want 256", body.MaxTokens, err)
+	var body map[string]any
+	if err := json.Unmarshal(r.Body, &body); err != nil || body["max_completion_tokens"] != 256.0 || body["max_tokens"] != nil {
+		t.Errorf("body %s (%v): want max_completion_tokens 256 and no max_tokens", r.Body, err)
 	}
 }
 
@@ -129,8 +129,10 @@ func TestOpenAIOmitsMaxTokens(t *testing.T) {
 	if err := json.Unmarshal(api.requests()[0].Body, &body); err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := body["max_tokens"]; ok {
-		t.Errorf("max_tokens = %v, want it absent", v)
+	for _, field := range []string{"max_tokens", "max_completion_tokens"} {
+		if v, ok := body[field]; ok {
+			t.Errorf("%s = %v, want it absent", field, v)
+		}
 	}
 }
 

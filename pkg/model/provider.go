@@ -32,7 +32,23 @@ type Config struct {
 	Backoff time.Duration
 	// Logger receives a warning for every retried failure; nil means none.
 	Logger *slog.Logger
+	// MaxTokensField names the OpenAI request field that carries
+	// [Request.MaxTokens]: "max_completion_tokens" (what "" means), which
+	// the API's reasoning models require, or "max_tokens", the older one,
+	// for compatible servers that know only it. The Anthropic client
+	// ignores it.
+	MaxTokensField string
+	// NoStream asks for whole JSON responses instead of streams, for a
+	// compatible server that streams badly: nothing is then heard before
+	// a turn ends ([Request.OnDelta] hears the whole content at once).
+	NoStream bool
 }
+
+// Values of [Config.MaxTokensField].
+const (
+	MaxCompletionTokens = "max_completion_tokens"
+	MaxTokensLegacy     = "max_tokens"
+)
 
 // Providers holds the configured clients, nil when a provider is not
 // configured, and maps prefixed model names to them.

@@ -1,6 +1,7 @@
 package modeltest
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -13,8 +14,9 @@ import (
 //     cache_control (a breakpoint), in the order tools, system, messages:
 //     a request whose prompt up to one of its breakpoints is cached reads
 //     that prefix from the cache (cache_read_input_tokens), and writes the
-//     rest up to its last breakpoint (cache_creation_input_tokens); what
-//     follows is plain input_tokens.
+//     rest up to its last breakpoint (cache_creation_input_tokens, of
+//     which cache_creation.ephemeral_1h_input_tokens are those up to
+//     breakpoints with ttl "1h"); what follows is plain input_tokens.
 //   - OpenAI caches every prompt of 1,024 tokens or more by itself, by
 //     prefix, in steps of 128 tokens, among the requests that share a
 //     prompt_cache_key (or carry none): a request reads the longest prefix
@@ -26,17 +28,20 @@ import (
 // fake's cache never expires.
 
 // segment is one piece of a prompt: its tokens, its canonical bytes
-// (without any cache_control), and whether it carries a breakpoint.
+// (without any cache_control), and whether it carries a breakpoint, and
+// for how long ("5m" or "1h").
 type segment struct {
 	tokens     int
 	data       []byte
 	breakpoint bool
+	ttl        string
 }
 
 // usage is what a request is billed: its input tokens, of which read
-// came from the cache and written went into it, and the output's.
+// came from the cache and written went into it, writtenLong of those for
+// an hour.
 type usage struct {
-	input, read, written int
+	input, read, written, writtenLong int
 }
 
 // promptCache holds the cached prefixes, by their hash, with the key
@@ -74,18 +79,29 @@ func (c *promptCache) anthropic(segs []segment) usage {
 	if len(tokens) > 0 {
 		u.input = tokens[len(tokens)-1]
 	}
-	last := -1
+	last, read := -1, -1
 	for i, s := range segs {
 		if !s.breakpoint {
 			continue
 		}
 		last = i
 		if c.prefixes[hashes[i]] {
-			u.read = tokens[i]
+			u.read, read = tokens[i], i
 		}
 	}
 	if last >= 0 {
 		u.written = tokens[last] - u.read
+		// What is written up to each breakpoint is kept as long as it says.
+		from := u.read
+		for i := read + 1; i <= last; i++ {
+			if !segs[i].breakpoint {
+				continue
+			}
+			if segs[i].ttl == "1h" {
+				u.writtenLong += tokens[i] - from
+			}
+			from = tokens[i]
+		}
 		for i, s := range segs {
 			if s.breakpoint {
 				c.prefixes[hashes[i]] = true
@@ -125,23 +141,28 @@ func (c *promptCache) openAI(key string, segs []segment) usage {
 }
 
 // canonical returns raw as canonical JSON without its cache_control, and
-// whether it had one. A value that is not an object is kept as it is.
-func canonical(raw json.RawMessage) ([]byte, bool) {
+// whether it had one, and its ttl. A value that is not an object is kept
+// as it is.
+func canonical(raw json.RawMessage) ([]byte, bool, string) {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(raw, &obj) != nil {
-		return raw, false
+		return raw, false, ""
 	}
-	_, marked := obj["cache_control"]
+	cc, marked := obj["cache_control"]
+	var ttl struct {
+		TTL string `json:"ttl"`
+	}
+	_ = json.Unmarshal(cc, &ttl) // a breakpoint without a ttl is the default's
 	delete(obj, "cache_control")
 	data, _ := json.Marshal(obj) // keys sorted
-	return data, marked
+	return data, marked, cmp.Or(ttl.TTL, "5m")
 }
 
 // segmentOf returns the segment of one piece of a prompt.
 func segmentOf(prefix string, raw json.RawMessage) segment {
-	data, marked := canonical(raw)
+	data, marked, ttl := canonical(raw)
 	data = append([]byte(prefix), data...)
-	return segment{tokens: max(1, len(data)/4), data: data, breakpoint: marked}
+	return segment{tokens: max(1, len(data)/4), data: data, breakpoint: marked, ttl: ttl}
 }
 
 // anthropicSegments splits a Messages API request into its prompt's

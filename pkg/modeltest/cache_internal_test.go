@@ -65,3 +65,35 @@ func TestPromptCache(t *testing.T) {
 		t.Errorf("another key: %+v, want nothing read", u)
 	}
 }
+
+// What a one-hour breakpoint caches is counted apart: written up to it
+// for the hour, up to a later default one for five minutes.
+func TestPromptCacheLongTTL(t *testing.T) {
+	block := func(text, ttl string) string {
+		cc := ""
+		switch ttl {
+		case "5m":
+			cc = `,"cache_control":{"type":"ephemeral"}`
+		case "1h":
+			cc = `,"cache_control":{"type":"ephemeral","ttl":"1h"}`
+		}
+		return `{"type":"text","text":"` + strings.Repeat(text, 200) + `"` + cc + `}`
+	}
+	body := func(blocks ...string) []byte {
+		return []byte(`{"system":[` + blocks[0] + `],"messages":[{"role":"user","content":[` + strings.Join(blocks[1:], ",") + `]}]}`)
+	}
+	var c promptCache
+	segs := anthropicSegments(body(block("s", "1h"), block("a", "1h"), block("b", "5m"), block("c", "")))
+	u := c.anthropic(segs)
+	long := segs[0].tokens + segs[1].tokens
+	if u.written != long+segs[2].tokens || u.writtenLong != long {
+		t.Errorf("usage %+v: want %d written, %d of them for an hour", u, long+segs[2].tokens, long)
+	}
+	// Read back up to the second breakpoint, the next request writes its
+	// new one-hour stretch for the hour.
+	segs = anthropicSegments(body(block("s", ""), block("a", "1h"), block("d", "1h"), block("e", "5m")))
+	u = c.anthropic(segs)
+	if u.read != long || u.writtenLong != segs[2].tokens || u.written != segs[2].tokens+segs[3].tokens {
+		t.Errorf("second usage %+v", u)
+	}
+}

@@ -9,6 +9,30 @@ import (
 type Turn struct {
 	Text  string
 	Calls []Call
+	// Thinking, on the Anthropic wire and when the request enables
+	// extended thinking, comes first as a thinking block whose signature
+	// the server can verify. A later request that sends it back altered,
+	// or, with thinking enabled, leaves it out of the assistant message
+	// with the turn's tool calls, is rejected with 400, as the API does.
+	// Otherwise it is not sent.
+	Thinking string
+	// Refusal makes the model decline: OpenAI sends it as the message's
+	// refusal (content null), Anthropic as its text with stop_reason
+	// "refusal". Text and Calls are then not sent.
+	Refusal string
+	// StopReason, when set, replaces the stop_reason (Anthropic) or
+	// finish_reason (OpenAI) the turn would have, such as "max_tokens"
+	// or "length"; "refusal" with no text makes Anthropic's bare refusal.
+	StopReason string
+	// Hold, when set, pauses a streamed reply right after its first text
+	// delta (or, with no text, its first delta of any kind) is flushed,
+	// until Hold is closed or the request ends; a reply that is not
+	// streamed waits before it is written.
+	Hold <-chan struct{}
+	// OnFirstDelta, when set, is called right after the first text delta
+	// (or, with no text, the first delta) of a streamed reply is flushed,
+	// before Hold. A reply that is not streamed does not call it.
+	OnFirstDelta func()
 }
 
 // Call is a tool call.
@@ -46,6 +70,9 @@ type Msg struct {
 	Text    string
 	Calls   []Call
 	Results []Result
+	// Thinking joins the text of an Anthropic assistant message's thinking
+	// blocks.
+	Thinking string
 }
 
 // Conversation is a request as the fake saw it, decoded from the wire.
@@ -64,6 +91,19 @@ type Conversation struct {
 	// Messages are the user, assistant and tool messages in order; system
 	// messages go to System.
 	Messages []Msg
+	// Body is the request body as it came, for byte-for-byte comparisons.
+	Body []byte
+	// Stream reports that the request asked for a streamed response.
+	Stream bool
+	// Thinking is Anthropic's thinking budget_tokens, when the request
+	// enables extended thinking.
+	Thinking int
+	// ReasoningEffort is OpenAI's reasoning_effort.
+	ReasoningEffort string
+	// CacheTTL is the longest lifetime the Anthropic cache breakpoints ask
+	// for ("1h", "5m", or "" when they name none: the API's five
+	// minutes), or OpenAI's prompt_cache_retention.
+	CacheTTL string
 }
 
 // Script decides the next turn from the conversation so far. Returning an

@@ -17,6 +17,18 @@
 //	})
 //	client := model.NewAnthropic(model.Config{APIKey: "k", BaseURL: srv.URL()})
 //
-// [Server.FailNext] makes the next requests fail with an error status, to
-// exercise retries.
+// A request that asks for a stream ("stream": true) is answered with
+// server-sent events as each API sends them, each flushed: Anthropic's
+// message_start, content blocks started, streamed in deltas and stopped,
+// message_delta and message_stop; OpenAI's chunks, the usage chunk when
+// stream_options asks for it, and [DONE]. Other requests are answered
+// whole. Both are billed by the same prompt cache the providers keep
+// (see cache.go). A [Turn] may think (Anthropic's signed thinking blocks,
+// checked when sent back), refuse, stop for its own reason, or hold its
+// stream after the first text delta ([Turn.Hold], [Turn.OnFirstDelta]).
+//
+// [Server.FailNext] makes the next requests fail with an error status,
+// [Server.CutNext] cuts the next replies in the middle, and
+// [Server.ErrorEventNext] ends them with an error event, to exercise
+// retries; [Server.SetContextWindow] refuses prompts over a length.
 package modeltest

@@ -89,6 +89,7 @@ func TestAnthropic(t *testing.T) {
 			{Role: "assistant", Text: "Looking.", Calls: []modeltest.Call{{ID: "toolu_1", Name: "Bash", Input: json.RawMessage(`{"command": "ls"}`)}}},
 			{Role: "user", Results: []modeltest.Result{{CallID: "toolu_1", Content: "a.go", IsError: true}}},
 		},
+		Body: []byte(anthropicTurn2),
 	}
 	reqs := srv.Requests()
 	if len(reqs) != 1 {

@@ -1,22 +1,30 @@
 package modeltest
 
 import (
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
-	"time"
 )
 
 var openAIProtocol = protocol{
 	name:   "openai",
 	decode: decodeOpenAI,
-	bill: func(c *promptCache, body []byte) usage {
-		segs, key := openAISegments(body)
+	segments: func(body []byte) ([]segment, string) {
+		return openAISegments(body)
+	},
+	bill: func(c *promptCache, key string, segs []segment) usage {
 		return c.openAI(key, segs)
+	},
+	tooLong: func(n, window int) *rejection {
+		return &rejection{
+			status: 400, param: "messages", code: "context_length_exceeded",
+			msg: fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", window, n),
+		}
 	},
 	reply:           replyOpenAI,
 	errorBody:       openAIError,
+	errorEvent:      openAIErrorEvent,
 	requestIDHeader: "x-request-id",
 }
 
@@ -24,7 +32,7 @@ var openAIProtocol = protocol{
 type openAIRequest struct {
 	Model               string          `json:"model"`
 	Messages            []openAIMessage `json:"messages"`
-	MaxTokens           int             `json:"max_tokens"`
+	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens int             `json:"max_completion_tokens"`
 	Tools               []struct {
 		Type     string `json:"type"`
@@ -33,7 +41,17 @@ type openAIRequest struct {
 			Parameters json.RawMessage `json:"parameters"`
 		} `json:"function"`
 	} `json:"tools"`
+	Stream        bool `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	ReasoningEffort      string `json:"reasoning_effort"`
+	PromptCacheRetention string `json:"prompt_cache_retention"`
 }
+
+// reasoningModel matches the names of the models that take
+// max_completion_tokens and refuse max_tokens.
+var reasoningModel = regexp.MustCompile(`^(gpt-5|o[134])([-.]|$)`)
 
 type openAIMessage struct {
 	Role string `json:"role"`
@@ -52,7 +70,7 @@ type openAIToolCall struct {
 	} `json:"function"`
 }
 
-func decodeOpenAI(body []byte, c *Conversation) error {
+func decodeOpenAI(_ *Server, body []byte, c *Conversation) error {
 	var req openAIRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return fmt.Errorf("decode request: %w", err)
@@ -63,8 +81,37 @@ func decodeOpenAI(body []byte, c *Conversation) error {
 	case len(req.Messages) == 0:
 		return fmt.Errorf("messages: must not be empty")
 	}
-	c.Model = req.Model
-	c.MaxTokens = max(req.MaxTokens, req.MaxCompletionTokens)
+	if req.MaxTokens != nil && reasoningModel.MatchString(req.Model) {
+		return &rejection{
+			status: 400, param: "max_tokens", code: "unsupported_parameter",
+			msg: "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+		}
+	}
+	switch req.ReasoningEffort {
+	case "", "none", "minimal", "low", "medium", "high", "xhigh":
+	default:
+		return &rejection{
+			status: 400, param: "reasoning_effort", code: "invalid_value",
+			msg: fmt.Sprintf("Invalid value: '%s'. Supported values are: 'minimal', 'low', 'medium', and 'high'.", req.ReasoningEffort),
+		}
+	}
+	switch req.PromptCacheRetention {
+	case "", "in-memory", "24h":
+	default:
+		return &rejection{
+			status: 400, param: "prompt_cache_retention", code: "invalid_value",
+			msg: fmt.Sprintf("Invalid value: '%s'. Supported values are: 'in-memory' and '24h'.", req.PromptCacheRetention),
+		}
+	}
+	if req.StreamOptions != nil && !req.Stream {
+		return &rejection{status: 400, param: "stream_options", msg: "The 'stream_options' parameter is only allowed when 'stream' is enabled."}
+	}
+	c.Model, c.Stream = req.Model, req.Stream
+	c.MaxTokens = req.MaxCompletionTokens
+	if req.MaxTokens != nil {
+		c.MaxTokens = max(*req.MaxTokens, c.MaxTokens)
+	}
+	c.ReasoningEffort, c.CacheTTL = req.ReasoningEffort, req.PromptCacheRetention
 	for i, t := range req.Tools {
 		if t.Type != "function" || t.Function.Name == "" || !isObject(t.Function.Parameters) {
 			return fmt.Errorf("tools[%d]: want type function with a name and object parameters", i)
@@ -133,65 +180,4 @@ func openAIText(raw json.RawMessage) (string, error) {
 		texts = append(texts, p.Text)
 	}
 	return strings.Join(texts, "\n\n"), nil
-}
-
-func replyOpenAI(c Conversation, t Turn, u usage) (any, error) {
-	var calls []openAIToolCall
-	args := make([][]byte, len(t.Calls))
-	for i, call := range t.Calls {
-		raw, err := rawInput(call.Input)
-		if err != nil {
-			return nil, fmt.Errorf("call %d: %w", i, err)
-		}
-		args[i] = raw
-		tc := openAIToolCall{ID: callID(call, "call_"), Type: "function"}
-		tc.Function.Name = call.Name
-		tc.Function.Arguments = string(raw)
-		calls = append(calls, tc)
-	}
-	var content *string
-	if t.Text != "" || len(calls) == 0 {
-		content = &t.Text
-	}
-	finish := "stop"
-	if len(calls) > 0 {
-		finish = "tool_calls"
-	}
-	message := map[string]any{"role": "assistant", "content": content, "refusal": nil}
-	if len(calls) > 0 {
-		message["tool_calls"] = calls
-	}
-	output := outputTokens(t.Text, args, t.Calls)
-	return map[string]any{
-		"id":      "chatcmpl-" + rand.Text(),
-		"object":  "chat.completion",
-		"created": time.Now().Unix(),
-		"model":   c.Model,
-		"choices": []map[string]any{{
-			"index":         0,
-			"message":       message,
-			"finish_reason": finish,
-		}},
-		"usage": map[string]any{
-			"prompt_tokens":         u.input,
-			"completion_tokens":     output,
-			"total_tokens":          u.input + output,
-			"prompt_tokens_details": map[string]int{"cached_tokens": u.read},
-		},
-	}, nil
-}
-
-func openAIError(status int, msg string) any {
-	typ, code := "server_error", any(nil)
-	switch {
-	case status == 401:
-		typ, code = "invalid_request_error", "invalid_api_key"
-	case status == 404:
-		typ, code = "invalid_request_error", "model_not_found"
-	case status == 429:
-		typ, code = "requests", "rate_limit_exceeded"
-	case status < 500:
-		typ = "invalid_request_error"
-	}
-	return map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}}
 }
