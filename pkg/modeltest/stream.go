@@ -32,7 +32,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p protocol, rep 
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	for i, ev := range rep.events {
-		if err := writeEvent(w, rc, ev); err != nil {
+		// Flushed at the first piece of content, which a client shows as
+		// it comes, and on a fault; the rest goes out as the server's
+		// buffer fills and at the end, in a few writes rather than one
+		// per event, so that the fake's own work weighs little in the
+		// benchmarks that time a client against it.
+		if err := writeEvent(w, rc, ev, i == rep.pivot); err != nil {
 			return // the client went away
 		}
 		if i != rep.pivot {
@@ -45,7 +50,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p protocol, rep 
 		case f.cut:
 			panic(http.ErrAbortHandler) // closes the connection mid-stream
 		case f.errorKind != "":
-			_ = writeEvent(w, rc, p.errorEvent(f.errorKind))
+			_ = writeEvent(w, rc, p.errorEvent(f.errorKind), true)
 			return
 		}
 		if t.Hold != nil {
@@ -58,7 +63,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p protocol, rep 
 	}
 }
 
-func writeEvent(w http.ResponseWriter, rc *http.ResponseController, ev event) error {
+func writeEvent(w http.ResponseWriter, rc *http.ResponseController, ev event, flush bool) error {
 	var data []byte
 	switch d := ev.data.(type) {
 	case string:
@@ -78,7 +83,7 @@ func writeEvent(w http.ResponseWriter, rc *http.ResponseController, ev event) er
 	buf = append(buf, "data: "...)
 	buf = append(buf, data...)
 	buf = append(buf, "\n\n"...)
-	if _, err := w.Write(buf); err != nil {
+	if _, err := w.Write(buf); err != nil || !flush {
 		return err
 	}
 	return rc.Flush()

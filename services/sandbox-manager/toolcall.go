@@ -149,7 +149,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		s.snaps.ahead(c.Tenant, c.Session, at.rev)
 	}
 	start := time.Now()
-	r, err := s.driver.Run(callCtx, egressapi.Identity{Tenant: c.Tenant, User: c.User, Session: c.Session}, args)
+	r, err := s.driver.RunWithOutput(callCtx, egressapi.Identity{Tenant: c.Tenant, User: c.User, Session: c.Session}, args, s.liveOutput(c))
 	if errors.Is(context.Cause(callCtx), errStopped) && ctx.Err() == nil {
 		s.metrics.calls.WithLabelValues(metrics.Tool(c.Name), "killed").Observe(time.Since(start).Seconds())
 		res.Output, res.IsError = "Killed: the session was stopped while this call ran.", true

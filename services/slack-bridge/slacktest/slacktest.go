@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Server is a fake Slack Web API.
@@ -56,6 +57,8 @@ type Call struct {
 	Args map[string]any
 	// Status is the HTTP status it was answered with.
 	Status int
+	// At is when it was received.
+	At time.Time
 }
 
 // Message is a message as Slack keeps it.
@@ -218,7 +221,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	args, err := readArgs(r)
-	c := Call{Method: method, ContentType: r.Header.Get("Content-Type"), Args: args, Status: http.StatusOK}
+	c := Call{Method: method, ContentType: r.Header.Get("Content-Type"), Args: args, Status: http.StatusOK, At: time.Now()}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer func() { s.calls = append(s.calls, c) }()

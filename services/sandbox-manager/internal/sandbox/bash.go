@@ -33,10 +33,13 @@ const callBackstop = 10 * time.Second
 // written, capped at the output limit. If ctx ends first, the sandbox is
 // killed and bash returns ctx's error.
 //
+// Meanwhile live, when not nil, hears the output as it is written (see
+// [Output]).
+//
 // After a call of a sandbox with network, what it sent out is drained from
 // the egress service into the result (see [Driver.drainEgress]).
-func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result, error) {
-	res, network, err := d.runBash(ctx, s, a)
+func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs, live Output) (Result, error) {
+	res, network, err := d.runBash(ctx, s, a, live)
 	if err == nil && network {
 		d.drainEgress(ctx, s, &res)
 	}
@@ -45,13 +48,16 @@ func (d *Driver) bash(ctx context.Context, s *session, a *tool.BashArgs) (Result
 
 // runBash is bash without the drain, reporting whether the sandbox the
 // call ran in has network.
-func (d *Driver) runBash(ctx context.Context, s *session, a *tool.BashArgs) (Result, bool, error) {
+func (d *Driver) runBash(ctx context.Context, s *session, a *tool.BashArgs, live Output) (Result, bool, error) {
 	timeout := d.cfg.DefaultTimeout
 	if a.Timeout > 0 {
 		timeout = time.Duration(a.Timeout) * time.Millisecond
 	}
 	timeout = min(timeout, d.cfg.MaxTimeout)
 	req := d.request(a.Command, timeout)
+	if live != nil {
+		req.Live = d.cfg.LiveLimit
+	}
 
 	var resp response
 	var oom, network bool
@@ -63,7 +69,7 @@ func (d *Driver) runBash(ctx context.Context, s *session, a *tool.BashArgs) (Res
 		network = b.network
 		callCtx, cancel := context.WithTimeout(ctx, timeout+callBackstop)
 		stop := context.AfterFunc(callCtx, b.kill)
-		resp, err = b.call(req)
+		resp, err = b.call(req, live)
 		stop()
 		oom = b.outOfMemory()
 		expired := callCtx.Err() != nil

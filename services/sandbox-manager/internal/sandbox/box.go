@@ -347,9 +347,10 @@ func (b *box) greet() error {
 // command certainly did not run.
 var errNotSent = errors.New("request not sent")
 
-// call sends req and returns the executor's response. Any error leaves the
-// box unusable.
-func (b *box) call(req request) (response, error) {
+// call sends req and returns the executor's response, giving live the
+// output the executor sends as it is written meanwhile (req.Live asks for
+// it). Any error leaves the box unusable.
+func (b *box) call(req request, live Output) (response, error) {
 	b.nextID++
 	req.ID = b.nextID
 	if err := writeMsg(b.in, req); err != nil {
@@ -358,17 +359,24 @@ func (b *box) call(req request) (response, error) {
 	if err := b.greet(); err != nil {
 		return response{}, err
 	}
-	var resp response
-	if err := readMsg(b.br, b.maxResp, &resp); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
-			return response{}, fmt.Errorf("%w: the executor exited", ErrSandboxLost)
+	for {
+		var resp response
+		if err := readMsg(b.br, b.maxResp, &resp); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
+				return response{}, fmt.Errorf("%w: the executor exited", ErrSandboxLost)
+			}
+			return response{}, fmt.Errorf("%w: read response: %w", ErrSandboxLost, err)
 		}
-		return response{}, fmt.Errorf("%w: read response: %w", ErrSandboxLost, err)
+		if resp.ID != req.ID {
+			return response{}, fmt.Errorf("%w: response %d to request %d", ErrSandboxLost, resp.ID, req.ID)
+		}
+		if !resp.Partial {
+			return resp, nil
+		}
+		if live != nil {
+			live(resp.Live, resp.Cut)
+		}
 	}
-	if resp.ID != req.ID {
-		return response{}, fmt.Errorf("%w: response %d to request %d", ErrSandboxLost, resp.ID, req.ID)
-	}
-	return resp, nil
 }
 
 // complaint returns what bwrap and the executor wrote to stderr, once the

@@ -29,6 +29,11 @@ type Config struct {
 	// OutputLimit is how many bytes of a Bash or Grep call's output reach the
 	// model (default 30000); the rest is counted and dropped.
 	OutputLimit int
+	// LiveLimit is how many bytes of a Bash call's output its caller hears
+	// as they are written, when it listens ([Driver.RunWithOutput])
+	// (default 1 MiB); past it the call goes on unheard, and its result
+	// is the same.
+	LiveLimit int
 	// CPUSeconds is RLIMIT_CPU for each process of a Bash call (default 300).
 	CPUSeconds int
 	// MemoryBytes bounds each sandbox's memory (default 4 GiB): all its
@@ -144,6 +149,7 @@ const (
 	DefaultTimeout     = 2 * time.Minute
 	DefaultMaxTimeout  = 10 * time.Minute
 	DefaultOutputLimit = 30000
+	DefaultLiveLimit   = 1 << 20
 	DefaultCPUSeconds  = 300
 	DefaultMemoryBytes = 4 << 30
 	DefaultCPUs        = 1
@@ -168,6 +174,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.OutputLimit == 0 {
 		c.OutputLimit = DefaultOutputLimit
+	}
+	if c.LiveLimit == 0 {
+		c.LiveLimit = DefaultLiveLimit
 	}
 	if c.CPUs == 0 {
 		c.CPUs = DefaultCPUs
@@ -235,8 +244,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("default timeout %s exceeds max timeout %s", c.DefaultTimeout, c.MaxTimeout)
 	case c.FileTimeout < 0 || c.WalkEntries < 0:
 		return errors.New("file timeout and walk entries must not be negative")
-	case c.OutputLimit < 0:
-		return errors.New("output limit must not be negative")
+	case c.OutputLimit < 0 || c.LiveLimit < 0:
+		return errors.New("output and live limits must not be negative")
 	case c.User < 0 || c.Group < 0:
 		return errors.New("user and group must not be negative")
 	case c.CPUSeconds < 0 || c.OpenFiles < 0 || c.Processes < 0:

@@ -183,7 +183,7 @@ func (d *Driver) probe() error {
 	}
 	// New takes no context, so the probe carries its own deadline.
 	timer := time.AfterFunc(probeTimeout, b.kill)
-	resp, err := b.call(d.request("true", probeTimeout))
+	resp, err := b.call(d.request("true", probeTimeout), nil)
 	timer.Stop()
 	if err != nil {
 		err = fmt.Errorf("probe sandbox: %w: %s", err, b.complaint())
@@ -233,6 +233,20 @@ func (d *Driver) workspace(tenant string, session uuid.UUID) (string, error) {
 // (these last wrap [ErrNotRun]), sandbox lost mid-call ([ErrSandboxLost]),
 // Driver closed, ctx cancelled).
 func (d *Driver) Run(ctx context.Context, id egressapi.Identity, args any) (Result, error) {
+	return d.RunWithOutput(ctx, id, args, nil)
+}
+
+// Output hears a running Bash call's output as it is written, stdout and
+// stderr as one stream (as its result holds them), in pieces that may
+// split a line or a character. It hears at most [Config.LiveLimit] bytes;
+// cut, set on its last call, says the call wrote more, which it does not
+// hear. It is called on the goroutine running the call, which waits for
+// it.
+type Output func(p []byte, cut bool)
+
+// RunWithOutput is [Driver.Run], with a Bash call's output heard by out
+// as it is written (nil: not heard). The result is the same either way.
+func (d *Driver) RunWithOutput(ctx context.Context, id egressapi.Identity, args any, out Output) (Result, error) {
 	tenant, sessionID := id.Tenant, id.Session
 	// A workspace is made by the first call that may write to it; until
 	// then, a call that only reads finds it empty (see [Driver.fileTool]).
@@ -240,7 +254,7 @@ func (d *Driver) Run(ctx context.Context, id egressapi.Identity, args any) (Resu
 	writes := true
 	switch a := args.(type) {
 	case *tool.BashArgs:
-		call = func(ctx context.Context, s *session) (Result, error) { return d.bash(ctx, s, a) }
+		call = func(ctx context.Context, s *session) (Result, error) { return d.bash(ctx, s, a, out) }
 	case *tool.WriteArgs, *tool.EditArgs:
 		call = func(ctx context.Context, s *session) (Result, error) { return d.fileTool(ctx, s.key, a, true) }
 	case *tool.ReadArgs, *tool.GlobArgs, *tool.GrepArgs:

@@ -120,7 +120,7 @@ func serve(ctx context.Context, in io.Reader, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("read request: %w", err)
 		}
-		resp := x.run(req)
+		resp := x.run(req, out)
 		rl.drop() // their clients are dead: see [relay.drop]
 		if err := writeMsg(out, resp); err != nil {
 			return fmt.Errorf("write response: %w", err)
@@ -154,7 +154,8 @@ func closeOnExec() error {
 
 // executorThreads is how many threads the executor starts before its first
 // call: enough for a call's goroutines blocked in syscalls (reading the
-// output, waiting for children, the timeout) beside the runtime's own.
+// output and sending it live, waiting for children, the timeout) beside
+// the runtime's own.
 const executorThreads = 8
 
 // warmThreads has the Go runtime start n threads now and keep them idle.

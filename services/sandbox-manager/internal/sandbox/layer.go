@@ -134,7 +134,7 @@ func (d *Driver) Setup(ctx context.Context, id egressapi.Identity, layer, comman
 	callCtx, cancel := context.WithTimeout(ctx, timeout+callBackstop)
 	defer cancel()
 	stop := context.AfterFunc(callCtx, b.kill)
-	resp, err := b.call(d.request(command, timeout))
+	resp, err := b.call(d.request(command, timeout), nil)
 	stop()
 	oom := b.outOfMemory()
 	if err != nil {

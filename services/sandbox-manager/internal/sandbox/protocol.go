@@ -11,14 +11,15 @@ import (
 // The manager and the executor in a sandbox talk over the executor's stdin
 // and stdout, one JSON object per line. The executor speaks first, with a
 // hello naming its protocol version; then each request gets exactly one
-// response, in order. The executor handles one request at a time and exits
-// when its stdin ends.
+// response, in order, after the partial messages that carry its output as
+// it is written, if the request asks for them (Live). The executor
+// handles one request at a time and exits when its stdin ends.
 //
 // A change that an old peer would misread bumps protocolVersion. The
 // executor is the manager's own binary as found on disk when the sandbox
 // starts, so the two differ only when the binary was replaced under a
 // running manager; the manager then refuses the sandbox.
-const protocolVersion = 1
+const protocolVersion = 2
 
 // hello is the executor's first line.
 type hello struct {
@@ -33,8 +34,11 @@ type request struct {
 	// process of the call is killed.
 	TimeoutMS int64 `json:"timeout_ms"`
 	// OutputLimit is how many bytes of output to keep; the rest is counted.
-	OutputLimit int    `json:"output_limit"`
-	Limits      limits `json:"limits"`
+	OutputLimit int `json:"output_limit"`
+	// Live is how many bytes of output to send as they are written, in
+	// partial messages before the response (0: none).
+	Live   int    `json:"live,omitempty"`
+	Limits limits `json:"limits"`
 }
 
 // limits are the rlimits of each process of a call, in the kernel's units
@@ -49,9 +53,18 @@ type limits struct {
 	NProc   uint64 `json:"nproc"`
 }
 
-// response is the outcome of one request.
+// response is the outcome of one request, or, Partial, a piece of its
+// output sent as it was written.
 type response struct {
 	ID uint64 `json:"id"`
+	// Partial marks a message sent while the command runs: Live is output
+	// as written (stdout and stderr as one stream), and Cut says that no
+	// more follows, the request's Live bytes sent. The response follows
+	// the partial messages; its Output holds the output whatever they
+	// carried.
+	Partial bool   `json:"partial,omitempty"`
+	Live    []byte `json:"live,omitempty"`
+	Cut     bool   `json:"cut,omitempty"`
 	// Error is set when the command could not be started at all; the other
 	// fields are then empty.
 	Error string `json:"error,omitempty"`

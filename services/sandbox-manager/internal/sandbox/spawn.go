@@ -71,8 +71,9 @@ func newExecutor() (*executor, error) {
 // it (setsid, double forks). When the command exits, whatever it left
 // running is killed the same way, so a call never outlives itself. Either
 // way run returns once all of them are reaped and the output pipe has
-// closed.
-func (x *executor) run(req request) response {
+// closed. Meanwhile, if req asks for it, the output goes to w in partial
+// messages as it is written; nothing else writes to w until run returns.
+func (x *executor) run(req request, w io.Writer) response {
 	resp := response{ID: req.ID}
 	pid, out, err := x.start(req)
 	if err != nil {
@@ -80,10 +81,14 @@ func (x *executor) run(req request) response {
 		return resp
 	}
 	buf := newCappedBuffer(req.OutputLimit)
+	var live *liveWriter
+	if req.Live > 0 {
+		live = newLiveWriter(w, req.ID, req.Live)
+	}
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
-		drain(out, buf)
+		drain(out, buf, live)
 	}()
 
 	var timedOut atomic.Bool
@@ -302,19 +307,31 @@ func reapAll(main int) syscall.WaitStatus {
 	}
 }
 
-// drain reads fd to EOF into w. EOF comes when every process holding the
-// write end has closed it or died.
-func drain(fd int, w io.Writer) {
+// drain reads fd to EOF into w, and into live, when not nil, which it
+// leaves nothing pending. EOF comes when every process holding the write
+// end has closed it or died.
+func drain(fd int, w io.Writer, live *liveWriter) {
 	buf := make([]byte, 32<<10)
 	for {
+		if d, pending := live.due(); pending && !waitReadable(fd, d) {
+			// Nothing more came while what is pending waited.
+			live.flush()
+			continue
+		}
 		n, err := syscall.Read(fd, buf)
 		if err == syscall.EINTR {
 			continue
 		}
 		if n <= 0 {
+			if live != nil {
+				live.flush()
+			}
 			return
 		}
 		_, _ = w.Write(buf[:n])
+		if live != nil {
+			live.add(buf[:n])
+		}
 	}
 }
 

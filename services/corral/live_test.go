@@ -1,0 +1,78 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	"corral.dev/pkg/event"
+)
+
+// hearing has v take l as the live subject would bring it.
+func hearing(t *testing.T, v *liveView, l event.Live) {
+	t.Helper()
+	b, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.take(&nats.Msg{Data: b})
+}
+
+func TestLiveView(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	v := newLiveView(&out)
+	text := func(turn, attempt, seq int, s string) event.Live {
+		return event.Live{Kind: event.LiveText, Turn: turn, Attempt: attempt, Seq: seq, Text: s}
+	}
+	call, other := uuid.New(), uuid.New()
+	output := func(call uuid.UUID, s string) event.Live {
+		return event.Live{Kind: event.LiveOutput, Call: call, Name: "Bash", Text: s}
+	}
+
+	v.line("session S")
+	hearing(t, v, text(1, 1, 1, "Let me "))
+	hearing(t, v, text(1, 1, 2, "look"))
+	// Cut, and asked again: what was shown is void.
+	hearing(t, v, text(1, 2, 1, "I will list "))
+	hearing(t, v, text(1, 2, 2, "the \x1b[31mfiles\r."))
+	// Output of a call not shown dispatched yet waits for its dispatch.
+	hearing(t, v, output(call, "early\n"))
+	shown := v.responded(1)
+	v.rest(shown, "I will list the \x1b[31mfiles\r. Then read them.")
+	v.line("→ Bash ls")
+	v.callDispatched(call)
+	hearing(t, v, output(call, "a.txt\nb"))
+	hearing(t, v, output(call, ".txt\n\x1b]0;title\x07"))
+	hearing(t, v, output(other, "not dispatched\n"))
+	v.callCompleted(call)
+	hearing(t, v, output(call, "after its result\n"))
+	v.line("← a.txt b.txt")
+	// A late piece of a recorded turn is dropped; the next turn's shows.
+	hearing(t, v, text(1, 2, 3, " late"))
+	hearing(t, v, text(2, 1, 1, "Done."))
+	if got := v.responded(2); got != "Done." {
+		t.Errorf("responded(2) = %q, want the text shown", got)
+	}
+	v.rest("Done.", "Done.")
+
+	want := "session S\n" +
+		"· model: Let me look\n" +
+		restartLine + "\n" +
+		"· model: I will list the \uFFFD[31mfiles. Then read them.\n" +
+		"→ Bash ls\n" +
+		"  │ early\n" +
+		"  │ a.txt\n" +
+		"  │ b.txt\n" +
+		"  │ \uFFFD]0;title\uFFFD\n" +
+		"← a.txt b.txt\n" +
+		"· model: Done.\n"
+	if got := out.String(); got != want {
+		t.Errorf("shown:\n%s\nwant:\n%s", got, want)
+	}
+}
