@@ -25,7 +25,8 @@ echo "session $session" >&2
 
 # The session's log is events.<tenant>.<session>.<domain>.<name>.<writer> in
 # the EVENTS stream (schemas/session/v1/*.json): wait for its end, the first
-# session.completed, session.failed or session.stopped. Only the harness
+# session.completed, session.failed or session.stopped, or for a pause over a
+# budget, session.paused, which a reviewer's raise ends. Only the harness
 # writes a session's lifecycle, so only its writer token is read. A
 # credential reads through a consumer whose one filter its create subject
 # names (the server checks the two agree), pulling one event at a time.
@@ -42,6 +43,7 @@ while :; do
   jq -r '
     if .type == "corral.session.v1.completed" then .answer
     elif .type == "corral.bus.v1.offloaded" then "over 16 KiB: nats stream get PAYLOADS --last-for payloads.\(.tenant).\(.object | ltrimstr("sha256-"))"
+    elif .type == "corral.session.v1.paused" then "\(.type): \(.budget): \(.reason); to go on: \(.resume)"
     else "\(.type): \(.code // .by) \(.reason // "")" end' <<<"$ev"
   break
 done

@@ -312,6 +312,9 @@ func (s *Service) addContext(ctx context.Context, a *Approval) error {
 			a.Prompt = e.Prompt
 		case *event.SessionFailed:
 			steps = append(steps, Step{Tool: "failed", Summary: e.Reason, IsError: true})
+		case *event.SessionPaused:
+			// What a reviewer asked for a raise decides on.
+			steps = append(steps, Step{Tool: "paused", Summary: e.Reason, IsError: true})
 		case *event.ModelResponded:
 			for _, c := range e.Calls {
 				inputs[c.ID] = e.Input(c)

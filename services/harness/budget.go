@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,10 +15,10 @@ import (
 	"corral.dev/services/harness/internal/core"
 )
 
-// stopForBudget records that the session exceeded a budget: the session
-// fails with code budget_exceeded, which tells the requester, and the
-// sandbox-manager destroys its sandbox.
-func (s *Service) stopForBudget(ctx context.Context, st *state, f core.Fail) error {
+// failOverBudget records that the session exceeded its tenant's daily
+// budget: the session fails with code budget_exceeded, which tells the
+// requester, and the sandbox-manager destroys its sandbox.
+func (s *Service) failOverBudget(ctx context.Context, st *state, f core.Fail) error {
 	ev := event.SessionFailed{
 		Header: event.NewHeader(event.TypeSessionFailed, st.Tenant, st.Session),
 		Code:   f.Code,
@@ -31,11 +33,84 @@ func (s *Service) stopForBudget(ctx context.Context, st *state, f core.Fail) err
 	return nil
 }
 
-// watchWallTime stops the sessions this process has worked on that have
+// pause records that the session went over a budget and waits, saying
+// what lets it go on: it keeps its conversation, its pending calls and
+// its sandbox. Each pause is recorded once: its ID counts the pauses
+// before it.
+func (s *Service) pause(ctx context.Context, st *state, p core.Pause) error {
+	ev := event.SessionPaused{
+		Header: event.NewHeader(event.TypeSessionPaused, st.Tenant, st.Session),
+		Budget: p.Budget,
+		Reason: p.Reason,
+		Usage: event.BudgetUsage{
+			Steps:          p.Usage.Steps,
+			InputTokens:    p.Usage.InputTokens,
+			OutputTokens:   p.Usage.OutputTokens,
+			CostUSD:        p.Usage.CostUSD,
+			SandboxSeconds: p.Usage.SandboxSeconds,
+			WallTime:       p.WallTime.Round(time.Millisecond).String(),
+		},
+		Resume: resumeHint(st.Tenant, st.Session, st.User, p),
+	}
+	s.log.InfoContext(ctx, "session paused over its budget", "session", st.Session, "budget", p.Budget, "reason", p.Reason)
+	if err := s.append(ctx, st, &ev, fmt.Sprintf("%s:paused:%d", st.Session, st.Pauses+1)); err != nil {
+		return err
+	}
+	s.metrics.ended.WithLabelValues("paused").Inc()
+	return nil
+}
+
+// resume records that a paused session goes on, a reviewer having raised
+// its budget; the step then goes on where the session was.
+func (s *Service) resume(ctx context.Context, st *state, r core.Resume) error {
+	ev := event.SessionResumed{
+		Header:   event.NewHeader(event.TypeSessionResumed, st.Tenant, st.Session),
+		Raise:    r.Raise,
+		Reviewer: r.Reviewer,
+	}
+	s.log.InfoContext(ctx, "session resumed", "session", st.Session, "raise", r.Raise, "reviewer", r.Reviewer)
+	return s.append(ctx, st, &ev, fmt.Sprintf("%s:resumed:%d", st.Session, st.Pauses))
+}
+
+// resumeHint says what lets a session paused under p go on: over a cap
+// of the session's, the corral raise that asks a reviewer for twice the
+// cap now in force; over its user's daily budget, which no raise lifts,
+// the next UTC day and a follow-up as user.
+func resumeHint(tenant string, session uuid.UUID, user string, p core.Pause) string {
+	scope, limit, _ := strings.Cut(p.Budget, ".")
+	if scope != "session" {
+		return fmt.Sprintf("the user's daily budget (%s) starts again at 00:00 UTC; then go on with: corral run --tenant %s --session %s --user %s \"go on\"", p.Budget, tenant, session, shellQuote(user))
+	}
+	var flag string
+	switch l := p.Limits; limit {
+	case "steps":
+		flag = "--steps " + strconv.Itoa(2*l.Steps)
+	case "tokens":
+		flag = "--tokens " + strconv.FormatInt(2*l.Tokens, 10)
+	case "cost_usd":
+		flag = "--cost-usd " + strconv.FormatFloat(2*l.CostUSD, 'f', -1, 64)
+	case "sandbox_seconds":
+		flag = "--sandbox-seconds " + strconv.FormatFloat(2*l.SandboxSeconds, 'f', -1, 64)
+	case "wall_time":
+		flag = "--wall-time " + (2 * l.WallTime).String()
+	}
+	return fmt.Sprintf("corral raise --tenant %s %s %s --reason \"why the session needs more\"", tenant, session, flag)
+}
+
+// shellQuote quotes s for a POSIX shell, unless it needs none.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./_-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// watchWallTime pauses the sessions this process has worked on that have
 // run past their wall-time budget while waiting (for a tool call, say, or
 // a reviewer): no step comes to check them until then. A candidate is
 // checked again under its lock and lease, from its log, before it is
-// stopped: the cached state may be out of date.
+// paused: the cached state may be out of date. A paused session is no
+// candidate: its wall time stands still until it resumes.
 func (s *Service) watchWallTime(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -65,11 +140,11 @@ func (s *Service) checkWallTime(ctx context.Context, tenant string, session uuid
 		return s.sessions.Lock(lctx, key)
 	}
 	err := s.withSession(ctx, tryLock, tenant, session, func(ctx context.Context, st *state) error {
-		f := core.OverWallTime(st.State, core.Env{Policy: s.cfg.Policy, ApprovalKey: s.cfg.ApprovalKey, Now: time.Now()})
-		if f == nil {
+		p := core.OverWallTime(st.State, core.Env{Policy: s.cfg.Policy, ApprovalKey: s.cfg.ApprovalKey, Now: time.Now()})
+		if p == nil {
 			return nil
 		}
-		return s.stopForBudget(ctx, st, *f)
+		return s.pause(ctx, st, *p)
 	})
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return nil // busy: the step will see to it

@@ -87,7 +87,11 @@ func (t *stops) resume(key string) {
 	delete(t.stopped, key)
 }
 
-// lifecycle are the types of a session's lifecycle events.
+// lifecycle are the types of a session's lifecycle events. A pause over a
+// budget (session.paused) is none: the session goes on where it was after
+// a raise, so its sandbox stays, suspended once idle like any other, and
+// its queued calls still run. Only a stop, or a failure (the tenant's
+// daily budget among them), destroys it.
 var lifecycle = []string{event.TypeSessionRequested, event.TypeSessionCompleted, event.TypeSessionStopped, event.TypeSessionFailed}
 
 // watchStops kills the running call and destroys the sandbox of each

@@ -3,6 +3,10 @@ package core
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
 
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/policy"
@@ -47,50 +51,180 @@ func DailyBudgets(st *State, pol *policy.Policy) (user, tenant bool) {
 	return b.UserDaily != (policy.Limits{}), b.TenantDaily != (policy.Limits{})
 }
 
-// CodeBudget is the failure of a session over a budget.
+// Elapsed is how long the session has worked on its request at now: the
+// time since the request came, less the time it spent paused; for a
+// session paused now, up to its pause. The wall-time budget measures it,
+// so that waiting for a reviewer's raise costs a session none of it.
+func Elapsed(st *State, now time.Time) time.Duration {
+	if st.Status == StatusPaused && st.Paused != nil {
+		now = st.Paused.Time
+	}
+	return now.Sub(st.Since)
+}
+
+// CodeBudget is the failure of a session over its tenant's daily budget.
 const CodeBudget = event.CodeBudget
 
-// overBudget returns the failure of a session that has used up a budget,
-// or nil when it may go on; asking is whether the model is about to be
-// asked (steps count turns).
-func overBudget(st *State, env Env, asking bool) *Fail {
+// Pause pauses the session over a budget it used up, Budget (as
+// <scope>.<limit>), for Reason. The session keeps its conversation, its
+// pending calls and its sandbox, and waits for a reviewer to raise its
+// caps. Usage is what the session spent, WallTime how long it worked on
+// its request ([Elapsed]), and Limits the caps of the budget's scope now
+// in force (the session's, raised, or its user's daily ones).
+type Pause struct {
+	Budget, Reason string
+	Usage          policy.Usage
+	WallTime       time.Duration
+	Limits         policy.Limits
+}
+
+// Resume ends a session's pause: Reviewer approved the raise Raise since
+// the session paused, and it is over none of its budgets now. The step
+// then goes on where the session was: its pending calls dispatched, or
+// the model asked.
+type Resume struct {
+	Raise    uuid.UUID
+	Reviewer string
+}
+
+// overBudget returns what becomes of a session that has used up a budget:
+// a [Fail] over its tenant's daily budget, which ends it, and a [Pause]
+// over any other; or nil when it may go on. asking is whether the model
+// is about to be asked (steps count turns).
+func overBudget(st *State, env Env, asking bool) Action {
 	b := env.Policy.Budgets(st.Tenant)
 	b.Session = SessionLimits(st, env)
 	if !asking {
 		b.Session.Steps, b.UserDaily.Steps, b.TenantDaily.Steps = 0, 0, 0
 	}
-	if limit, spent := b.Session.Over(SessionUsage(st, env.Policy), env.Now.Sub(st.Since)); limit != "" {
-		return overFail("session."+limit, spent)
-	}
-	for _, d := range []struct {
-		scope string
-		l     policy.Limits
-		u     policy.Usage
-	}{{"user_daily", b.UserDaily, env.UserDay}, {"tenant_daily", b.TenantDaily, env.TenantDay}} {
-		if d.l == (policy.Limits{}) {
-			continue
+	// The tenant's day first: whatever else a session is over, that ends
+	// it.
+	if b.TenantDaily != (policy.Limits{}) {
+		if limit, spent := b.TenantDaily.Over(env.TenantDay, 0); limit != "" {
+			budget := "tenant_daily." + limit
+			return Fail{Code: CodeBudget, Budget: budget, Reason: fmt.Sprintf("the session exceeded its budget %s: it used %s today", budget, spent)}
 		}
-		if limit, spent := d.l.Over(d.u, 0); limit != "" {
-			return overFail(d.scope+"."+limit, spent+" today")
+	}
+	usage, elapsed := SessionUsage(st, env.Policy), Elapsed(st, env.Now)
+	if limit, spent := b.Session.Over(usage, elapsed); limit != "" {
+		return pause("session."+limit, spent, usage, elapsed, b.Session)
+	}
+	if b.UserDaily != (policy.Limits{}) {
+		if limit, spent := b.UserDaily.Over(env.UserDay, 0); limit != "" {
+			return pause("user_daily."+limit, spent+" today", usage, elapsed, b.UserDaily)
 		}
 	}
 	return nil
 }
 
-// OverWallTime returns the failure of a running session past its wall-time
+// OverWallTime returns the pause of a running session past its wall-time
 // budget at env.Now, or nil.
-func OverWallTime(st *State, env Env) *Fail {
+func OverWallTime(st *State, env Env) *Pause {
 	if st.Status != StatusRunning {
 		return nil
 	}
-	wall := SessionLimits(st, env).WallTime
-	elapsed := env.Now.Sub(st.Since)
-	if wall <= 0 || elapsed < wall {
+	l := SessionLimits(st, env)
+	elapsed := Elapsed(st, env.Now)
+	if l.WallTime <= 0 || elapsed < l.WallTime {
 		return nil
 	}
-	return overFail("session.wall_time", fmt.Sprintf("%s of %s", elapsed.Round(1e9), wall))
+	p := pause("session.wall_time", fmt.Sprintf("%s of %s", elapsed.Round(time.Second), l.WallTime), SessionUsage(st, env.Policy), elapsed, l)
+	return &p
 }
 
-func overFail(budget, spent string) *Fail {
-	return &Fail{Code: CodeBudget, Budget: budget, Reason: fmt.Sprintf("the session exceeded its budget %s: it used %s", budget, spent)}
+func pause(budget, spent string, usage policy.Usage, elapsed time.Duration, l policy.Limits) Pause {
+	return Pause{
+		Budget:   budget,
+		Reason:   fmt.Sprintf("the session went over its budget %s: it used %s", budget, spent),
+		Usage:    usage,
+		WallTime: elapsed,
+		Limits:   l,
+	}
+}
+
+// unpause returns what a step of a paused session does: nothing, unless a
+// reviewer approved a raise of its caps since it paused. Then it resumes
+// if it is over none of its budgets, checked as the step it paused at
+// checks them; else it pauses again, saying which budget it is still over
+// (or fails, over its tenant's daily budget). A raise denied leaves it as
+// it is.
+func unpause(st *State, env Env) []Action {
+	var by *event.ApprovalDecided
+	for _, d := range st.Unpause {
+		if dec := raiseDecision(st, env, d.Call); dec == d && dec.Approved {
+			by = dec
+		}
+	}
+	if by == nil {
+		return nil
+	}
+	if a := overBudget(st, env, false); a != nil {
+		return []Action{a}
+	}
+	// The model is asked next, unless the workspace is being prepared or
+	// calls of the turn have yet to run: only then do steps count.
+	asking := (st.Prepare == uuid.Nil || st.Prepared != nil) && len(st.Missing()) == 0
+	if asking {
+		if a := overBudget(st, env, true); a != nil {
+			return []Action{a}
+		}
+	}
+	return []Action{Resume{Raise: by.Call, Reviewer: by.Reviewer}}
+}
+
+// raiseDecision returns the decision that counts on raise id: the first
+// that verifies, for the limits the raise asked for.
+func raiseDecision(st *State, env Env, id uuid.UUID) *event.ApprovalDecided {
+	for _, r := range st.Raises {
+		if r.Raise != id {
+			continue
+		}
+		if d := decision(st, env, id, event.ArgsHash(event.BudgetTool, r.Limits)); d != nil {
+			return d
+		}
+	}
+	return nil
+}
+
+// pause folds in a session's pause over a budget. A pause recorded after
+// the session ended (a stop that came while it was being recorded) ends
+// nothing more.
+func (st *State) pause(e *event.SessionPaused) {
+	st.Pauses++
+	if st.Status != StatusRunning && st.Status != StatusPaused {
+		return
+	}
+	st.Status, st.Paused, st.Unpause = StatusPaused, e, nil
+}
+
+// resume folds in the end of a pause: the time the session spent paused
+// does not count against its wall time.
+func (st *State) resume(e *event.SessionResumed) {
+	if st.Status != StatusPaused || st.Paused == nil {
+		return
+	}
+	st.Since = st.Since.Add(e.Time.Sub(st.Paused.Time))
+	st.Status, st.Paused, st.Unpause = StatusRunning, nil, nil
+}
+
+// followUpPaused folds in what a follow-up request does to a paused
+// session: it goes on from where it was, as a new request with wall time
+// of its own (its next step pauses it again if it is still over a
+// budget).
+func (st *State) followUpPaused(e *event.SessionRequested) {
+	if st.Status == StatusPaused {
+		st.Status, st.Since = StatusRunning, e.Time
+	}
+	st.Paused, st.Unpause = nil, nil
+}
+
+// raiseDecided notes a decision on a raise of a paused session's caps: the
+// step it triggers may resume the session.
+func (st *State) raiseDecided(e *event.ApprovalDecided) {
+	if st.Status != StatusPaused {
+		return
+	}
+	if slices.ContainsFunc(st.Raises, func(r *event.BudgetRaise) bool { return r.Raise == e.Call }) {
+		st.Unpause = append(slices.Clip(st.Unpause), e)
+	}
 }
