@@ -8,10 +8,12 @@ require (
 	corral.dev/services/approval v0.0.0
 	corral.dev/services/auth v0.0.0
 	corral.dev/services/egress v0.0.0
+	corral.dev/services/gateway v0.0.0
 	corral.dev/services/harness v0.0.0
 	corral.dev/services/memory v0.0.0
 	corral.dev/services/sandbox-manager v0.0.0
 	corral.dev/services/slack-bridge v0.0.0
+	github.com/anthropics/anthropic-sdk-go v1.84.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/creack/pty v1.1.24
@@ -28,11 +30,26 @@ require (
 )
 
 require (
+	github.com/bahlo/generic-list-go v0.2.0 // indirect
+	github.com/buger/jsonparser v1.1.2 // indirect
 	github.com/elastic/go-seccomp-bpf v1.6.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
+	github.com/invopop/jsonschema v0.14.0 // indirect
 	github.com/moby/sys/mountinfo v0.7.3 // indirect
+	github.com/pb33f/ordered-map/v2 v2.3.1 // indirect
+	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1 // indirect
 	github.com/synadia-io/orbit.go/jetstreamext v0.3.2 // indirect
 	github.com/synadia-io/orbit.go/natsext v0.1.3 // indirect
+	github.com/tidwall/gjson v1.18.0 // indirect
+	github.com/tidwall/match v1.1.1 // indirect
+	github.com/tidwall/pretty v1.2.1 // indirect
+	github.com/tidwall/sjson v1.2.5 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel v1.46.0 // indirect
+	go.opentelemetry.io/otel/metric v1.46.0 // indirect
+	go.opentelemetry.io/otel/trace v1.46.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 )
 
@@ -106,6 +123,7 @@ replace (
 	corral.dev/services/approval => ../approval
 	corral.dev/services/auth => ../auth
 	corral.dev/services/egress => ../egress
+	corral.dev/services/gateway => ../gateway
 	corral.dev/services/harness => ../harness
 	corral.dev/services/memory => ../memory
 	corral.dev/services/sandbox-manager => ../sandbox-manager

@@ -1,0 +1,357 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/services/gateway/internal/wire"
+)
+
+// agentBody is the body of POST /v1/agents and of an update: every field
+// the API has, so that none Corral cannot honour passes unnoticed.
+type agentBody struct {
+	Name              *string           `json:"name"`
+	Description       *string           `json:"description"`
+	Model             json.RawMessage   `json:"model"`
+	System            *string           `json:"system"`
+	Tools             []json.RawMessage `json:"tools"`
+	MCPServers        []json.RawMessage `json:"mcp_servers"`
+	Skills            []json.RawMessage `json:"skills"`
+	Metadata          map[string]string `json:"metadata"`
+	Multiagent        json.RawMessage   `json:"multiagent"`
+	ExecutionIdentity json.RawMessage   `json:"execution_identity"`
+	// Version, on an update, is the version the update is of.
+	Version *int `json:"version"`
+}
+
+// corralTools are the API's names of Corral's six tools, in the order of
+// [tool.Specs].
+var corralTools = []string{"bash", "read", "write", "edit", "glob", "grep"}
+
+// apply sets in a what b says, and refuses what Corral cannot honour.
+func (b *agentBody) apply(a *agentRecord) error {
+	switch {
+	case b.System != nil && *b.System != "":
+		return unsupported("system: an agent's own system prompt (every session gets Corral's, which names its tools, /memories and /skills)")
+	case len(b.MCPServers) > 0:
+		return unsupported("mcp_servers: MCP servers")
+	case len(b.Skills) > 0:
+		return unsupported("skills: the API's skills (a tenant's skills are folders under /skills: corral skills push)")
+	case present(b.Multiagent):
+		return unsupported("multiagent: agents calling agents")
+	case present(b.ExecutionIdentity):
+		return unsupported("execution_identity")
+	}
+	if b.Name != nil {
+		a.Name = *b.Name
+	}
+	if b.Description != nil {
+		a.Description = *b.Description
+	}
+	if b.Metadata != nil {
+		a.Metadata = b.Metadata
+	}
+	if present(b.Model) {
+		id, err := modelID(b.Model)
+		if err != nil {
+			return err
+		}
+		a.ModelID, a.Model = id, corralModel(id)
+	}
+	for i, raw := range b.Tools {
+		if err := checkToolset(raw); err != nil {
+			return prefixed(err, fmt.Sprintf("tools[%d]: ", i))
+		}
+	}
+	if b.Tools != nil && len(b.Tools) == 0 {
+		return unsupported("tools: an agent without tools (every session is offered Corral's six)")
+	}
+	switch {
+	case strings.TrimSpace(a.Name) == "":
+		return badRequest("name: an agent needs a name")
+	case a.Model == "":
+		return badRequest("model: an agent needs a model")
+	}
+	return nil
+}
+
+// modelID reads an agent's model: its ID, or {"id": ...}.
+func modelID(raw json.RawMessage) (string, error) {
+	var id string
+	if json.Unmarshal(raw, &id) == nil {
+		return id, nil
+	}
+	var cfg struct {
+		ID           string          `json:"id"`
+		Effort       json.RawMessage `json:"effort"`
+		Speed        json.RawMessage `json:"speed"`
+		InferenceGeo json.RawMessage `json:"inference_geo"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil || cfg.ID == "" {
+		return "", badRequest("model: want a model's ID, or {\"id\": ...}")
+	}
+	for name, v := range map[string]json.RawMessage{"effort": cfg.Effort, "speed": cfg.Speed, "inference_geo": cfg.InferenceGeo} {
+		if present(v) {
+			return "", unsupported("model.%s", name)
+		}
+	}
+	return cfg.ID, nil
+}
+
+// corralModel is the model Corral runs for the API's model id: as it is
+// when it names its provider (openai:gpt-4.1, or any provider the harness
+// has), else an Anthropic model.
+func corralModel(id string) string {
+	if strings.Contains(id, ":") {
+		return id
+	}
+	return "anthropic:" + id
+}
+
+// checkToolset refuses a tool configuration other than Corral's six tools,
+// all enabled, each always allowed (as the tenant's policy decides).
+func checkToolset(raw json.RawMessage) error {
+	type config struct {
+		Type             string          `json:"type"`
+		Name             string          `json:"name"`
+		Enabled          *bool           `json:"enabled"`
+		PermissionPolicy json.RawMessage `json:"permission_policy"`
+	}
+	var ts struct {
+		Type          string   `json:"type"`
+		DefaultConfig *config  `json:"default_config"`
+		Configs       []config `json:"configs"`
+	}
+	if err := json.Unmarshal(raw, &ts); err != nil {
+		return badRequest("%v", err)
+	}
+	if ts.Type != wire.ToolsetType {
+		return unsupported("a tool of type %q (sessions are offered Corral's six tools, the %s toolset)", ts.Type, wire.ToolsetType)
+	}
+	check := func(what string, c config) error {
+		var p struct {
+			Type string `json:"type"`
+		}
+		if present(c.PermissionPolicy) {
+			if err := json.Unmarshal(c.PermissionPolicy, &p); err != nil {
+				return badRequest("%s: permission_policy: %v", what, err)
+			}
+		}
+		switch {
+		case p.Type == "always_ask":
+			return unsupported("%s: permission_policy always_ask (the tenant's policy decides which calls wait for a reviewer)", what)
+		case p.Type != "" && p.Type != "always_allow":
+			return unsupported("%s: permission_policy %q", what, p.Type)
+		}
+		return nil
+	}
+	if d := ts.DefaultConfig; d != nil {
+		if d.Enabled != nil && !*d.Enabled {
+			return unsupported("default_config: tools disabled (every session is offered Corral's six tools)")
+		}
+		if err := check("default_config", *d); err != nil {
+			return err
+		}
+	}
+	for _, c := range ts.Configs {
+		name := cmp.Or(c.Name, c.Type)
+		enabled := c.Enabled == nil || *c.Enabled
+		switch {
+		case !slices.Contains(corralTools, name) && enabled:
+			return unsupported("the tool %q (Corral's are %s)", name, strings.Join(corralTools, ", "))
+		case slices.Contains(corralTools, name) && !enabled:
+			return unsupported("disabling the tool %q (every session is offered Corral's six tools)", name)
+		}
+		if err := check(name, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prefixed returns err with prefix before its message, keeping its kind.
+func prefixed(err error, prefix string) error {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		p := *ae
+		p.msg = prefix + ae.msg
+		return &p
+	}
+	return err
+}
+
+// agentJSON is an agent as the API shows it.
+func agentJSON(a agentRecord) wire.Agent {
+	policy := wire.Policy{Type: "always_allow"}
+	ts := wire.Toolset{Type: wire.ToolsetType, DefaultConfig: wire.ToolConfig{Enabled: true, PermissionPolicy: policy}}
+	for _, name := range corralTools {
+		ts.Configs = append(ts.Configs, wire.ToolConfig{Type: name, Name: name, Enabled: true, PermissionPolicy: policy})
+	}
+	md := a.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return wire.Agent{
+		Type: "agent", ID: a.ID, Version: a.Version, Name: a.Name, Description: a.Description,
+		Model: wire.ModelConfig{ID: a.ModelID}, Tools: []wire.Toolset{ts}, MCPServers: []any{}, Skills: []any{},
+		Metadata: md, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt, ArchivedAt: a.ArchivedAt,
+	}
+}
+
+// createAgent answers POST /v1/agents.
+func (s *Service) createAgent(ctx context.Context, c *caller, w http.ResponseWriter, r *http.Request) error {
+	var body agentBody
+	if err := decode(w, r, &body); err != nil {
+		return err
+	}
+	if body.Version != nil {
+		return badRequest("version: a new agent has none")
+	}
+	now := time.Now().UTC()
+	a := agentRecord{ID: "agent_" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", ""), Version: 1, CreatedAt: now, UpdatedAt: now}
+	if err := body.apply(&a); err != nil {
+		return err
+	}
+	if err := writeRecord(ctx, c.js, recordKey(c.tenant, kindAgent, a.ID), a, 0); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, agentJSON(a))
+	return nil
+}
+
+// agent returns c's tenant's agent id and the sequence of its record.
+func (s *Service) agent(ctx context.Context, c *caller, id string) (agentRecord, uint64, error) {
+	if !validID(id) {
+		return agentRecord{}, 0, notFound("no agent %q", id)
+	}
+	var a agentRecord
+	seq, err := readRecord(ctx, c.js, recordKey(c.tenant, kindAgent, id), &a)
+	if errors.Is(err, errNoRecord) {
+		return agentRecord{}, 0, notFound("no agent %s", id)
+	}
+	return a, seq, err
+}
+
+// validID reports whether id may name a record: one subject token.
+func validID(id string) bool {
+	return id != "" && len(id) <= 128 && !strings.ContainsAny(id, ".*> \t\r\n")
+}
+
+// getAgent answers GET /v1/agents/{id}.
+func (s *Service) getAgent(ctx context.Context, c *caller, w http.ResponseWriter, r *http.Request) error {
+	a, _, err := s.agent(ctx, c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if v := r.URL.Query().Get("version"); v != "" && v != strconv.Itoa(a.Version) {
+		return unsupported("version %s of agent %s, not its latest (%d): reading an agent's earlier versions", v, a.ID, a.Version)
+	}
+	writeJSON(w, http.StatusOK, agentJSON(a))
+	return nil
+}
+
+// updateAgent answers POST /v1/agents/{id}: a new version, on the
+// condition that version is the agent's latest.
+func (s *Service) updateAgent(ctx context.Context, c *caller, w http.ResponseWriter, r *http.Request) error {
+	var body agentBody
+	if err := decode(w, r, &body); err != nil {
+		return err
+	}
+	a, seq, err := s.agent(ctx, c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if body.Version != nil && *body.Version != a.Version {
+		return &apiError{http.StatusConflict, wire.InvalidRequest, "agent " + a.ID + " is at version " + strconv.Itoa(a.Version) + ", not " + strconv.Itoa(*body.Version)}
+	}
+	if err := body.apply(&a); err != nil {
+		return err
+	}
+	a.Version++
+	a.UpdatedAt = time.Now().UTC()
+	err = writeRecord(ctx, c.js, recordKey(c.tenant, kindAgent, a.ID), a, seq)
+	if bus.Conflict(err) {
+		return &apiError{http.StatusConflict, wire.InvalidRequest, "agent " + a.ID + " changed meanwhile: read it again"}
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, agentJSON(a))
+	return nil
+}
+
+// archiveAgent answers POST /v1/agents/{id}/archive: the agent starts no
+// more sessions.
+func (s *Service) archiveAgent(ctx context.Context, c *caller, w http.ResponseWriter, r *http.Request) error {
+	a, seq, err := s.agent(ctx, c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if a.ArchivedAt == nil {
+		now := time.Now().UTC()
+		a.ArchivedAt, a.UpdatedAt = &now, now
+		if err := writeRecord(ctx, c.js, recordKey(c.tenant, kindAgent, a.ID), a, seq); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, agentJSON(a))
+	return nil
+}
+
+// listAgents answers GET /v1/agents: the tenant's agents, oldest first, a
+// page at a time (next_page is the last one's ID).
+func (s *Service) listAgents(ctx context.Context, c *caller, w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	n, err := limit(q, defaultLimit)
+	if err != nil {
+		return err
+	}
+	created, err := readTimeFilter(q, "created_at")
+	if err != nil {
+		return err
+	}
+	recs, err := listRecords(ctx, c.js, c.tenant, kindAgent)
+	if err != nil {
+		return err
+	}
+	archived := q.Get("include_archived") == "true"
+	var all []agentRecord
+	for _, data := range recs {
+		var a agentRecord
+		if json.Unmarshal(data, &a) == nil && (archived || a.ArchivedAt == nil) && created.keeps(a.CreatedAt) {
+			all = append(all, a)
+		}
+	}
+	slices.SortFunc(all, func(a, b agentRecord) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	start := 0
+	if p := q.Get("page"); p != "" {
+		i := slices.IndexFunc(all, func(a agentRecord) bool { return a.ID == p })
+		if i < 0 {
+			return badRequest("page=%q: not a page of this list", p)
+		}
+		start = i + 1
+	}
+	page := wire.Page[wire.Agent]{Data: []wire.Agent{}}
+	for _, a := range all[start:min(start+n, len(all))] {
+		page.Data = append(page.Data, agentJSON(a))
+	}
+	if start+n < len(all) {
+		next := page.Data[len(page.Data)-1].ID
+		page.NextPage = &next
+	}
+	writeJSON(w, http.StatusOK, page)
+	return nil
+}

@@ -1,0 +1,166 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+)
+
+// Setup creates the gateway's KV buckets if they are missing: the session
+// index ([bus.BucketSessions]), which the gateway alone writes, and the
+// HTTP API's records ([bus.BucketGateway]), which clients of each tenant
+// write under their tenant's keys. It is an administrator's work (corral
+// setup; corral dev): the gateway's NATS user may not create streams. The
+// records' stream allows no roll-up, which would let a publish on one
+// tenant's key purge every other key.
+func Setup(ctx context.Context, js jetstream.JetStream) error {
+	for _, cfg := range []jetstream.KeyValueConfig{
+		{Bucket: bus.BucketSessions, Description: "the session index: <tenant>.<session> -> status, user, model, turns, cost, title", Storage: jetstream.FileStorage, History: 1},
+		{Bucket: bus.BucketGateway, Description: "the HTTP API's agents and sessions: <tenant>.agent.<id>, <tenant>.session.<id>", Storage: jetstream.FileStorage, History: 1},
+	} {
+		_, err := js.KeyValue(ctx, cfg.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			_, err = js.CreateKeyValue(ctx, cfg)
+		}
+		if err != nil {
+			return fmt.Errorf("kv %s: %w (a NATS user that may not create buckets needs it created first: corral setup)", cfg.Bucket, err)
+		}
+	}
+	st, err := js.Stream(ctx, recordStream)
+	if err != nil {
+		return fmt.Errorf("kv %s: %w", bus.BucketGateway, err)
+	}
+	if cfg := st.CachedInfo().Config; cfg.AllowRollup {
+		cfg.AllowRollup = false
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("kv %s: allow no roll-up: %w", bus.BucketGateway, err)
+		}
+	}
+	return nil
+}
+
+// recordStream is the stream of the API's records.
+const recordStream = "KV_" + bus.BucketGateway
+
+// Kinds of records, the second token of their keys.
+const (
+	kindAgent   = "agent"
+	kindSession = "session"
+)
+
+// recordKey is the key of a record of tenant.
+func recordKey(tenant, kind, id string) string { return tenant + "." + kind + "." + id }
+
+// recordSubject is the subject of a record's key.
+func recordSubject(key string) string { return "$KV." + bus.BucketGateway + "." + key }
+
+// agentRecord is an agent as the gateway keeps it: what a session of it
+// runs with.
+type agentRecord struct {
+	ID          string `json:"id"`
+	Version     int    `json:"version"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// ModelID is the model as the client named it; Model as Corral runs
+	// it, with its provider.
+	ModelID   string            `json:"model_id"`
+	Model     string            `json:"model"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	// ArchivedAt is when it was archived: it starts no more sessions.
+	ArchivedAt *time.Time `json:"archived_at,omitempty"`
+}
+
+// sessionRecord is a session the API created: what its first request
+// starts from, and what the API shows of it that the log does not say.
+type sessionRecord struct {
+	ID          uuid.UUID         `json:"id"`
+	Agent       agentRecord       `json:"agent"`
+	Environment string            `json:"environment,omitempty"`
+	Repo        *event.Repo       `json:"repo,omitempty"`
+	Resources   []json.RawMessage `json:"resources,omitempty"`
+	Title       string            `json:"title,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	// User is who the session's requests are from.
+	User string `json:"user"`
+	// Started is set once its first request is published: the one that
+	// carries what its workspace starts from.
+	Started   bool      `json:"started,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// errNoRecord is returned for a record that is not kept.
+var errNoRecord = errors.New("no such record")
+
+// readRecord reads the record key into v through js, a client's of the
+// record's tenant, and returns its sequence (what a change expects).
+func readRecord(ctx context.Context, js jetstream.JetStream, key string, v any) (uint64, error) {
+	m, err := bus.LastBySubject(ctx, js, recordStream, recordSubject(key))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, errNoRecord
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(m.Data) == 0 { // deleted
+		return 0, errNoRecord
+	}
+	if err := json.Unmarshal(m.Data, v); err != nil {
+		return 0, fmt.Errorf("record %s: %w", key, err)
+	}
+	return m.StreamSeq, nil
+}
+
+// writeRecord writes v as the record key through js, on the condition
+// that the key's last write is at sequence after (0: the key has none):
+// two writers racing, one wins and the other gets an error for which
+// [bus.Conflict] holds.
+func writeRecord(ctx context.Context, js jetstream.JetStream, key string, v any, after uint64) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := bus.Bound(ctx)
+	defer cancel()
+	subject := recordSubject(key)
+	ctx, stop := bus.WhilePermitted(ctx, js.Conn(), subject)
+	defer stop()
+	if _, err := js.Publish(ctx, subject, b, jetstream.WithExpectLastSequencePerSubject(after)); err != nil {
+		return fmt.Errorf("write %s: %w", key, bus.Refusal(ctx, err))
+	}
+	return nil
+}
+
+// listRecords returns every record of kind of tenant, by key, read through
+// a consumer filtered to them.
+func listRecords(ctx context.Context, js jetstream.JetStream, tenant, kind string) (map[string][]byte, error) {
+	prefix := recordSubject(recordKey(tenant, kind, ""))
+	msgs, err := bus.ReadByConsumer(ctx, js, recordStream, prefix+"*", 0)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, fmt.Errorf("no %s bucket on this server: corral setup makes it", bus.BucketGateway)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte)
+	for _, m := range msgs {
+		id := strings.TrimPrefix(m.Subject, prefix)
+		if len(m.Data) == 0 {
+			delete(out, id)
+			continue
+		}
+		out[id] = m.Data
+	}
+	return out, nil
+}

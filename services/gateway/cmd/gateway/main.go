@@ -1,0 +1,18 @@
+// Command gateway keeps Corral's session index and serves the Managed
+// Agents API over HTTP.
+//
+// It is configured from the environment: CORRAL_NATS_URL,
+// CORRAL_NATS_USER and CORRAL_NATS_PASSWORD (the gateway's own user),
+// CORRAL_GATEWAY_LISTEN (HOST:PORT of the API; empty serves none),
+// CORRAL_GATEWAY_KEY_IDLE, CORRAL_GATEWAY_MAX_KEYS, CORRAL_POLICY_FILE (the
+// prices of the index's costs), CORRAL_METRICS_LISTEN, CORRAL_LOG_LEVEL.
+package main
+
+import (
+	"corral.dev/pkg/process"
+	"corral.dev/services/gateway"
+)
+
+func main() {
+	process.Main("gateway", gateway.LoadConfig, gateway.Start)
+}
