@@ -18,7 +18,9 @@
 # resume from suspension, what a suspended sandbox holds, and how many idle
 # sessions one node holds; a session prepared from a repository, next to
 # git clone, and one of a cached environment, next to one with none; the
-# billed input of a session with prompt caching, next to none cached.
+# billed input of a session with prompt caching, next to none cached; the
+# model's first streamed text on corral run's output, next to a bare core
+# NATS message.
 #   scripts/bench.sh [N]    # N iterations per latency benchmark (default 500)
 #   IDLE_SESSIONS=10000     # sessions of the idle-sessions benchmark
 #   CORRAL_HARNESS_SPEEDUPS # the harness's speed-ups in the benchmarks
@@ -55,6 +57,9 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 # The billed input of a 30-turn session with prompt caching, next to the
 # same input with nothing cached.
 (cd services/corral && go test -run '^$' -bench 'PromptCache' -benchtime 3x .) | tee -a "$out"
+# The provider's first streamed text → on corral run's output (p50, p95,
+# p99), next to a core NATS message from one connection to another.
+(cd services/corral && go test -run '^$' -bench 'LiveText' -benchtime "${n}x" .) | tee -a "$out"
 # Last: the idle sessions' ten thousand workspaces keep the disk busy for a
 # while after.
 (cd services/sandbox-manager && go test -run '^$' -bench 'IdleSessions' -benchtime "${IDLE_SESSIONS:-10000}x" -timeout 30m ./internal/sandbox) | tee -a "$out"
@@ -100,6 +105,8 @@ END {
 	}
 	if (("StepRoundTrip/open" in ms) && ("StepRoundTrip/deployed" in ms))
 		printf "| StepRoundTrip deployed/open | %.2f× | %.2f× | |\n", ms["StepRoundTrip/deployed"] / ms["StepRoundTrip/open"], ms99["StepRoundTrip/deployed"] / ms99["StepRoundTrip/open"]
+	if (("StepRoundTrip/open" in ms) && ("StepRoundTrip/open-whole" in ms))
+		printf "| StepRoundTrip streamed/whole | %.2f× | %.2f× | target ≤ 1× |\n", ms["StepRoundTrip/open"] / ms["StepRoundTrip/open-whole"], ms99["StepRoundTrip/open"] / ms99["StepRoundTrip/open-whole"]
 	if (("Throughput/open" in tp) && ("Throughput/deployed" in tp))
 		printf "| Throughput deployed/open | | | %.2f× |\n", tp["Throughput/deployed"] / tp["Throughput/open"]
 	if (("Tunnel" in ms) && ("Direct" in ms))

@@ -129,12 +129,22 @@ const (
 	// (<tenant>.thread.<session>): a bot's credential reaches its own
 	// tenant's keys alone. The bridge's package sets it up.
 	BucketSlack = "slack"
+	// BucketSessions is the index of every session, <tenant>.<session>:
+	// its user, status, model, turns, cost and title, folded from its
+	// log by the gateway (the one writer), read by clients of the
+	// tenant (corral sessions). The gateway's package sets it up.
+	BucketSessions = "sessions"
+	// BucketGateway is what the HTTP API keeps per tenant that the
+	// session logs do not say: its agents (<tenant>.agent.<id>) and the
+	// sessions it created (<tenant>.session.<id>), written by clients of
+	// the tenant through the gateway. The gateway's package sets it up.
+	BucketGateway = "gateway"
 )
 
 // EventDurables are the services' durable consumers of the EVENTS stream:
 // no client may create, pull from or delete a consumer of theirs.
 func EventDurables() []string {
-	return []string{ConsumerHarnessSteps, ConsumerApprovals, ConsumerEgressDecisions}
+	return []string{ConsumerHarnessSteps, ConsumerApprovals, ConsumerEgressDecisions, ConsumerGatewayIndex}
 }
 
 // Durable consumer names, <service>-<purpose>.
@@ -147,6 +157,9 @@ const (
 	// ConsumerEgressDecisions is the egress services' consumer of the
 	// reviewers' decisions, on the requests they held.
 	ConsumerEgressDecisions = "egress-decisions"
+	// ConsumerGatewayIndex is the gateway's consumer of every session
+	// event, which it folds into [BucketSessions].
+	ConsumerGatewayIndex = "gateway-index"
 )
 
 // Tool services, the second token of a tool call's subject (see

@@ -58,6 +58,13 @@ func ClientImports() []string {
 	return out
 }
 
+// ClientStreams are the subjects the services' account exports to the
+// clients' account as streams: messages the services publish that clients
+// hear, which no client answers. A client's subscribe permissions then
+// narrow them to its tenant ([bus.LiveFilter]). Nothing a client
+// publishes goes the other way.
+func ClientStreams() []string { return []string{bus.LiveFilter("*")} }
+
 // exported returns the subject the services' account exports for a
 // client's subject: itself, but for the creation of a consumer, which goes
 // to the auth service's gate ([bus.ConsumerGate]) under the same tokens.
@@ -81,7 +88,8 @@ func streamed(subject string) bool {
 
 // NATSConfig renders the part of a NATS server's configuration that says
 // who may do what: the two accounts, the services' users with their
-// permissions, the exports and imports between the accounts, and the auth
+// permissions, the exports and imports between the accounts (services
+// clients call, streams they hear), and the auth
 // callout through which every other connection signs in. password returns
 // a user's password as the configuration spells it (a quoted literal or a
 // $VARIABLE); issuer likewise the auth service's public signing key.
@@ -123,6 +131,9 @@ func NATSConfig(w io.Writer, password func(user string) string, issuer string) e
 			p.line(3, "{ service: %q, accounts: [%s] }", exported(s), AccountClients)
 		}
 	}
+	for _, s := range ClientStreams() {
+		p.line(3, "{ stream: %q, accounts: [%s] }", s, AccountClients)
+	}
 	p.line(2, "]")
 	p.line(1, "}")
 	p.line(1, "# Every client, placed here by the auth service. No JetStream of its own.")
@@ -134,6 +145,9 @@ func NATSConfig(w io.Writer, password func(user string) string, issuer string) e
 		} else {
 			p.line(3, "{ service: { account: %s, subject: %q } }", AccountServices, s)
 		}
+	}
+	for _, s := range ClientStreams() {
+		p.line(3, "{ stream: { account: %s, subject: %q } }", AccountServices, s)
 	}
 	p.line(2, "]")
 	p.line(1, "}")

@@ -40,8 +40,17 @@ type Permissions struct {
 //     bucket, <tenant>.>: read the same way, and written by publishing
 //     on them (a put, or a compare-and-set with the expected last
 //     sequence of the key's subject);
+//   - the session index of the tenant ([bus.BucketSessions]), read the
+//     same way; the gateway alone writes it;
+//   - the tenant's keys of the gateway's bucket ([bus.BucketGateway]:
+//     the HTTP API's agents and sessions), read the same way and written
+//     by publishing on them;
 //   - who the server says the client is ([UserInfoSubject], answered
-//     by the server itself; see [Whoami]).
+//     by the server itself; see [Whoami]);
+//   - the live output of the tenant's sessions, [bus.LiveFilter]: heard,
+//     as its session logs are read (published by the harness and the
+//     sandbox-managers, carried to the clients' account by
+//     [ClientStreams]).
 //
 // Nothing else: no stream's info (which would list other tenants'
 // subjects), no batched direct get (whose subject names no filter), no
@@ -72,7 +81,7 @@ func (c Credential) Permissions() Permissions {
 			"$JS.API.CONSUMER.DELETE.KV_" + bus.BucketUsage + ".*",
 			"$JS.API.DIRECT.GET.KV_" + bus.BucketUsage + ".$KV." + bus.BucketUsage + "." + t + ".>",
 		},
-		Subscribe: []string{c.Inbox() + ".>"},
+		Subscribe: []string{c.Inbox() + ".>", bus.LiveFilter(t)},
 	}
 	switch c.Role {
 	case RoleReviewer:
@@ -88,6 +97,11 @@ func (c Credential) Permissions() Permissions {
 	if c.Role != RoleUser {
 		p.Publish = append(p.Publish, slackKeys(t)...)
 	}
+	// The session index, which the gateway alone writes, read; and the
+	// gateway's records of the tenant (its API's agents and sessions),
+	// read and written through the gateway as this credential.
+	p.Publish = append(p.Publish, tenantKeys(bus.BucketSessions, t, false)...)
+	p.Publish = append(p.Publish, tenantKeys(bus.BucketGateway, t, true)...)
 	p.Publish = append(p.Publish, UserInfoSubject)
 	for _, d := range bus.EventDurables() {
 		p.Deny = append(p.Deny,
@@ -97,6 +111,27 @@ func (c Credential) Permissions() Permissions {
 		)
 	}
 	return p
+}
+
+// tenantKeys are the subjects that read tenant's keys of bucket, whose
+// keys start with the tenant (<tenant>.…): direct gets of a key, and
+// consumers filtered to the tenant's keys; with write, also the subjects
+// of the keys themselves (a put, or a compare-and-set with the expected
+// last sequence of the key's subject). A bucket clients write allows no
+// roll-up (see the gateway's Setup): a publish on one's own keys cannot
+// purge another tenant's.
+func tenantKeys(bucket, tenant string, write bool) []string {
+	stream, keys := "KV_"+bucket, "$KV."+bucket+"."+tenant+".>"
+	out := []string{
+		"$JS.API.DIRECT.GET." + stream + "." + keys,
+		"$JS.API.CONSUMER.CREATE." + stream + ".*." + keys,
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".*",
+		"$JS.API.CONSUMER.DELETE." + stream + ".*",
+	}
+	if write {
+		out = append([]string{keys}, out...)
+	}
+	return out
 }
 
 // slackKeys are the subjects that read and write tenant's keys of

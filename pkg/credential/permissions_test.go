@@ -73,3 +73,99 @@ func TestUploadPermissions(t *testing.T) {
 		}
 	}
 }
+
+// maySubscribe reports whether p lets a client subscribe to subject, a
+// literal subject or a wildcard: a wildcard is allowed only when an allowed
+// one covers it whole, as the server checks.
+func (p Permissions) maySubscribe(subject string) bool {
+	for _, a := range p.Subscribe {
+		if server.SubjectMatchesFilter(subject, a) {
+			return true
+		}
+	}
+	return false
+}
+
+// A client hears the live output of its own tenant's sessions, and no
+// other tenant's; only the harness and the sandbox-manager publish it.
+func TestLivePermissions(t *testing.T) {
+	t.Parallel()
+	ada := Credential{Tenant: "acme", User: "ada", Role: RoleUser}.Permissions()
+	bot := Credential{Tenant: "acme", User: "bridge", Role: RoleBot}.Permissions()
+	olga := Credential{Tenant: AllTenants, User: "olga", Role: RoleOperator}.Permissions()
+	session := "0190a4b2-0000-7000-8000-000000000000"
+	tests := []struct {
+		name    string
+		p       Permissions
+		subject string
+		want    bool
+	}{
+		{"user: own tenant's session", ada, "live.acme." + session, true},
+		{"user: own tenant's sessions", ada, bus.LiveFilter("acme"), true},
+		{"user: another tenant's session", ada, "live.initech." + session, false},
+		{"user: every tenant's", ada, bus.LiveFilter("*"), false},
+		{"user: everything live", ada, "live.>", false},
+		{"bot: own tenant's session", bot, "live.acme." + session, true},
+		{"bot: another tenant's session", bot, "live.initech." + session, false},
+		{"operator: any tenant's", olga, "live.initech." + session, true},
+	}
+	for _, tc := range tests {
+		if got := tc.p.maySubscribe(tc.subject); got != tc.want {
+			t.Errorf("%s: subscribe to %s allowed = %v, want %v", tc.name, tc.subject, got, tc.want)
+		}
+		if tc.p.mayPublish(tc.subject) {
+			t.Errorf("%s: may publish on %s", tc.name, tc.subject)
+		}
+	}
+	for _, s := range Services() {
+		want := s.User == UserHarness || s.User == UserSandbox
+		if got := s.Permissions.mayPublish("live.acme." + session); got != want {
+			t.Errorf("%s: publish live output allowed = %v, want %v", s.User, got, want)
+		}
+	}
+}
+
+// A client reads its own tenant's entries of the session index, which only
+// the gateway writes, and reads and writes its own tenant's records of the
+// gateway's bucket (the API's agents and sessions), none of another
+// tenant's.
+func TestGatewayBucketPermissions(t *testing.T) {
+	t.Parallel()
+	ada := Credential{Tenant: "acme", User: "ada", Role: RoleUser}.Permissions()
+	bot := Credential{Tenant: "acme", User: "bridge", Role: RoleBot}.Permissions()
+	session := "0190a4b2-0000-7000-8000-000000000000"
+	index := func(tenant string) string { return "$KV." + bus.BucketSessions + "." + tenant + "." + session }
+	record := func(tenant string) string { return "$KV." + bus.BucketGateway + "." + tenant + ".agent.agent_1" }
+	get := func(bucket, key string) string { return "$JS.API.DIRECT.GET.KV_" + bucket + "." + key }
+	consumer := func(bucket, filter string) string { return "$JS.API.CONSUMER.CREATE.KV_" + bucket + ".c1." + filter }
+	tests := []struct {
+		name    string
+		p       Permissions
+		subject string
+		want    bool
+	}{
+		{"user: read own tenant's index entry", ada, get(bus.BucketSessions, index("acme")), true},
+		{"user: list own tenant's index", ada, consumer(bus.BucketSessions, "$KV."+bus.BucketSessions+".acme.>"), true},
+		{"user: write the index", ada, index("acme"), false},
+		{"user: read another tenant's index entry", ada, get(bus.BucketSessions, index("initech")), false},
+		{"user: list every tenant's index", ada, consumer(bus.BucketSessions, "$KV."+bus.BucketSessions+".>"), false},
+		{"user: read own tenant's record", ada, get(bus.BucketGateway, record("acme")), true},
+		{"user: write own tenant's record", ada, record("acme"), true},
+		{"user: list own tenant's agents", ada, consumer(bus.BucketGateway, "$KV."+bus.BucketGateway+".acme.agent.*"), true},
+		{"user: write another tenant's record", ada, record("initech"), false},
+		{"user: read another tenant's record", ada, get(bus.BucketGateway, record("initech")), false},
+		{"bot: write another tenant's record", bot, record("initech"), false},
+		{"bot: write the index", bot, index("acme"), false},
+	}
+	for _, tc := range tests {
+		if got := tc.p.mayPublish(tc.subject); got != tc.want {
+			t.Errorf("%s: publish on %s allowed = %v, want %v", tc.name, tc.subject, got, tc.want)
+		}
+	}
+	for _, s := range Services() {
+		want := s.User == UserGateway
+		if got := s.Permissions.mayPublish(index("acme")); got != want {
+			t.Errorf("%s: write the session index allowed = %v, want %v", s.User, got, want)
+		}
+	}
+}

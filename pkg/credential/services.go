@@ -27,6 +27,10 @@ const (
 	UserMemory   = "memory"
 	UserApproval = "approval"
 	UserEgress   = "egress"
+	// UserGateway keeps the session index and serves the HTTP API; what
+	// it does for a tenant over the API it does signed in as the client
+	// whose key the request carries.
+	UserGateway = "gateway"
 	// UserAuth answers the server's questions about client connections.
 	UserAuth = "auth"
 	// UserAdmin runs corral setup and manages credentials; it may do
@@ -49,7 +53,7 @@ var jsRead = []string{
 // delete them.
 func denyConsumers(own ...string) []string {
 	var out []string
-	for _, d := range []string{bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps, bus.ConsumerSandboxCalls, bus.ConsumerMemoryCalls, bus.ConsumerApprovals, bus.ConsumerEgressDecisions} {
+	for _, d := range []string{bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps, bus.ConsumerSandboxCalls, bus.ConsumerMemoryCalls, bus.ConsumerApprovals, bus.ConsumerEgressDecisions, bus.ConsumerGatewayIndex} {
 		mine := false
 		for _, o := range own {
 			mine = mine || o == d
@@ -102,11 +106,14 @@ func Services() []Service {
 			User: UserHarness,
 			Permissions: Permissions{
 				// It asks the tool services for previews of the calls it
-				// holds for reviewers (preview.<service>.…). It reads the
-				// environments, to resolve a request's, with jsRead.
-				Publish: concat(jsRead, []string{"$KV.leases.>", "$KV.usage.>", "tools.>", "payloads.>", "harness.lease.>", "preview.>"},
+				// holds for reviewers (preview.<service>.…), and publishes
+				// the model's output as it streams (live.<tenant>.<session>).
+				// It reads the environments, to resolve a request's, with
+				// jsRead.
+				Publish: concat(jsRead, []string{"$KV.leases.>", "$KV.usage.>", "tools.>", "payloads.>", "harness.lease.>", "preview.>", bus.LiveFilter("*")},
 					events("harness", "session.requested", "model.responded", "tool.dispatched", "tool.completed",
-						"approval.requested", "session.completed", "session.failed", "session.stopped", "budget.raise")),
+						"approval.requested", "session.completed", "session.failed", "session.stopped", "budget.raise",
+						"session.paused", "session.resumed", "context.compacted")),
 				Deny: concat(denyConsumers(bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps), denyVaults),
 				// Harnesses ask each other for the session leases
 				// lingering after a step.
@@ -129,6 +136,8 @@ func Services() []Service {
 					// Calls, and requests for previews, forwarded to the
 					// node a session is placed on.
 					"sandbox.node.>",
+					// A running Bash call's output, as it comes.
+					bus.LiveFilter("*"),
 				}, events("sandbox", "tool.completed")),
 				Deny: concat(denyConsumers(bus.ConsumerSandboxCalls), denyVaults),
 				// It answers the workspace and environment APIs (nats.go/micro
@@ -174,6 +183,19 @@ func Services() []Service {
 				Subscribe: []string{bus.InboxPrefix(UserEgress) + ".>", bus.VaultAPI("*", "*", ">"), "$SRV.>"},
 			},
 			Responds: true,
+		},
+		{
+			// It folds every session's log into the session index, which
+			// it alone writes. It reads the logs (and their large events)
+			// with jsRead, and dead-letters what it rejects. Nothing a
+			// tenant asks of the HTTP API is done as the gateway: it signs
+			// in as the client whose key the request carries.
+			User: UserGateway,
+			Permissions: Permissions{
+				Publish:   concat(jsRead, []string{"$KV." + bus.BucketSessions + ".>"}),
+				Deny:      concat(denyConsumers(bus.ConsumerGatewayIndex), denyVaults),
+				Subscribe: []string{bus.InboxPrefix(UserGateway) + ".>"},
+			},
 		},
 		{
 			// It reads the credentials bucket, answers the server on

@@ -27,6 +27,9 @@ const (
 	TypeApprovalDecided   = "corral.approval.v1.decided"
 	TypeSessionStopped    = "corral.session.v1.stopped"
 	TypeBudgetRaise       = "corral.budget.v1.raise"
+	TypeSessionPaused     = "corral.session.v1.paused"
+	TypeSessionResumed    = "corral.session.v1.resumed"
+	TypeContextCompacted  = "corral.context.v1.compacted"
 )
 
 // ErrUnknownType is returned by [Parse] for a message whose "type" is not one
@@ -79,6 +82,9 @@ var registry = map[string]func() any{
 	TypeApprovalDecided:   func() any { return &ApprovalDecided{} },
 	TypeSessionStopped:    func() any { return &SessionStopped{} },
 	TypeBudgetRaise:       func() any { return &BudgetRaise{} },
+	TypeSessionPaused:     func() any { return &SessionPaused{} },
+	TypeSessionResumed:    func() any { return &SessionResumed{} },
+	TypeContextCompacted:  func() any { return &ContextCompacted{} },
 }
 
 // Parse reads a message's "type" and decodes it into the matching type,

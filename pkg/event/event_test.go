@@ -77,7 +77,13 @@ func TestBuiltMessagesValidate(t *testing.T) {
 		&event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", s), Call: call, Name: "Bash", ExitCode: &code},
 		&event.SessionCompleted{Header: event.NewHeader(event.TypeSessionCompleted, "acme", s), Answer: "done", Turns: 1},
 		&event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, "acme", s), Code: event.CodeUnknownModel, Reason: "no"},
+		&event.SessionPaused{Header: event.NewHeader(event.TypeSessionPaused, "acme", s), Budget: "session.tokens", Reason: "over",
+			Usage: event.BudgetUsage{Steps: 2, InputTokens: 10, OutputTokens: 5, WallTime: "3s"}, Resume: "corral raise --tenant acme x --tokens 10 --reason why"},
+		&event.SessionResumed{Header: event.NewHeader(event.TypeSessionResumed, "acme", s), Raise: call, Reviewer: "grace"},
 		&event.Offloaded{Header: event.NewHeader(event.TypeOffloaded, "acme", s), Of: event.TypeToolCompleted, Object: "sha256-" + strings.Repeat("0", 64), Size: 20000},
+		&event.ContextCompacted{Header: event.NewHeader(event.TypeContextCompacted, "acme", s), Turn: 9, ClearedThrough: 6, TokensBefore: 9000, TokensAfter: 4000},
+		&event.ContextCompacted{Header: event.NewHeader(event.TypeContextCompacted, "acme", s), Turn: 9, ClearedThrough: 6, SummarizedThrough: 4, Summary: "so far",
+			Model: "openai:gpt-4.1", Usage: model.Usage{InputTokens: 3000, OutputTokens: 200}, User: "ada", TokensBefore: 9000, TokensAfter: 2000},
 	}
 	for _, m := range msgs {
 		typ := m.Head().Type

@@ -148,7 +148,8 @@ type SessionFailed struct {
 	Code   string `json:"code"`
 	Reason string `json:"reason"`
 	// Budget names the budget a session exceeded (code budget_exceeded),
-	// as <scope>.<limit>: "session.steps", "user_daily.cost_usd".
+	// as <scope>.<limit>: "tenant_daily.cost_usd". Only the tenant's
+	// daily budget fails a session; the others pause it ([SessionPaused]).
 	Budget string `json:"budget,omitempty"`
 }
 

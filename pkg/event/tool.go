@@ -39,8 +39,10 @@ type ModelResponded struct {
 	Model      string        `json:"model"`
 	Content    []model.Block `json:"content"`
 	StopReason string        `json:"stop_reason"`
-	Usage      model.Usage   `json:"usage"`
-	Calls      []Call        `json:"calls"`
+	// Refusal is the model's explanation when it declined to answer.
+	Refusal string      `json:"refusal,omitempty"`
+	Usage   model.Usage `json:"usage"`
+	Calls   []Call      `json:"calls"`
 	// User is the session's user, whose daily usage the response counts
 	// in.
 	User string `json:"user,omitempty"`

@@ -43,6 +43,11 @@ var writers = map[string][]Writer{
 	// that user) in a request; recorded by the harness.
 	event.TypeSessionStopped: {Harness},
 	event.TypeBudgetRaise:    {Harness},
+	// A session over a budget pauses, and goes on after a raise.
+	event.TypeSessionPaused:  {Harness},
+	event.TypeSessionResumed: {Harness},
+	// Made before the model is asked, as the model's responses are.
+	event.TypeContextCompacted: {Harness},
 }
 
 // Writers returns who may write events of type typ. It is empty for a type

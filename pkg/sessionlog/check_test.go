@@ -27,6 +27,9 @@ var allowed = map[string][]sessionlog.Writer{
 	event.TypeApprovalDecided:   {sessionlog.Approval},
 	event.TypeSessionStopped:    {sessionlog.Harness},
 	event.TypeBudgetRaise:       {sessionlog.Harness},
+	event.TypeSessionPaused:     {sessionlog.Harness},
+	event.TypeSessionResumed:    {sessionlog.Harness},
+	event.TypeContextCompacted:  {sessionlog.Harness},
 }
 
 // tokens are writer tokens a subject may carry: the services', a user's
@@ -71,6 +74,12 @@ func body(typ, tenant string, session uuid.UUID, w sessionlog.Writer) event.Even
 		return &event.SessionStopped{Header: h, By: "alice"}
 	case event.TypeBudgetRaise:
 		return &event.BudgetRaise{Header: h, Raise: uuid.New(), User: "alice", Limits: json.RawMessage(`{}`)}
+	case event.TypeContextCompacted:
+		return &event.ContextCompacted{Header: h, Turn: 3, ClearedThrough: 1, TokensBefore: 900, TokensAfter: 400}
+	case event.TypeSessionPaused:
+		return &event.SessionPaused{Header: h, Budget: "session.steps", Reason: "over", Resume: "corral raise"}
+	case event.TypeSessionResumed:
+		return &event.SessionResumed{Header: h, Raise: uuid.New(), Reviewer: "bob"}
 	}
 	panic("no body for " + typ)
 }

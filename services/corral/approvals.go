@@ -307,9 +307,11 @@ func (e *env) raiseCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "raise SESSION --reason R [--steps N] [--tokens N] [--cost-usd X] [--sandbox-seconds X] [--wall-time D]",
 		Short: "Ask a reviewer to raise a session's budget caps",
-		Long: `Asks for new caps for a session, typically one stopped by its budget. The
-request waits for a reviewer like a held call (corral approvals lists it);
-once approved, continue the session with corral run --session SESSION.
+		Long: `Asks for new caps for a session, typically one paused over its budget
+(corral run prints the command to run). The request waits for a reviewer
+like a held call (corral approvals lists it); once approved, a paused
+session goes on where it was by itself (corral logs -f SESSION follows it),
+and any session runs under the new caps from its next step.
 
 The raise is a request as the session's user, which the harness records in
 the session's log; the command returns once it has.`,

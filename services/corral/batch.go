@@ -91,8 +91,10 @@ the jobs in the file.`,
   {"id":"fix-1","tenant":"default","session":"…","status":"completed","answer":"…",
    "turns":3,"usage":{"input_tokens":1200,"output_tokens":300},"cost_usd":0.0081}
 
-status is completed, failed, stopped, running, pending (waiting for the
-harness) or not_submitted; a failed or stopped job has "code" and "error".
+status is completed, failed, stopped, paused (over a budget, waiting for a
+reviewer's raise), running, pending (waiting for the harness) or
+not_submitted; a failed, stopped or paused job has "code" and "error" (a
+paused job's code is budget_exceeded, and its error says what lets it go on).
 The cost prices each model response's tokens by the policy's price table, as
 the harness does for budgets. A completed job whose workspace started from a
 repository or a dir has "changes": the files it changed, with their lines;
@@ -331,7 +333,7 @@ func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, l *sessio
 	n := count()
 	rep.close()
 	fmt.Fprintf(e.stderr, "%s: %s\n", file, summary(len(jobs), n))
-	if bad := n[statusFailed] + n[statusStopped]; bad > 0 {
+	if bad := n[statusFailed] + n[statusStopped] + n[statusPaused]; bad > 0 {
 		return &exitError{1, fmt.Errorf("%d of %d jobs did not complete; corral batch results %s says why", bad, len(jobs), file)}
 	}
 	return nil
@@ -340,7 +342,7 @@ func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, l *sessio
 // summary counts jobs by status, those that ended first.
 func summary(total int, n map[string]int) string {
 	s := fmt.Sprintf("%d jobs: %d completed, %d failed", total, n[statusCompleted], n[statusFailed])
-	for _, k := range []string{statusStopped, statusRunning, statusPending, statusNotSubmitted} {
+	for _, k := range []string{statusStopped, statusPaused, statusRunning, statusPending, statusNotSubmitted} {
 		if n[k] > 0 {
 			s += fmt.Sprintf(", %d %s", n[k], k)
 		}
@@ -425,7 +427,7 @@ func (e *env) batchStatus(ctx context.Context, o batchOpts, file string, verbose
 	}
 	fmt.Fprintf(e.stdout, "%d jobs: %d pending, %d running, %d completed, %d failed", len(jobs),
 		n[statusPending], n[statusRunning], n[statusCompleted], n[statusFailed])
-	for _, k := range []string{statusStopped, statusNotSubmitted} {
+	for _, k := range []string{statusPaused, statusStopped, statusNotSubmitted} {
 		if n[k] > 0 {
 			fmt.Fprintf(e.stdout, ", %d %s", n[k], k)
 		}

@@ -203,6 +203,9 @@ const (
 	statusCompleted    = "completed"
 	statusFailed       = "failed"
 	statusStopped      = "stopped"
+	// statusPaused is a job whose session is paused over a budget: it
+	// waits for a reviewer's raise, and goes on by itself after one.
+	statusPaused = "paused"
 )
 
 // jobState is a job as its session's log tells it.
@@ -223,10 +226,11 @@ type jobState struct {
 	changes *event.Changes
 }
 
-// ended reports whether the job's session has come to an end.
+// ended reports whether the job's session has come to an end, or to a
+// pause over a budget: following it waits for no one's raise.
 func (s *jobState) ended() bool {
 	switch s.status {
-	case statusCompleted, statusFailed, statusStopped:
+	case statusCompleted, statusFailed, statusStopped, statusPaused:
 		return true
 	}
 	return false
@@ -245,6 +249,12 @@ func (s *jobState) apply(j *job, ev event.Event, prices *policy.Policy) {
 		s.turns++
 		s.usage.Add(ev.Usage)
 		s.costUSD += prices.Cost(ev.Model, ev.Usage)
+	case *event.ContextCompacted:
+		// A summary's call costs as a turn does, but is none.
+		s.usage.Add(ev.Usage)
+		if ev.Model != "" {
+			s.costUSD += prices.Cost(ev.Model, ev.Usage)
+		}
 	case *event.SessionCompleted:
 		s.status, s.answer, s.code, s.reason = statusCompleted, ev.Answer, "", ""
 		s.changes = ev.Changes
@@ -252,6 +262,10 @@ func (s *jobState) apply(j *job, ev event.Event, prices *policy.Policy) {
 		s.status, s.code, s.reason = statusFailed, ev.Code, ev.Reason
 	case *event.SessionStopped:
 		s.status, s.code, s.reason = statusStopped, "", "stopped by "+ev.By+prefixed(": ", ev.Reason)
+	case *event.SessionPaused:
+		s.status, s.code, s.reason = statusPaused, event.CodeBudget, ev.Reason+"; to go on: "+ev.Resume
+	case *event.SessionResumed:
+		s.status, s.code, s.reason = statusRunning, "", ""
 	}
 }
 

@@ -58,7 +58,7 @@ func benchPlatform(b testing.TB, script modeltest.Script) (*server.Server, jetst
 // and no limit on a session's turns.
 func benchSettings(b testing.TB) map[string]string {
 	b.Helper()
-	return map[string]string{"CORRAL_MODEL": "openai:bench", "CORRAL_MAX_TURNS": "1000000", "CORRAL_POLICY_FILE": benchPolicy(b), "CORRAL_HARNESS_SPEEDUPS": os.Getenv("CORRAL_HARNESS_SPEEDUPS")}
+	return map[string]string{"CORRAL_MODEL": "openai:bench", "CORRAL_MAX_TURNS": "1000000", "CORRAL_POLICY_FILE": benchPolicy(b), "CORRAL_HARNESS_SPEEDUPS": os.Getenv("CORRAL_HARNESS_SPEEDUPS"), "CORRAL_MODEL_STREAM": os.Getenv("CORRAL_MODEL_STREAM")}
 }
 
 // benchClient is the client a benchmark starts sessions with: its
@@ -298,11 +298,17 @@ func percentiles(b *testing.B, ds []time.Duration, prefix string) (p50, p99 floa
 // next request. Sessions run one after the other, rtTurns calls each, so
 // the conversation the harness sends stays small; each session's first
 // call cold-starts its sandbox and is not counted. It runs in each of
-// [benchConfigs], one after the other.
+// [benchConfigs], one after the other, and last in the open one with the
+// model's responses asked for whole (CORRAL_MODEL_STREAM=off), as they
+// were before they streamed: what streaming costs a step.
 func BenchmarkStepRoundTrip(b *testing.B) {
 	for _, cfg := range benchConfigs {
 		b.Run(cfg.name, func(b *testing.B) { stepRoundTrip(b, cfg.start) })
 	}
+	b.Run("open-whole", func(b *testing.B) {
+		b.Setenv("CORRAL_MODEL_STREAM", "off")
+		stepRoundTrip(b, openClient)
+	})
 }
 
 func stepRoundTrip(b *testing.B, newClient func(*testing.B, modeltest.Script) benchClient) {
@@ -430,7 +436,7 @@ func BenchmarkModelRoundTrip(b *testing.B) {
 	fake := modeltest.New(b, func(modeltest.Conversation) (modeltest.Turn, error) {
 		return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "true"}}}}, nil
 	})
-	client := model.NewOpenAI(model.Config{BaseURL: fake.URL(), APIKey: "k"})
+	client := model.NewOpenAI(model.Config{BaseURL: fake.URL(), APIKey: "k", NoStream: os.Getenv("CORRAL_MODEL_STREAM") == "off"})
 	mu.Lock()
 	req := model.Request{Model: "bench", System: system, Tools: tool.Specs(), MaxTokens: 8192,
 		Messages: []model.Message{{Role: model.User, Content: []model.Block{{Type: model.TextBlock, Text: "session 1"}}}}}

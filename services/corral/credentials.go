@@ -75,8 +75,8 @@ CORRAL_NATS_USER=admin CORRAL_NATS_PASSWORD=... corral credentials ...`,
 				return fmt.Errorf("keep credential: %w", err)
 			}
 			fmt.Fprintf(e.stdout, "CORRAL_NATS_USER=%s\nCORRAL_NATS_PASSWORD=%s\n", c.ID, secret)
-			fmt.Fprintf(e.stderr, "Issued a %s credential of tenant %q (user %q). The secret is shown this once.\nWith the nats CLI: --user %s --password <secret> --inbox-prefix %s\n",
-				c.Role, c.Tenant, c.User, c.ID, c.Inbox())
+			fmt.Fprintf(e.stderr, "Issued a %s credential of tenant %q (user %q). The secret is shown this once.\nWith the nats CLI: --user %s --password <secret> --inbox-prefix %s\nAs a key of the HTTP API (x-api-key): %s:<secret>\n",
+				c.Role, c.Tenant, c.User, c.ID, c.Inbox(), c.ID)
 			return nil
 		},
 	}

@@ -32,6 +32,7 @@ import (
 	"corral.dev/services/approval"
 	"corral.dev/services/auth"
 	"corral.dev/services/egress"
+	"corral.dev/services/gateway"
 	"corral.dev/services/harness"
 	"corral.dev/services/memory"
 	sandboxmanager "corral.dev/services/sandbox-manager"
@@ -47,6 +48,7 @@ var loadConfigs = map[string]func(getenv func(string) string) error{
 	"harness":         func(g func(string) string) error { _, err := harness.LoadConfig(g); return err },
 	"sandbox-manager": func(g func(string) string) error { _, err := sandboxmanager.LoadConfig(g); return err },
 	"egress":          func(g func(string) string) error { _, err := egress.LoadConfig(g); return err },
+	"gateway":         func(g func(string) string) error { _, err := gateway.LoadConfig(g); return err },
 	"memory":          func(g func(string) string) error { _, err := memory.LoadConfig(g); return err },
 	"approval":        func(g func(string) string) error { _, err := approval.LoadConfig(g); return err },
 	"auth":            func(g func(string) string) error { _, err := auth.LoadConfig(g); return err },
@@ -140,7 +142,7 @@ func TestDeployFiles(t *testing.T) {
 	for name, s := range p.DisabledServices {
 		all[name] = s
 	}
-	for _, want := range []string{"nats", "setup", "postgres", "harness", "sandbox-manager", "egress", "memory", "approval", "auth", "slack-bridge"} {
+	for _, want := range []string{"nats", "setup", "postgres", "harness", "sandbox-manager", "egress", "memory", "approval", "auth", "gateway", "slack-bridge"} {
 		if _, ok := all[want]; !ok {
 			t.Errorf("docker-compose.yml has no %s service", want)
 		}

@@ -28,6 +28,7 @@ import (
 	"corral.dev/services/approval"
 	"corral.dev/services/auth"
 	"corral.dev/services/egress"
+	"corral.dev/services/gateway"
 	"corral.dev/services/harness"
 	"corral.dev/services/memory"
 	sandboxmanager "corral.dev/services/sandbox-manager"
@@ -35,7 +36,7 @@ import (
 )
 
 func (e *env) devCmd() *cobra.Command {
-	var data, listen, level, dbURL, approvals, metricsAddr string
+	var data, listen, level, dbURL, approvals, metricsAddr, api string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole platform in one process: embedded NATS, harness, sandbox-manager, memory and approval",
@@ -50,6 +51,10 @@ Reviewers approve held calls on the page at --approvals. Unless
 CORRAL_REVIEWER_TOKENS names reviewers, one reviewer ($USER) is made with a
 token kept in --data and printed at start. The key that signs decisions is
 made once and kept in --data too.
+
+The gateway keeps the session index (corral sessions), and with --api serves
+the Managed Agents API over HTTP there; its keys are clients' credentials,
+ID:SECRET (corral credentials issue).
 
 With CORRAL_SLACK_SIGNING_SECRET and CORRAL_SLACK_BOT_TOKEN set, the Slack
 bridge runs too, on CORRAL_SLACK_LISTEN (see the README's Slack section). It
@@ -66,7 +71,7 @@ reviewers).`,
 				}
 				data = d
 			}
-			return e.dev(cmd.Context(), devOpts{data: data, listen: listen, level: level, dbURL: dbURL, approvals: approvals, metrics: metricsAddr})
+			return e.dev(cmd.Context(), devOpts{data: data, listen: listen, level: level, dbURL: dbURL, approvals: approvals, metrics: metricsAddr, api: api})
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "", "directory for Corral's state (default $XDG_STATE_HOME/corral or ~/.local/state/corral)")
@@ -74,6 +79,7 @@ reviewers).`,
 	cmd.Flags().StringVar(&dbURL, "database-url", e.getenv("DATABASE_URL"), "PostgreSQL URL for memories and skills (DATABASE_URL; default: kept in the embedded NATS server)")
 	cmd.Flags().StringVar(&approvals, "approvals", cmp.Or(e.getenv("CORRAL_APPROVAL_LISTEN"), "127.0.0.1:7480"), "HOST:PORT for the reviewers' web page (CORRAL_APPROVAL_LISTEN); empty serves none")
 	cmd.Flags().StringVar(&metricsAddr, "metrics", cmp.Or(e.getenv("CORRAL_METRICS_LISTEN"), "127.0.0.1:7481"), "HOST:PORT for every service's Prometheus metrics (/metrics) and health (/healthz) (CORRAL_METRICS_LISTEN); empty serves none")
+	cmd.Flags().StringVar(&api, "api", e.getenv("CORRAL_GATEWAY_LISTEN"), "HOST:PORT for the Managed Agents API over HTTP, such as 127.0.0.1:7483 (CORRAL_GATEWAY_LISTEN); empty serves none")
 	cmd.Flags().StringVar(&level, "log-level", cmp.Or(e.getenv("CORRAL_LOG_LEVEL"), "info"), "debug, info, warn or error")
 	return cmd
 }
@@ -88,11 +94,12 @@ var components = map[string]process.Component{
 	credential.UserEgress:   process.Of(egress.LoadConfig, egress.Start),
 	credential.UserApproval: process.Of(approval.LoadConfig, approval.Start),
 	credential.UserHarness:  process.Of(harness.LoadConfig, harness.Start),
+	credential.UserGateway:  process.Of(gateway.LoadConfig, gateway.Start),
 }
 
 // devOpts are corral dev's flags.
 type devOpts struct {
-	data, listen, level, dbURL, approvals, metrics string
+	data, listen, level, dbURL, approvals, metrics, api string
 }
 
 func (e *env) dev(ctx context.Context, o devOpts) error {
@@ -147,6 +154,12 @@ func (e *env) dev(ctx context.Context, o devOpts) error {
 			return dbURL
 		case "CORRAL_APPROVAL_LISTEN":
 			return approvals
+		case "CORRAL_GATEWAY_LISTEN":
+			return o.api
+		case "CORRAL_NATS_URL":
+			// The gateway signs API keys in over the network: a refused
+			// in-process sign-in is told only after a time-out.
+			return "nats://" + listen
 		case "CORRAL_EGRESS_DIR":
 			return cmp.Or(e.getenv(k), filepath.Join(data, "egress"))
 		case "CORRAL_EGRESS_SOCKET":
@@ -191,6 +204,9 @@ func (e *env) dev(ctx context.Context, o devOpts) error {
 	if err := bus.Setup(ctx, admin, bounds...); err != nil {
 		return err
 	}
+	if err := gateway.Setup(ctx, admin); err != nil {
+		return err
+	}
 	// The Slack bridge runs when a Slack app is configured, signed in
 	// with credentials issued here unless the environment gives them.
 	var bcfg *slackbridge.Config
@@ -230,7 +246,7 @@ func (e *env) dev(ctx context.Context, o devOpts) error {
 	// the sandbox-manager, whose calls in flight record their results,
 	// before the memory service and egress, which its sandboxes reach
 	// out through.
-	order := []string{credential.UserMemory, credential.UserEgress, credential.UserSandbox, credential.UserApproval, credential.UserHarness}
+	order := []string{credential.UserMemory, credential.UserEgress, credential.UserSandbox, credential.UserApproval, credential.UserHarness, credential.UserGateway}
 	runners := make([]process.Runner, len(order))
 	for i, name := range order {
 		if runners[i], err = components[name](ctx, env); err != nil {
@@ -328,6 +344,9 @@ func (e *env) devBanner(o devOpts, url string, creds *devAuth, reviewer string, 
 		fmt.Fprintf(e.stderr, "Slack's requests go to http://%s: events %s, commands %s, interactivity %s\n",
 			bcfg.Listen, slackbridge.PathEvents, slackbridge.PathCommands, slackbridge.PathInteractive)
 	}
+	if o.api != "" {
+		fmt.Fprintf(e.stderr, "The Managed Agents API is at http://%s (an API key is a credential's ID:SECRET)\n", o.api)
+	}
 	if o.metrics != "" {
 		fmt.Fprintf(e.stderr, "Metrics at http://%s/metrics, health at http://%s/healthz\n", o.metrics, o.metrics)
 	}
@@ -337,7 +356,7 @@ func (e *env) devBanner(o devOpts, url string, creds *devAuth, reviewer string, 
 // checkListeners returns an error saying what to do when an address
 // corral dev would serve on is taken.
 func checkListeners(o devOpts, bcfg *slackbridge.Config) error {
-	listeners := []struct{ addr, what, flag string }{{o.approvals, "the reviewers' page", "--approvals"}, {o.metrics, "the metrics", "--metrics"}}
+	listeners := []struct{ addr, what, flag string }{{o.approvals, "the reviewers' page", "--approvals"}, {o.metrics, "the metrics", "--metrics"}, {o.api, "the API", "--api"}}
 	if bcfg != nil {
 		listeners = append(listeners, struct{ addr, what, flag string }{bcfg.Listen, "the Slack bridge", "CORRAL_SLACK_LISTEN="})
 	}

@@ -23,7 +23,7 @@ var composers = map[string]string{
 	"dev.go":     "corral dev constructs and runs every service",
 	"devauth.go": "corral dev's credentials and server configuration, kept in the sandbox-manager's data directory",
 	"main.go":    "the binary is a sandbox's executor when corral dev's sandbox-manager starts one",
-	"setup.go":   "corral setup creates the Slack bridge's bucket, which the bridge's credentials may not, and moves its old keys",
+	"setup.go":   "corral setup creates the Slack bridge's bucket, which the bridge's credentials may not, and moves its old keys, and the gateway's buckets, which its user may not",
 }
 
 // cli is the module whose files [composers] names.

@@ -34,7 +34,7 @@ func (e *env) logsCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
 	cmd.Flags().StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "the session's tenant (CORRAL_TENANT)")
-	cmd.Flags().BoolVarP(&followFlag, "follow", "f", false, "keep printing new events until the session completes or fails")
+	cmd.Flags().BoolVarP(&followFlag, "follow", "f", false, "keep printing new events until the session completes, fails or is stopped (through a pause over a budget, until a raise lets it go on)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print events as JSON lines")
 	return cmd
 }
@@ -48,12 +48,27 @@ func (e *env) logs(ctx context.Context, url, tenant string, session uuid.UUID, f
 	if err := checkPlatform(ctx, js, url, tenant); err != nil {
 		return err
 	}
-	print := func(en sessionlog.Entry) {
-		if asJSON {
-			fmt.Fprintf(e.stdout, "%s\n", eventJSON(en))
-			return
+	// Followed, the session's output as it comes too, heard from before
+	// its log is read, and shown once what the log holds is.
+	var view *liveView
+	if followFlag && !asJSON {
+		view = newLiveView(e.stdout)
+		view.hold()
+		stop, err := view.subscribe(nc, tenant, session)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintln(e.stdout, describe(en.Event))
+		defer stop()
+	}
+	print := func(en sessionlog.Entry) {
+		switch {
+		case asJSON:
+			fmt.Fprintf(e.stdout, "%s\n", eventJSON(en))
+		case view != nil:
+			showLogged(view, en.Event)
+		default:
+			fmt.Fprintln(e.stdout, describe(en.Event))
+		}
 	}
 	l := e.sessionLog(js)
 	entries, sess, err := l.ReadAll(ctx, tenant, session)
@@ -70,6 +85,9 @@ func (e *env) logs(ctx context.Context, url, tenant string, session uuid.UUID, f
 	if !followFlag || endsRequest(last.Event) {
 		return nil
 	}
+	if view != nil {
+		view.release()
+	}
 	// Until the session ends: a completion or failure that is the last
 	// event so far (a follow-up may continue a session after one).
 	return follow(ctx, js, l, sess, last.Seq, func(en sessionlog.Entry, pending uint64) (bool, error) {
@@ -78,8 +96,31 @@ func (e *env) logs(ctx context.Context, url, tenant string, session uuid.UUID, f
 	})
 }
 
+// showLogged shows ev's log line through v, which shows the session's
+// output as it comes between them: a call's output between its dispatch
+// and its result, the model's text until its response is recorded.
+func showLogged(v *liveView, ev event.Event) {
+	switch ev := ev.(type) {
+	case *event.ModelResponded:
+		v.responded(ev.Turn)
+		v.line(describe(ev))
+		for _, d := range ev.Dispatches() {
+			v.callDispatched(d.Call)
+		}
+	case *event.ToolDispatched:
+		v.line(describe(ev))
+		v.callDispatched(ev.Call)
+	case *event.ToolCompleted:
+		v.callCompleted(ev.Call)
+		v.line(describe(ev))
+	default:
+		v.line(describe(ev))
+	}
+}
+
 // endsRequest reports whether ev ends a session's request: a completion, a
-// failure or a stop.
+// failure or a stop. A pause over a budget does not: the session goes on
+// where it was once a reviewer raises the budget.
 func endsRequest(ev event.Event) bool {
 	switch ev.(type) {
 	case *event.SessionCompleted, *event.SessionFailed, *event.SessionStopped:
@@ -106,6 +147,9 @@ func describe(ev any) string {
 		}
 		body = fmt.Sprintf("turn=%d tokens=%d/%d stop=%s calls=[%s] text=%q", ev.Turn, ev.Usage.InputTokens,
 			ev.Usage.OutputTokens, ev.StopReason, strings.Join(names, " "), oneLine(textOf(ev), 200))
+		if ev.Refusal != "" {
+			body += fmt.Sprintf(" refusal=%q", oneLine(ev.Refusal, 200))
+		}
 	case *event.ToolDispatched:
 		body = fmt.Sprintf("call=%s %s %s", ev.Call, ev.Name, oneLine(ev.Summary, 200))
 	case *event.ToolCompleted:
@@ -119,10 +163,19 @@ func describe(ev any) string {
 		}
 	case *event.SessionStopped:
 		body = fmt.Sprintf("by=%s reason=%q", ev.By, ev.Reason)
+	case *event.SessionPaused:
+		u := ev.Usage
+		body = fmt.Sprintf("budget=%s reason=%q steps=%d tokens=%d/%d cost_usd=%.4f sandbox_seconds=%.1f wall_time=%s resume=%q",
+			ev.Budget, ev.Reason, u.Steps, u.InputTokens, u.OutputTokens, u.CostUSD, u.SandboxSeconds, u.WallTime, ev.Resume)
+	case *event.SessionResumed:
+		body = fmt.Sprintf("raise=%s reviewer=%s", ev.Raise, ev.Reviewer)
 	case *event.ApprovalRequested:
 		body = fmt.Sprintf("call=%s %s rule=%s input=%s", ev.Call, ev.Tool, ev.Rule, oneLine(string(ev.Input), 200))
 	case *event.ApprovalDecided:
 		body = fmt.Sprintf("call=%s approved=%t reviewer=%s reason=%q", ev.Call, ev.Approved, ev.Reviewer, ev.Reason)
+	case *event.ContextCompacted:
+		body = fmt.Sprintf("turn=%d cleared_through=%d summarized_through=%d tokens=%d->%d summary=%q", ev.Turn, ev.ClearedThrough,
+			ev.SummarizedThrough, ev.TokensBefore, ev.TokensAfter, oneLine(ev.Summary, 200))
 	default:
 		raw, _ := json.Marshal(ev)
 		body = string(raw)

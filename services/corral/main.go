@@ -76,7 +76,7 @@ func newRoot(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comman
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(e.devCmd(), e.runCmd(), e.logsCmd(), e.memoriesCmd(), e.skillsCmd(), e.workspaceCmd(), e.policyCmd(), e.approvalsCmd(), e.decideCmd(true), e.decideCmd(false), e.stopCmd(), e.raiseCmd(), e.usageCmd(), e.setupCmd(), e.batchCmd(), e.credentialsCmd(), e.vaultsCmd(), e.environmentsCmd(), e.keygenCmd("all"))
+	root.AddCommand(e.devCmd(), e.runCmd(), e.logsCmd(), e.sessionsCmd(), e.memoriesCmd(), e.skillsCmd(), e.workspaceCmd(), e.policyCmd(), e.approvalsCmd(), e.decideCmd(true), e.decideCmd(false), e.stopCmd(), e.raiseCmd(), e.usageCmd(), e.setupCmd(), e.batchCmd(), e.credentialsCmd(), e.vaultsCmd(), e.environmentsCmd(), e.keygenCmd("all"))
 	return root
 }
 

@@ -42,6 +42,7 @@ var natsUsers = map[string]string{
 	"memory":          "CORRAL_NATS_PASSWORD_MEMORY",
 	"approval":        "CORRAL_NATS_PASSWORD_APPROVAL",
 	"egress":          "CORRAL_NATS_PASSWORD_EGRESS",
+	"gateway":         "CORRAL_NATS_PASSWORD_GATEWAY",
 	"auth":            "CORRAL_NATS_PASSWORD_AUTH",
 	"admin":           "CORRAL_NATS_PASSWORD_ADMIN",
 }

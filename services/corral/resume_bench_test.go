@@ -114,12 +114,13 @@ func resume(b *testing.B, kill bool) {
 }
 
 // harnessProcess returns what starts the harness binary bin as a process
-// of its own, with the model, server, turn limit and call key of getenv,
-// and the file it logs to; the process dies with the test.
-func harnessProcess(tb testing.TB, bin string, getenv func(string) string) (start func() *exec.Cmd, log string) {
+// of its own, with the model, server, turn limit and call key of getenv
+// (and the variables more names), and the file it logs to; the process
+// dies with the test.
+func harnessProcess(tb testing.TB, bin string, getenv func(string) string, more ...string) (start func() *exec.Cmd, log string) {
 	tb.Helper()
 	var env []string
-	for _, k := range []string{"OPENAI_BASE_URL", "OPENAI_API_KEY", "CORRAL_MODEL", "CORRAL_NATS_URL", "CORRAL_MAX_TURNS", "CORRAL_CALL_SIGNING_KEY"} {
+	for _, k := range append([]string{"OPENAI_BASE_URL", "OPENAI_API_KEY", "CORRAL_MODEL", "CORRAL_NATS_URL", "CORRAL_MAX_TURNS", "CORRAL_CALL_SIGNING_KEY"}, more...) {
 		env = append(env, k+"="+getenv(k))
 	}
 	logf, err := os.Create(filepath.Join(tb.TempDir(), "harness.log"))

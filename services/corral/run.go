@@ -115,14 +115,31 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		}
 		before, sess = entries[len(entries)-1].Seq, read
 	}
+	// The session's output as it comes, heard from before the request
+	// goes (its first piece may follow at once), and shown once the
+	// session's ID is.
+	view := newLiveView(e.stderr)
+	if !o.json {
+		view.hold()
+		stop, err := view.subscribe(nc, o.tenant, session)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if err := bus.Publish(ctx, js, bus.RequestSubject(o.tenant, session, o.user), req.ID.String(), &req); err != nil {
 		return err
 	}
 	if !o.json {
 		fmt.Fprintf(e.stderr, "session %s\n", session)
+		view.release()
 	}
+	// liveAnswer is the text of the last response without calls, if it
+	// was shown as it streamed.
+	var liveAnswer string
 	var failed *event.SessionFailed
 	var stopped *event.SessionStopped
+	var paused *event.SessionPaused
 	// A continued session's log holds earlier requests: what matters
 	// starts at this one's, or at a failure recorded after it was sent (a
 	// follow-up naming an unknown model, say). A follow-up the harness
@@ -155,15 +172,19 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		}
 		if o.json {
 			fmt.Fprintf(e.stdout, "%s\n", eventJSON(en))
-		} else if line := progress(ev); line != "" {
-			fmt.Fprintln(e.stderr, line)
+		} else if shown := showProgress(view, ev); isResponse(ev) {
+			liveAnswer = shown
 		}
 		switch ev := ev.(type) {
 		case *event.SessionCompleted:
 			if !o.json {
-				fmt.Fprintln(e.stdout, ev.Answer)
+				// Shown whole as it streamed, on the terminal that
+				// would show it again.
+				if liveAnswer == "" || strings.TrimSpace(liveAnswer) != strings.TrimSpace(ev.Answer) || !oneTerminal(e.stdout, e.stderr) {
+					fmt.Fprintln(e.stdout, ev.Answer)
+				}
 				if ev.Changes != nil {
-					fmt.Fprintf(e.stderr, "· changed in /workspace (corral workspace %s diff shows the patch):\n", session)
+					view.line(fmt.Sprintf("· changed in /workspace (corral workspace %s diff shows the patch):", session))
 					writeChanges(e.stderr, ev.Changes)
 				}
 			}
@@ -174,12 +195,20 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		case *event.SessionStopped:
 			stopped = ev
 			return true, nil
+		case *event.SessionPaused:
+			// It waits for a reviewer's raise, which may be long in
+			// coming: the requester learns what to ask for.
+			paused = ev
+			return true, nil
 		}
 		return false, nil
 	})
 	if err != nil {
 		if cause := context.Cause(fctx); cause != nil && ctx.Err() == nil {
 			return &exitError{1, cause}
+		}
+		if ctx.Err() != nil {
+			return &exitError{130, detached(session, o.tenant)}
 		}
 		return err
 	}
@@ -189,7 +218,31 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 	if stopped != nil {
 		return &exitError{1, fmt.Errorf("session %s was stopped by %s%s", session, stopped.By, prefixed(": ", stopped.Reason))}
 	}
+	if paused != nil {
+		return &exitError{1, pausedError(session, paused)}
+	}
 	return nil
+}
+
+// pausedError tells the requester of a session paused over a budget which
+// budget, and what lets it go on.
+func pausedError(session uuid.UUID, p *event.SessionPaused) error {
+	then := ""
+	if strings.HasPrefix(p.Resume, "corral raise") {
+		then = fmt.Sprintf("\nonce a reviewer approves the raise (corral approvals), the session goes on by itself: corral logs -f %s follows it", session)
+	}
+	return fmt.Errorf("session %s is paused over its budget %s: %s\nit keeps its workspace and goes on where it was; to go on:\n  %s%s",
+		session, p.Budget, p.Reason, p.Resume, then)
+}
+
+// detached says, to someone who interrupted corral run, that the session
+// goes on without it, and how to follow, stop or find it.
+func detached(session uuid.UUID, tenant string) error {
+	t := ""
+	if tenant != "default" {
+		t = " --tenant " + tenant
+	}
+	return fmt.Errorf("interrupted; session %s goes on without you:\n  corral logs%s -f %s   # follow it\n  corral stop%s %s      # stop it\n  corral sessions%s       # list the sessions", session, t, session, t, session, t)
 }
 
 // startFrom puts in req what the session's workspace starts from and its
@@ -211,6 +264,46 @@ func (o *runOpts) startFrom(req *event.Request) error {
 	return nil
 }
 
+// showProgress shows progress(ev) through v, and with it what v showed of
+// ev live: after the model's text shown as it streamed, the rest of a
+// response's text instead of its line; a call's output between its
+// dispatch and its result. It returns the text of a response without
+// calls, the session's answer, when it was shown as it streamed.
+func showProgress(v *liveView, ev any) string {
+	switch ev := ev.(type) {
+	case *event.ModelResponded:
+		text := textOf(ev)
+		shown := v.responded(ev.Turn)
+		switch {
+		case shown != "":
+			v.rest(shown, text)
+		case strings.TrimSpace(text) != "" && len(ev.Calls) > 0:
+			v.line(fmt.Sprintf("%s%s", modelPrefix, oneLine(strings.TrimSpace(text), 120)))
+		}
+		if note := stopNote(ev); note != "" {
+			v.line(note)
+		}
+		for _, d := range ev.Dispatches() {
+			v.line(progress(d))
+			v.callDispatched(d.Call)
+		}
+		if shown != "" && len(ev.Calls) == 0 {
+			return text
+		}
+	case *event.ToolDispatched:
+		v.line(progress(ev))
+		v.callDispatched(ev.Call)
+	case *event.ToolCompleted:
+		v.callCompleted(ev.Call)
+		v.line(progress(ev))
+	default:
+		if line := progress(ev); line != "" {
+			v.line(line)
+		}
+	}
+	return ""
+}
+
 // progress is an account of an event for a person watching: a line, or a
 // line for each call a model response dispatched (and its text before).
 func progress(ev any) string {
@@ -222,6 +315,9 @@ func progress(ev any) string {
 		var lines []string
 		if t := strings.TrimSpace(textOf(ev)); t != "" && len(ev.Calls) > 0 {
 			lines = append(lines, fmt.Sprintf("· model: %s", oneLine(t, 120)))
+		}
+		if note := stopNote(ev); note != "" {
+			lines = append(lines, note)
 		}
 		for _, d := range ev.Dispatches() {
 			lines = append(lines, progress(d))
@@ -239,6 +335,16 @@ func progress(ev any) string {
 		return fmt.Sprintf("✗ %s: %s", ev.Code, ev.Reason)
 	case *event.SessionStopped:
 		return fmt.Sprintf("■ stopped by %s%s", ev.By, prefixed(": ", ev.Reason))
+	case *event.SessionPaused:
+		return fmt.Sprintf("⏸ paused over its budget %s: %s", ev.Budget, ev.Reason)
+	case *event.SessionResumed:
+		return fmt.Sprintf("▶ resumed: %s approved raise %s", ev.Reviewer, ev.Raise)
+	case *event.ContextCompacted:
+		how := "older results cleared"
+		if ev.SummarizedThrough > 0 {
+			how += fmt.Sprintf(", turns up to %d summarised", ev.SummarizedThrough)
+		}
+		return fmt.Sprintf("⋯ conversation compacted to fit the context window (%s): about %d tokens, then %d", how, ev.TokensBefore, ev.TokensAfter)
 	case *event.ApprovalRequested:
 		return fmt.Sprintf("⏸ %s waits for a reviewer (rule %s): corral approve %s", ev.Tool, ev.Rule, ev.Call)
 	case *event.ApprovalDecided:
@@ -256,6 +362,21 @@ func prefixed(prefix, s string) string {
 		return ""
 	}
 	return prefix + s
+}
+
+// stopNote says why the model stopped when that is news: it refused, it
+// ran out of output tokens, or the provider's filter cut it; "" for a
+// turn that ended as turns do.
+func stopNote(ev *event.ModelResponded) string {
+	switch {
+	case ev.Refusal != "":
+		return fmt.Sprintf("· the model refused: %s", oneLine(ev.Refusal, 200))
+	case ev.StopReason == "max_tokens" || ev.StopReason == "length":
+		return fmt.Sprintf("· the model stopped at its output limit (%s): CORRAL_MAX_TOKENS, in the harness's environment, raises it", ev.StopReason)
+	case ev.StopReason == "content_filter":
+		return "· the provider's content filter stopped the model's answer (content_filter)"
+	}
+	return ""
 }
 
 func textOf(ev *event.ModelResponded) string {

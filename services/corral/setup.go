@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/services/gateway"
 	slackbridge "corral.dev/services/slack-bridge"
 )
 
@@ -64,6 +65,19 @@ CORRAL_NATS_WORKSPACES_BYTES (default 10 GiB) and CORRAL_NATS_SKILLS_BYTES
 			}
 			if err != nil {
 				return err
+			}
+			// The gateway's: the session index and the API's records,
+			// which clients write.
+			if err := gateway.Setup(ctx, js); err != nil {
+				return err
+			}
+			for _, b := range []string{bus.BucketSessions, bus.BucketGateway} {
+				if kv, err = js.KeyValue(ctx, b); err == nil && n != 0 {
+					err = replicate(ctx, js, kv, n)
+				}
+				if err != nil {
+					return err
+				}
 			}
 			fmt.Fprintln(e.stdout, "streams and buckets are set up")
 			return nil

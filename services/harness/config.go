@@ -12,6 +12,7 @@ import (
 	"corral.dev/pkg/envconf"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
+	"corral.dev/pkg/modelinfo"
 	"corral.dev/pkg/policy"
 )
 
@@ -27,6 +28,9 @@ type Config struct {
 	// OpenAI and Anthropic configure the providers (OPENAI_API_KEY,
 	// OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL). A provider
 	// with neither a key nor a base URL is not configured.
+	// OPENAI_MAX_TOKENS_FIELD=max_tokens sends the older field for the
+	// output limit, for compatible servers that know no other;
+	// CORRAL_MODEL_STREAM=off asks both for whole responses.
 	OpenAI, Anthropic model.Config
 	// MaxTurns is how many model responses a session may take
 	// (CORRAL_MAX_TURNS).
@@ -75,6 +79,29 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// Speedups are the speed-ups a step uses (CORRAL_HARNESS_SPEEDUPS).
 	Speedups Speedups
+	// Models is the model table: each model's context window, largest
+	// output and capabilities. It is the built-in one, with the file
+	// CORRAL_MODELS names laid over it.
+	Models *modelinfo.Catalog
+	// CompactThreshold is the share of a model's window (its output left
+	// out) past which the next request's estimated input has the
+	// conversation compacted first (CORRAL_COMPACT_THRESHOLD, 0.75); a
+	// compaction brings it under two thirds of that.
+	CompactThreshold float64
+	// CompactKeepResults is how many of the most recent tool results a
+	// compaction leaves as they are (CORRAL_COMPACT_KEEP_RESULTS, 3).
+	CompactKeepResults int
+	// ToolOutputCap is the most bytes of a tool call's output the model
+	// reads, its head and tail kept (CORRAL_TOOL_OUTPUT_CAP, 32 KiB; 0
+	// reads all of it). The session log keeps the whole output.
+	ToolOutputCap int
+	// ThinkingBudget is the tokens of extended thinking asked of the
+	// models that have it (CORRAL_THINKING_BUDGET; 0, the default, asks
+	// for none), ReasoningEffort the reasoning effort asked of those that
+	// take one (CORRAL_REASONING_EFFORT: minimal, low, medium or high; ""
+	// leaves the provider's default).
+	ThinkingBudget  int
+	ReasoningEffort string
 }
 
 // LoadConfig reads the configuration from getenv, applies defaults and
@@ -96,6 +123,14 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		RetryDelay: time.Second,
 	}
 	var err error
+	stream, err := envconf.Switch(getenv, "CORRAL_MODEL_STREAM", true)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.OpenAI.NoStream, cfg.Anthropic.NoStream = !stream, !stream
+	if cfg.OpenAI.MaxTokensField, err = envconf.OneOf(getenv, "OPENAI_MAX_TOKENS_FIELD", model.MaxCompletionTokens, model.MaxCompletionTokens, model.MaxTokensLegacy); err != nil {
+		return Config{}, err
+	}
 	if cfg.ShutdownGrace, err = envconf.Duration(getenv, "CORRAL_SHUTDOWN_GRACE", 10*time.Second); err != nil {
 		return Config{}, err
 	}
@@ -124,6 +159,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	if cfg.Policy, err = policy.FromEnv(getenv); err != nil {
+		return Config{}, err
+	}
+	if err := loadContext(getenv, &cfg); err != nil {
 		return Config{}, err
 	}
 	if k := getenv("CORRAL_APPROVAL_PUBLIC_KEY"); k != "" {

@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) *serviceMetrics {
 		}, []string{"tool", "route"}),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "corral_harness_sessions_ended_total",
-			Help: "Requests that ended, by outcome: completed, or the failure code.",
+			Help: "Requests that ended, by outcome: completed, paused (over a budget), or the failure code.",
 		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.model, m.dispatch, m.ended)

@@ -52,6 +52,7 @@ func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID, ow
 	}
 	if st == nil {
 		st, seq = newState(tenant, session), 0
+		st.ResultCap = s.cfg.ToolOutputCap
 	} else if owned && last && s.cfg.Speedups.Follower {
 		if e, ok := s.follower(ctx, st, seq); ok {
 			st.Apply(e.Seq, e.Event)

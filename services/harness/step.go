@@ -60,14 +60,16 @@ func (s *Service) withSession(ctx context.Context, lock func(context.Context, st
 }
 
 // step does what comes next for the session, as [core.Next] decides,
-// until it waits: for calls, a reviewer, or nothing (a session that is
-// not running). Having asked the model, it decides again with the
-// response recorded.
+// until it waits: for calls, a reviewer, a raise of its budget, or nothing
+// (a session that is not running). Having asked the model, compacted the
+// conversation or resumed the session, it decides again with that
+// recorded.
 func (s *Service) step(ctx context.Context, st *state) error {
 	env, err := s.env(ctx, st)
 	if err != nil {
 		return err
 	}
+next:
 	for {
 		var queue []toQueue
 		var ask *core.AskModel
@@ -110,6 +112,32 @@ func (s *Service) step(ctx context.Context, st *state) error {
 				return s.complete(ctx, st, a.Answer)
 			case core.Fail:
 				return s.end(ctx, st, a)
+			case core.Pause:
+				return s.pause(ctx, st, a)
+			case core.Resume:
+				if err := s.resume(ctx, st, a); err != nil {
+					return err
+				}
+				if st.Status == core.StatusPaused {
+					// Resumed already, by a step whose events st lacks:
+					// the next step reads them.
+					return nil
+				}
+				continue next // Next resumes alone
+			case core.Compact:
+				if err := s.compact(ctx, st, env, a); err != nil {
+					return err
+				}
+				// Writing the summary may have taken as long as a turn:
+				// a stop, failure or pause recorded meanwhile ends the
+				// step here, as after asking, before the model is asked
+				// again.
+				if st.stale {
+					if ended, err := s.endedSince(ctx, st); err != nil || ended {
+						return err
+					}
+				}
+				continue next // Next asks with the conversation compacted
 			}
 		}
 		if err := s.queue(ctx, st, queue); err != nil {
@@ -144,11 +172,12 @@ func (s *Service) env(ctx context.Context, st *state) (core.Env, error) {
 		MaxTurns:     s.cfg.MaxTurns,
 		Now:          time.Now(),
 		RequeueAfter: requeueAfter(ctx),
+		Context:      s.contextFor(st),
 		Ignored: func(dec *event.ApprovalDecided, err error) {
 			s.log.Warn("ignoring a decision that does not verify", "session", st.Session, "approval", dec.Call, "reviewer", dec.Reviewer, "err", err)
 		},
 	}
-	if st.Status != core.StatusRunning {
+	if st.Status != core.StatusRunning && st.Status != core.StatusPaused {
 		return env, nil
 	}
 	user, tenant := core.DailyBudgets(st.State, s.cfg.Policy)
@@ -167,15 +196,16 @@ func (s *Service) env(ctx context.Context, st *state) (core.Env, error) {
 	return env, nil
 }
 
-// endedSince reports whether the session was stopped or failed after the
-// events st was folded from (a stop counts only from the session's user).
+// endedSince reports whether the session was stopped, failed or paused
+// after the events st was folded from (a stop counts only from the
+// session's user).
 func (s *Service) endedSince(ctx context.Context, st *state) (bool, error) {
 	entries, err := s.logs.Read(ctx, st.trust.Clone(), st.Seq)
 	if err != nil {
 		return false, fmt.Errorf("look for a stop: %w", err)
 	}
 	for _, e := range entries {
-		if e.Type == event.TypeSessionStopped || e.Type == event.TypeSessionFailed {
+		if e.Type == event.TypeSessionStopped || e.Type == event.TypeSessionFailed || e.Type == event.TypeSessionPaused {
 			return true, nil
 		}
 	}
@@ -201,7 +231,12 @@ func (s *Service) ask(ctx context.Context, st *state, env core.Env, messages []m
 		Messages:  messages,
 		Tools:     tool.Specs(),
 		MaxTokens: s.cfg.MaxTokens,
+		// Shown as it streams; recorded whole below.
+		OnDelta: s.liveOutput(st, st.Turn+1),
 	}
+	// The output limit lowered to the model's, and thinking or reasoning
+	// effort for a model that has them, by the model table.
+	s.shape(&req, st.Model)
 	if s.cfg.PromptCache {
 		// One key per session: its prompt grows turn by turn, and each
 		// turn reads back what the one before cached.
@@ -227,6 +262,7 @@ func (s *Service) ask(ctx context.Context, st *state, env core.Env, messages []m
 		Model:      st.Model,
 		Content:    resp.Content,
 		StopReason: resp.StopReason,
+		Refusal:    resp.Refusal,
 		Usage:      resp.Usage,
 		User:       st.User,
 	}
@@ -389,13 +425,13 @@ func (s *Service) complete(ctx context.Context, st *state, answer string) error 
 	return nil
 }
 
-// end records the failure [core.Next] decided: over a budget, or at the
-// turn limit.
+// end records the failure [core.Next] decided: over the tenant's daily
+// budget, or at the turn limit.
 func (s *Service) end(ctx context.Context, st *state, f core.Fail) error {
 	if f.Budget == "" {
 		return s.fail(ctx, st, f.Code, f.Reason)
 	}
-	return s.stopForBudget(ctx, st, f)
+	return s.failOverBudget(ctx, st, f)
 }
 
 func systemPrompt(st *state, skills []event.Skill) string {

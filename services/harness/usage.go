@@ -120,6 +120,7 @@ func (c *usageCounter) countHeld(ctx context.Context) error {
 		FilterSubjects: []string{
 			sessionlog.KindFilter(event.TypeModelResponded),
 			sessionlog.KindFilter(event.TypeToolCompleted),
+			sessionlog.KindFilter(event.TypeContextCompacted),
 		},
 		InactiveThreshold: 5 * time.Second,
 	}
@@ -210,10 +211,11 @@ type spending struct {
 	u   policy.Usage
 }
 
-// spending returns what m, a model response or a sandbox call, adds to
-// its tenant's and user's days. An event the session log rejects (one
-// the harness or the sandbox-manager did not write, or whose stored
-// payload is missing) counts nothing, and counting goes on.
+// spending returns what m, a model response, a compaction's summary or a
+// sandbox call, adds to its tenant's and user's days. An event the
+// session log rejects (one the harness or the sandbox-manager did not
+// write, or whose stored payload is missing) counts nothing, and counting
+// goes on.
 func (c *usageCounter) spending(ctx context.Context, m bus.Msg) ([]spending, error) {
 	e, err := c.logs.Judge(ctx, m)
 	if errors.Is(err, sessionlog.ErrRejected) {
@@ -229,6 +231,12 @@ func (c *usageCounter) spending(ctx context.Context, m bus.Msg) ([]spending, err
 	switch ev := e.Event.(type) {
 	case *event.ModelResponded:
 		u, user = c.price(ev.Model, ev.Usage), ev.User
+	case *event.ContextCompacted:
+		if ev.Model == "" {
+			return nil, nil // cleared only: no model was asked
+		}
+		u, user = c.price(ev.Model, ev.Usage), ev.User
+		u.Steps = 0 // a summary is no model turn
 	case *event.ToolCompleted:
 		if e.Writer != sessionlog.Sandbox || ev.DurationMS <= 0 {
 			return nil, nil

@@ -98,6 +98,11 @@ func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
 	}
 	log := s.log.With("tenant", session.Tenant, "session", session.ID)
 	log.DebugContext(ctx, "following session", "from", t.Seq+1)
+	live, stopLive, err := s.watchLive(ctx, tn, t)
+	if err != nil {
+		return err
+	}
+	defer stopLive()
 	for {
 		wait := pollFor
 		if !t.Busy {
@@ -114,6 +119,7 @@ func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
 				if t, _, err = s.store.get(ctx, session); err != nil {
 					return err
 				}
+				live.sync(t)
 				if !t.open(time.Now()) {
 					log.DebugContext(ctx, "thread closed")
 					return nil
@@ -142,9 +148,13 @@ func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
 			// Its stored payload is out of reach for now: read it again.
 			return fmt.Errorf("follow session %s: %w", session.key(), err)
 		}
+		if r, ok := ev.(*event.ModelResponded); ok {
+			live.recorded(r.Turn)
+		}
 		if t, err = s.handle(ctx, t, ev, seq, meta.NumPending); err != nil {
 			return err
 		}
+		live.sync(t)
 		if !t.open(time.Now()) {
 			log.DebugContext(ctx, "thread closed", "seq", seq)
 			return nil
@@ -230,6 +240,15 @@ func (s *Service) handle(ctx context.Context, t *thread, ev any, seq, pending ui
 			what += ": " + esc(e.Reason)
 		}
 		change, err = s.onEnd(ctx, t, seq, what)
+	case *event.SessionPaused:
+		err = s.onPaused(ctx, t, seq, e)
+	case *event.SessionResumed:
+		if t.Status != "" {
+			err = s.status(ctx, t, "working")
+		}
+		if err == nil {
+			_, err = s.postOnce(ctx, t, seq, message{Channel: t.Channel, ThreadTS: t.TS, Text: "▶️ Going on: " + esc(e.Reviewer) + " raised the session's budget."})
+		}
 	}
 	if err != nil && !permanent(err) {
 		return t, err
@@ -280,12 +299,33 @@ func (s *Service) onEnd(ctx context.Context, t *thread, seq uint64, what string)
 	}, err
 }
 
+// onPaused says in t's thread that its session is paused over a budget,
+// and what lets it go on. The request stays in progress, and the thread
+// followed, with its approvals: the session goes on where it was once a
+// reviewer raises its budget, and its answer lands here.
+func (s *Service) onPaused(ctx context.Context, t *thread, seq uint64, e *event.SessionPaused) error {
+	if t.Status != "" {
+		if err := s.status(ctx, t, fmt.Sprintf("⏸ Paused over its budget `%s`", esc(e.Budget))); err != nil && !permanent(err) {
+			return err
+		}
+	}
+	what := fmt.Sprintf("⏸ The session is paused over its budget `%s`: %s\nIt keeps its workspace and goes on where it was; to go on: `%s`",
+		esc(e.Budget), esc(e.Reason), esc(e.Resume))
+	_, err := s.postOnce(ctx, t, seq, message{Channel: t.Channel, ThreadTS: t.TS, Text: what})
+	return err
+}
+
 // ended marks the request in progress as ended.
 func ended(t *thread) { t.Busy, t.Status, t.Calls, t.Last = false, "", 0, "" }
 
-// status changes the progress message of t's request.
+// status changes the progress message of t's request; while the session
+// is followed, through what shows the model's text in it.
 func (s *Service) status(ctx context.Context, t *thread, state string) error {
-	return s.slack.update(ctx, message{Channel: t.Channel, TS: t.Status, Text: statusText(t, state)})
+	m := message{Channel: t.Channel, TS: t.Status, Text: statusText(t, state)}
+	if lv := s.lives.get(t.ref()); lv != nil {
+		return lv.set(ctx, m, state == "working")
+	}
+	return s.slack.update(ctx, m)
 }
 
 // metadataType is the event_type of the metadata of every message the

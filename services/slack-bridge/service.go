@@ -40,6 +40,9 @@ type Service struct {
 	store store
 	slack *webAPI
 	log   *slog.Logger
+	// lives show the model's text in the progress messages of the
+	// sessions followed.
+	lives liveStatuses
 
 	// wake carries sessions to follow to Run's loop, which owns the
 	// followers.

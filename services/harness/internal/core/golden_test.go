@@ -93,7 +93,7 @@ func readGolden(t *testing.T, file string) []goldenLine {
 // as Next decides it, and says which call it is about.
 func decided(ev event.Event) (string, bool) {
 	switch e := ev.(type) {
-	case *event.ModelResponded, *event.SessionCompleted:
+	case *event.ModelResponded, *event.SessionCompleted, *event.ContextCompacted:
 		return "", true
 	case *event.ToolDispatched:
 		return e.Call.String(), true
@@ -103,6 +103,10 @@ func decided(ev event.Event) (string, bool) {
 		return e.Call.String(), true // a refusal: the harness writes no other result
 	case *event.SessionFailed:
 		return e.Code, e.Code == CodeTurnLimit || e.Code == CodeBudget
+	case *event.SessionPaused:
+		return e.Budget, true
+	case *event.SessionResumed:
+		return e.Raise.String(), true
 	}
 	return "", false
 }
@@ -129,6 +133,9 @@ func records(a Action, ev event.Event) bool {
 	case *event.SessionCompleted:
 		_, ok := a.(Complete)
 		return ok
+	case *event.ContextCompacted:
+		c, ok := a.(Compact)
+		return ok && c.ClearThrough == e.ClearedThrough && c.SummarizeThrough == e.SummarizedThrough
 	case *event.ToolDispatched:
 		switch a := a.(type) {
 		case Dispatch:
@@ -145,6 +152,12 @@ func records(a Action, ev event.Event) bool {
 	case *event.SessionFailed:
 		f, ok := a.(Fail)
 		return ok && f.Code == e.Code && f.Budget == e.Budget
+	case *event.SessionPaused:
+		p, ok := a.(Pause)
+		return ok && p.Budget == e.Budget
+	case *event.SessionResumed:
+		r, ok := a.(Resume)
+		return ok && r.Raise == e.Raise
 	}
 	return false
 }

@@ -46,6 +46,9 @@ type Env struct {
 	Asked bool
 	// Ignored, when set, hears of each decision that does not verify.
 	Ignored func(dec *event.ApprovalDecided, err error)
+	// Context is the session's model's context window: the conversation
+	// is compacted before a request would not fit (see [Compact]).
+	Context Context
 }
 
 // NoRequeue is [Env.RequeueAfter] for a step with no trigger.
@@ -104,7 +107,7 @@ type Prepare struct {
 type Complete struct{ Answer string }
 
 // Fail ends the session with a failure: Code, and Budget for a budget it
-// used up.
+// used up (the tenant's daily budget: the others pause it, see [Pause]).
 type Fail struct{ Code, Reason, Budget string }
 
 func (AskModel) action()         {}
@@ -115,6 +118,8 @@ func (Refuse) action()           {}
 func (Prepare) action()          {}
 func (Complete) action()         {}
 func (Fail) action()             {}
+func (Pause) action()            {}
+func (Resume) action()           {}
 
 // CodeTurnLimit is the failure of a session that reached its turn limit.
 const CodeTurnLimit = "turn_limit"
@@ -122,16 +127,20 @@ const CodeTurnLimit = "turn_limit"
 // Next returns what a step of the session does now: nothing for a session
 // that is not running or waits for calls or reviewers, else its pending
 // calls dispatched, held or refused, or the model asked, or the session
-// completed or failed.
+// completed, paused over a budget or failed; for a paused session, its
+// resumption once a reviewer raised its budget (see [Resume]).
 func Next(st *State, env Env) []Action {
+	if st.Status == StatusPaused {
+		return unpause(st, env)
+	}
 	if st.Status != StatusRunning {
 		return nil
 	}
 	if st.Answered == nil && !env.Asked {
 		// Running calls spends; completing does not. Steps count model
 		// turns: they are checked before asking, below.
-		if f := overBudget(st, env, false); f != nil {
-			return []Action{*f}
+		if a := overBudget(st, env, false); a != nil {
+			return []Action{a}
 		}
 	}
 	if st.Prepare != uuid.Nil {
@@ -160,8 +169,11 @@ func Next(st *State, env Env) []Action {
 	if st.Turn >= env.MaxTurns {
 		return append(acts, Fail{Code: CodeTurnLimit, Reason: fmt.Sprintf("the session reached its limit of %d model turns", env.MaxTurns)})
 	}
-	if f := overBudget(st, env, true); f != nil {
-		return append(acts, *f)
+	if a := overBudget(st, env, true); a != nil {
+		return append(acts, a)
+	}
+	if c := compaction(st, env); c != nil {
+		return append(acts, *c)
 	}
 	return append(acts, AskModel{Messages: st.Conversation()})
 }

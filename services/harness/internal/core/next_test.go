@@ -169,6 +169,10 @@ func show(acts []Action) string {
 			out = append(out, "complete: "+a.Answer)
 		case Fail:
 			out = append(out, "fail "+a.Code+" "+a.Budget)
+		case Pause:
+			out = append(out, "pause "+a.Budget)
+		case Resume:
+			out = append(out, "resume by "+a.Reviewer)
 		}
 	}
 	return strings.Join(out, "; ")
@@ -270,20 +274,45 @@ func TestNext(t *testing.T) {
 			e.MaxTurns = 100
 			e.Policy = mustParse(t, strings.Replace(testPolicy, "steps: 5", "steps: 1", 1))
 		},
-			"fail budget_exceeded session.steps"},
-		{"cost stops a session before its calls run", new(log).request("hi").respond("", "a:Bash:"+bashTrue), func(e *Env) {
+			"pause session.steps"},
+		{"steps do not stop the calls of the last turn", new(log).request("hi").respond("", "a:Bash:"+bashTrue), func(e *Env) {
+			e.Policy = mustParse(t, strings.Replace(testPolicy, "steps: 5", "steps: 1", 1))
+		},
+			"dispatch a to sandbox"},
+		{"cost pauses a session before its calls run", new(log).request("hi").respond("", "a:Bash:"+bashTrue), func(e *Env) {
 			e.Policy = mustParse(t, strings.Replace(testPolicy, "cost_usd: 1\n", "cost_usd: 0.01\n", 1))
 		},
-			"fail budget_exceeded session.cost_usd"},
+			"pause session.cost_usd"},
+		{"tokens pause a session", new(log).request("hi").respond("", "a:Bash:"+bashTrue), func(e *Env) {
+			e.Policy = mustParse(t, strings.Replace(testPolicy, "steps: 5", "tokens: 20", 1))
+		},
+			"pause session.tokens"},
+		{"sandbox time pauses a session", new(log).request("hi").respond("", "a:Bash:"+bashTrue, "b:Bash:"+bashTrue).dispatched("a", "sandbox").dispatched("b", "sandbox").resultTook("a", "A", 2500), func(e *Env) {
+			e.Policy = mustParse(t, strings.Replace(testPolicy, "steps: 5", "sandbox_seconds: 2", 1))
+		},
+			"pause session.sandbox_seconds"},
 		{"cost does not stop a response this step asked for", new(log).request("hi").respond("", "a:Bash:"+bashTrue), func(e *Env) {
 			e.Asked = true
 			e.Policy = mustParse(t, strings.Replace(testPolicy, "cost_usd: 1\n", "cost_usd: 0.01\n", 1))
 		},
 			"dispatch a to sandbox"},
-		{"a user's daily budget", new(log).request("hi"), func(e *Env) { e.UserDay = policy.Usage{CostUSD: 11} },
-			"fail budget_exceeded user_daily.cost_usd"},
-		{"the wall time", new(log).request("hi"), func(e *Env) { e.Now = t0.Add(2 * time.Hour) },
-			"fail budget_exceeded session.wall_time"},
+		{"a user's daily budget pauses the session", new(log).request("hi"), func(e *Env) { e.UserDay = policy.Usage{CostUSD: 11} },
+			"pause user_daily.cost_usd"},
+		{"the tenant's daily budget fails it", new(log).request("hi"), func(e *Env) {
+			e.Policy = mustParse(t, strings.Replace(testPolicy, "  user_daily:", "  tenant_daily: {steps: 3}\n  user_daily:", 1))
+			e.TenantDay = policy.Usage{Steps: 3}
+		},
+			"fail budget_exceeded tenant_daily.steps"},
+		{"the tenant's daily budget fails a session over its own budget too", new(log).request("hi").respond("", "a:Bash:"+bashTrue), func(e *Env) {
+			e.Policy = mustParse(t, strings.Replace(strings.Replace(testPolicy, "cost_usd: 1\n", "cost_usd: 0.01\n", 1), "  user_daily:", "  tenant_daily: {cost_usd: 5}\n  user_daily:", 1))
+			e.TenantDay = policy.Usage{CostUSD: 6}
+		},
+			"fail budget_exceeded tenant_daily.cost_usd"},
+		{"the wall time pauses it", new(log).request("hi"), func(e *Env) { e.Now = t0.Add(2 * time.Hour) },
+			"pause session.wall_time"},
+		{"the turn limit still fails, whatever raise", new(log).request("hi").respond("sandbox", "a:Bash:"+bashTrue).result("a", "A").respond("sandbox", "b:Bash:"+bashTrue).result("b", "B").respond("sandbox", "c:Bash:"+bashTrue).result("c", "C").
+			raise(raise1, `{"steps":100}`).raiseDecided(raise1, `{"steps":100}`, true, approvalKey), nil,
+			"fail turn_limit "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := env

@@ -27,6 +27,9 @@ const (
 	StatusCompleted
 	StatusFailed
 	StatusStopped
+	// StatusPaused is a session over a budget, waiting for a raise (see
+	// [State.Paused]).
+	StatusPaused
 )
 
 // State is a session as folded from its log.
@@ -84,8 +87,20 @@ type State struct {
 	Changes *event.Changes
 	// Raises are the requests to raise the session's caps.
 	Raises []*event.BudgetRaise
+	// Paused is the pause of a session over a budget, while it lasts;
+	// Pauses counts the pauses recorded, and Unpause holds the decisions
+	// on raises recorded since the pause, one of which may resume it.
+	Paused  *event.SessionPaused
+	Pauses  int
+	Unpause []*event.ApprovalDecided
 	// Seq is the stream sequence of the last event applied.
 	Seq uint64
+	// ResultCap is the most bytes of a call's output the model reads
+	// (see capOutput); zero reads all of it. It is the harness's setting,
+	// not the log's, and must be set before the first event is applied.
+	ResultCap int
+	// ctx is what compacting the conversation needs (see context.go).
+	ctx contextState
 }
 
 // Where is where a call was dispatched: its service, and the sequence of
@@ -123,6 +138,7 @@ func (st *State) Clone() *State {
 	c.ByModel = maps.Clone(st.ByModel)
 	c.Messages = slices.Clone(st.Messages)
 	c.Queued = slices.Clone(st.Queued)
+	c.ctx.origins = slices.Clone(st.ctx.origins)
 	return &c
 }
 
@@ -145,6 +161,7 @@ func (st *State) Apply(seq uint64, ev any) {
 		st.Model = e.Model
 		st.Answered = nil
 		prompt := model.Block{Type: model.TextBlock, Text: e.Prompt}
+		st.followUpPaused(e)
 		if st.Pending != nil && st.Status == StatusRunning {
 			st.Queued = append(st.Queued, prompt)
 			break
@@ -152,7 +169,7 @@ func (st *State) Apply(seq uint64, ev any) {
 		st.Status = StatusRunning
 		st.Since = e.Time
 		st.flushResults()
-		st.Messages = append(st.Messages, model.Message{Role: model.User, Content: []model.Block{prompt}})
+		st.push(model.Message{Role: model.User, Content: []model.Block{prompt}}, 0, nil)
 	case *event.ModelResponded:
 		st.flushResults()
 		st.Turn = e.Turn
@@ -160,7 +177,8 @@ func (st *State) Apply(seq uint64, ev any) {
 		u := st.ByModel[e.Model]
 		u.Add(e.Usage)
 		st.ByModel[e.Model] = u
-		st.Messages = append(st.Messages, model.Message{Role: model.Assistant, Content: e.Content})
+		st.push(model.Message{Role: model.Assistant, Content: e.Content}, e.Turn, nil)
+		st.responded(e.Usage)
 		// A response of an earlier version may record the dispatch of
 		// its calls itself: the same record as a tool.dispatched event's.
 		for _, d := range e.Dispatches() {
@@ -192,8 +210,15 @@ func (st *State) Apply(seq uint64, ev any) {
 		st.Asked[e.Call] = true
 	case *event.ApprovalDecided:
 		st.Decisions[e.Call] = append(slices.Clip(st.Decisions[e.Call]), e)
+		st.raiseDecided(e)
 	case *event.BudgetRaise:
 		st.Raises = append(slices.Clip(st.Raises), e)
+	case *event.SessionPaused:
+		st.pause(e)
+	case *event.SessionResumed:
+		st.resume(e)
+	case *event.ContextCompacted:
+		st.compacted(e)
 	case *event.SessionStopped:
 		st.Status = StatusStopped
 		st.Answered = nil
@@ -243,12 +268,8 @@ func (st *State) Missing() []event.Call {
 // conversation, and the results of the pending calls, if any, with the
 // follow-ups that came meanwhile.
 func (st *State) Conversation() []model.Message {
-	if st.Pending == nil {
-		return st.Messages
-	}
-	c := st.Clone()
-	c.flushResults()
-	return c.Messages
+	msgs, _ := st.view()
+	return msgs
 }
 
 // flushResults adds the results of the pending calls to the conversation as
@@ -263,14 +284,14 @@ func (st *State) flushResults() {
 	for _, c := range st.Pending.Calls {
 		b := model.Block{Type: model.ToolResultBlock, ToolUseID: c.ToolUseID}
 		if r := st.Results[c.ID]; r != nil {
-			b.Content, b.IsError = r.Output, r.IsError
+			b.Content, b.IsError = capOutput(r.Output, st.ResultCap, c.ID), r.IsError
 		} else {
 			b.Content, b.IsError = "The call was abandoned and did not run.", true
 		}
 		blocks = append(blocks, b)
 	}
 	blocks = append(blocks, st.Queued...)
-	st.Messages = append(st.Messages, model.Message{Role: model.User, Content: blocks})
+	st.push(model.Message{Role: model.User, Content: blocks}, st.Pending.Turn, st.Pending.Calls)
 	st.Pending, st.Queued = nil, nil
 }
 
