@@ -55,8 +55,11 @@ type streamBlock struct {
 	at      int
 	stopped bool
 	text    strings.Builder
-	// input gathers a tool_use's partial JSON.
-	input []byte
+	// input gathers a tool_use's partial JSON, signature a thinking
+	// block's signature: added to once per delta, never copied whole,
+	// so that a stream of many tiny deltas takes linear time.
+	input     []byte
+	signature strings.Builder
 }
 
 // decodeAnthropicStream reads a streamed Messages API response up to its
@@ -101,6 +104,13 @@ func (s *anthropicStream) add(ev *anthropicEvent, data []byte, emit func(Delta))
 			return false, malformed(fmt.Sprintf("content_block_start %d out of order", ev.Index))
 		}
 		b := &streamBlock{block: *ev.ContentBlock, at: -1}
+		if b.block.Type == TextBlock && b.block.Text == nil {
+			// A text block started without its empty text (as some
+			// compatible servers start it) is kept all the same, as it
+			// is once its deltas are added: its pieces are heard at the
+			// index it has in the response.
+			b.block.Text = new(string)
+		}
 		if _, keep := b.block.block(); keep {
 			b.at = s.kept
 			s.kept++
@@ -168,8 +178,7 @@ func (b *streamBlock) delta(ev *anthropicEvent, emit func(Delta)) {
 		kind, piece = DeltaToolUse, ev.Delta.PartialJSON
 		b.input = append(b.input, piece...)
 	case "signature_delta":
-		sig := deref(b.block.Signature) + ev.Delta.Signature
-		b.block.Signature = &sig
+		b.signature.WriteString(ev.Delta.Signature)
 	}
 	if piece != "" && b.at >= 0 && emit != nil {
 		emit(Delta{Index: b.at, Kind: kind, Text: piece})
@@ -182,6 +191,10 @@ func (b *streamBlock) stop() {
 		return
 	}
 	b.stopped = true
+	if b.signature.Len() > 0 {
+		sig := deref(b.block.Signature) + b.signature.String()
+		b.block.Signature = &sig
+	}
 	switch b.block.Type {
 	case TextBlock:
 		text := deref(b.block.Text) + b.text.String()

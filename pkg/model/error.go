@@ -137,7 +137,10 @@ func errorFields(body []byte) (typ, msg string, code json.RawMessage) {
 // one; an unknown error counts as a 500, which is retried.
 func eventError(provider string, data []byte) *APIError {
 	typ, msg, code := errorFields(data)
-	e := &APIError{Provider: provider, Event: true, Type: typ, Message: msg, Status: eventStatus(typ, code)}
+	// An event may be as large as the stream: what it says is kept to
+	// what an error body gives, since it ends up in logs and events.
+	e := &APIError{Provider: provider, Event: true, Type: truncate(typ, maxErrorMessage),
+		Message: truncate(msg, maxErrorBody), Status: eventStatus(typ, code)}
 	if e.Type == "" && e.Message == "" {
 		e.Message = truncate(strings.TrimSpace(string(data)), maxErrorMessage)
 	}

@@ -107,8 +107,12 @@ func (s *Service) compact(ctx context.Context, st *state, env core.Env, c core.C
 			return err
 		}
 		ev.Summary, ev.Model, ev.Usage = resp.Text(), st.Model, resp.Usage
-		if ev.Summary == "" {
-			ev.Summary = "(The model wrote no summary.)"
+		if strings.TrimSpace(ev.Summary) == "" || resp.Refusal != "" {
+			// No summary to go on from (a reasoning model spent its
+			// tokens thinking, or the model refused): the older turns
+			// stay, and only what was cleared is; what it cost counts.
+			s.log.WarnContext(ctx, "the model wrote no summary; only old results are cleared", "session", st.Session, "turn", st.Turn, "refusal", resp.Refusal)
+			ev.SummarizedThrough, ev.Summary = 0, ""
 		}
 	}
 	if err := s.appendNew(ctx, st, ev, fmt.Sprintf("%s:compacted:%s:%d", st.Session, st.LastRequest, st.Turn)); err != nil {
@@ -141,12 +145,16 @@ func (s *Service) summarise(ctx context.Context, st *state, env core.Env, c core
 		return nil, err
 	}
 	req := model.Request{
-		Model:     name,
-		System:    systemPrompt(st, skills),
-		Messages:  withRequest(c.Older, summaryRequest),
-		Tools:     tool.Specs(),
-		MaxTokens: env.Context.SummaryTokens,
+		Model:    name,
+		System:   systemPrompt(st, skills),
+		Messages: withRequest(c.Older, summaryRequest),
+		Tools:    tool.Specs(),
 	}
+	// Thinking and reasoning as the session's turns ask: the API takes
+	// back their thinking blocks only with thinking on, and the cached
+	// prompt holds only for the same settings.
+	s.shape(&req, st.Model)
+	req.MaxTokens = env.Context.SummaryTokens
 	if s.cfg.PromptCache {
 		req.CacheKey = bus.SessionKey(st.Tenant, st.Session)
 		req.CacheTTL = s.cacheTTL(st)

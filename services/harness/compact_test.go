@@ -247,3 +247,44 @@ func TestStopDuringASummary(t *testing.T) {
 		t.Errorf("compactions recorded: %+v, want the one with the summary", c)
 	}
 }
+
+// A summary the model refuses to write (or writes empty) replaces
+// nothing: the compaction clears old results alone, and what the request
+// cost counts.
+func TestRefusedSummaryKeepsTheConversation(t *testing.T) {
+	const window, steps = 16000, 12
+	_, _, js := natstest.Run(t)
+	steady := stepsModel(steps)
+	fake := modeltest.New(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		if n := len(c.Messages); n > 0 && strings.Contains(c.Messages[n-1].Text, "[Corral] This conversation is about to be compacted") {
+			return modeltest.Turn{Refusal: "I won't summarise."}, nil
+		}
+		return steady(c)
+	})
+	runHarnessWith(t, js, fake, map[string]string{
+		"CORRAL_MODELS":       modelsFile(t, fmt.Sprintf("%q: {context_window: %d}\n", "openai:m", window)),
+		"CORRAL_MAX_TOKENS":   "1024",
+		"CORRAL_PROMPT_CACHE": "off",
+	})
+	startTools(t, js, output(strings.Repeat("a line of the build's output\n", 300)))
+	session := uuid.Must(uuid.NewV7())
+	request(t, js, session, "make every step")
+	completion(t, js, session)
+	var asked int
+	for _, c := range ofType[*event.ContextCompacted](logOf(t, js, "acme", session)) {
+		if c.Model == "" {
+			continue
+		}
+		asked++
+		if c.SummarizedThrough != 0 || c.Summary != "" || c.Usage.InputTokens == 0 {
+			t.Errorf("compaction after a refused summary: %+v", c)
+		}
+	}
+	if asked == 0 {
+		t.Fatal("no summary was asked for")
+	}
+	reqs := fake.Requests()
+	if last := reqs[len(reqs)-1]; last.Messages[0].Text != "make every step" {
+		t.Errorf("the last request starts %q: the older turns went", last.Messages[0].Text)
+	}
+}
