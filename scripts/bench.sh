@@ -38,6 +38,8 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 (cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ModelRoundTrip|ToolCallRoundTrip|StepRoundTrip' -benchtime "${n}x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Throughput' -benchtime "$((n * 20))x" .) | tee -a "$out"
 (cd pkg && go test -run '^$' -bench 'Judge' -benchtime "$((n * 1000))x" ./sessionlog) | tee -a "$out"
+# Decoding a model's turn from its stream, next to the same turn whole.
+(cd pkg && go test -run '^$' -bench 'Decode(Streamed|JSON)' -benchtime "$((n * 10))x" ./model) | tee -a "$out"
 # Egress: a small HTTPS request on a fresh connection, direct on loopback,
 # tunnelled and intercepted through the proxy; a 100 MB download each way;
 # and the sandbox's relay from 127.0.0.1:3128 to its socket, next to
