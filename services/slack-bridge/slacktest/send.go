@@ -41,6 +41,12 @@ type Response struct {
 	Body   string
 }
 
+// sender posts each request on a connection of its own: a test that
+// restarts the bridge on the same address would otherwise find a kept
+// connection to the old one, closed as it is reused (Slack itself retries
+// such a delivery).
+var sender = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 // Send posts body to path, signed at time at (Slack's signature), with
 // the extra headers given as name, value pairs.
 func (a App) Send(path, contentType string, body []byte, at time.Time, headers ...string) (Response, error) {
@@ -54,7 +60,7 @@ func (a App) Send(path, contentType string, body []byte, at time.Time, headers .
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := sender.Do(req)
 	if err != nil {
 		return Response{}, err
 	}
