@@ -31,6 +31,11 @@ const (
 	Restarted
 )
 
+// MaxText bounds the text of a turn a [Turn] keeps, in bytes: far more
+// than a model's response holds. Pieces past it add nothing, as pieces
+// after one lost do.
+const MaxText = 4 << 20
+
 // Turn follows the text of the turn being asked. Its zero value is ready
 // to use; it is not safe for concurrent use.
 type Turn struct {
@@ -67,6 +72,11 @@ func (t *Turn) Hear(l event.Live) Change {
 		t.lost = true
 	}
 	t.seq = l.Seq
+	if l.Kind == event.LiveText && t.text.Len()+len(l.Text) > MaxText {
+		// More than a response holds: whoever sends it, a reader
+		// keeps no more of it.
+		t.lost = true
+	}
 	switch {
 	case restart:
 		if !t.lost && l.Kind == event.LiveText {

@@ -93,3 +93,30 @@ func TestTurn(t *testing.T) {
 		})
 	}
 }
+
+// TestTurnKeepsItsBound checks that the text a Turn keeps stays within
+// MaxText however many pieces come, so that a flood of pieces cannot grow
+// a reader's memory without end: past the bound it shows nothing more of
+// the turn, and the next turn shows again.
+func TestTurnKeepsItsBound(t *testing.T) {
+	t.Parallel()
+	var turn livetext.Turn
+	piece := string(make([]byte, 1<<20))
+	seq := 0
+	for range 2 * livetext.MaxText / len(piece) {
+		seq++
+		turn.Hear(text(1, 1, seq, piece))
+	}
+	if n := len(turn.Text()); n > livetext.MaxText {
+		t.Errorf("a turn keeps %d bytes, want at most %d", n, livetext.MaxText)
+	}
+	if got := turn.Hear(text(1, 1, seq+1, "more")); got != livetext.Ignored {
+		t.Errorf("a piece past the bound: %v, want it ignored", got)
+	}
+	if got := turn.Hear(text(1, 2, 1, piece)); got != livetext.Restarted || turn.Text() != piece {
+		t.Errorf("a new attempt after the bound: %v with %d bytes, want it restarted with its piece", got, len(turn.Text()))
+	}
+	if got := turn.Hear(text(2, 1, 1, "Next")); got != livetext.Started || turn.Text() != "Next" {
+		t.Errorf("the next turn: %v %q, want it started", got, turn.Text())
+	}
+}

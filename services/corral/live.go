@@ -238,12 +238,14 @@ func (v *liveView) end() {
 
 func (v *liveView) write(s string) { _, _ = io.WriteString(v.w, s) }
 
-// line shows a line of the durable record.
+// line shows a line of the durable record: made printable as what comes
+// live is, since it quotes the model's text, a call's input and a
+// command's output too.
 func (v *liveView) line(s string) {
 	v.lock()
 	defer v.mu.Unlock()
 	v.end()
-	v.write(s + "\n")
+	v.write(printable(s) + "\n")
 }
 
 // responded says the response to turn is recorded, and returns the text

@@ -76,3 +76,20 @@ func TestLiveView(t *testing.T) {
 		t.Errorf("shown:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestDurableLinesArePrintable checks that the lines of the durable
+// record, which quote the model's text, a call's input and a command's
+// output, are shown as the live pieces are: what a terminal would act on
+// is shown, not acted on.
+func TestDurableLinesArePrintable(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	v := newLiveView(&out)
+	v.line(progress(&event.ToolDispatched{Name: "Bash", Summary: "printf '\x1b]0;owned\x07'"}))
+	v.line(progress(&event.ToolCompleted{Output: "\x1b[2J\u009b31mcleared"}))
+	want := "→ Bash printf '\uFFFD]0;owned\uFFFD'\n" +
+		"← \uFFFD[2J\uFFFD31mcleared\n"
+	if got := out.String(); got != want {
+		t.Errorf("shown %q, want %q", got, want)
+	}
+}

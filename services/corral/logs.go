@@ -67,7 +67,8 @@ func (e *env) logs(ctx context.Context, url, tenant string, session uuid.UUID, f
 		case view != nil:
 			showLogged(view, en.Event)
 		default:
-			fmt.Fprintln(e.stdout, describe(en.Event))
+			// A call's summary is the model's: shown, never acted on.
+			fmt.Fprintln(e.stdout, printable(describe(en.Event)))
 		}
 	}
 	l := e.sessionLog(js)

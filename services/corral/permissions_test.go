@@ -336,6 +336,21 @@ func TestDeployedPermissions(t *testing.T) {
 	denied("sandbox-manager", sjs, sv, bus.RequestSubject("acme", session, "ada"), map[string]string{"type": event.TypeRequest})
 	denied("sandbox-manager", sjs, sv, bus.ToolSubject(bus.ServiceSandbox, "acme", session), map[string]string{"type": event.TypeToolCall})
 	denied("harness", hjs, hv, "$KV.approvals.acme."+session.String()+".x", map[string]string{"status": "approved"})
+	// The sandbox-manager, which publishes live output, forges no pause or
+	// resumption, nor an entry of the session index.
+	paused := map[string]string{"type": event.TypeSessionPaused}
+	denied("sandbox-manager", sjs, sv, sessionlog.Subject("acme", session, event.TypeSessionPaused, sessionlog.Harness), paused)
+	denied("sandbox-manager", sjs, sv, sessionlog.Subject("acme", session, event.TypeSessionResumed, sessionlog.Harness), map[string]string{"type": event.TypeSessionResumed})
+	denied("sandbox-manager", sjs, sv, "$KV."+bus.BucketSessions+".acme."+session.String(), map[string]string{"status": "completed"})
+	// The gateway, as itself, writes the session index and nothing a
+	// client or another service does: what it does for an API key it
+	// does signed in as the key's credential.
+	gjs, gv := connectAs(t, url, credential.UserGateway)
+	denied("gateway", gjs, gv, decided, decision())
+	denied("gateway", gjs, gv, sessionlog.Subject("acme", session, event.TypeSessionPaused, sessionlog.Harness), paused)
+	denied("gateway", gjs, gv, bus.RequestSubject("acme", session, "ada"), map[string]string{"type": event.TypeRequest})
+	denied("gateway", gjs, gv, "$KV."+bus.BucketGateway+".acme.agent.agent_1", map[string]string{"name": "not the client's"})
+	denied("gateway", gjs, gv, bus.LiveSubject("acme", session), event.Live{Kind: event.LiveText, Text: "not the model's"})
 
 	// No service hears another's replies: the memory service may not
 	// listen on the harness's inboxes (events pulled, previews answered).

@@ -91,8 +91,11 @@ held (the calls waiting for a reviewer), requests and seq.`,
 			w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "SESSION\tUSER\tSTATUS\tMODEL\tTURNS\tCOST USD\tSTARTED\tLAST EVENT\tTITLE")
 			for _, s := range listed {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%.4f\t%s\t%s\t%s\n", s.Session, oneLine(s.User, 24), s.Status, s.Model, s.Turns, s.CostUSD,
-					when(s.Started), when(s.LastEvent), oneLine(s.Title, 60))
+				// A title is the first line of a prompt, and user and model
+				// are a request's: anyone's of the tenant, shown to whoever
+				// lists its sessions, never acted on by their terminal.
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%.4f\t%s\t%s\t%s\n", s.Session, printable(oneLine(s.User, 24)), s.Status, printable(oneLine(s.Model, 60)), s.Turns, s.CostUSD,
+					when(s.Started), when(s.LastEvent), printable(oneLine(s.Title, 60)))
 			}
 			return w.Flush()
 		},

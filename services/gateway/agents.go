@@ -101,6 +101,9 @@ func modelID(raw json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, &cfg); err != nil || cfg.ID == "" {
 		return "", badRequest("model: want a model's ID, or {\"id\": ...}")
 	}
+	if err := strict(raw, &cfg); err != nil {
+		return "", prefixed(err, "model: ")
+	}
 	for name, v := range map[string]json.RawMessage{"effort": cfg.Effort, "speed": cfg.Speed, "inference_geo": cfg.InferenceGeo} {
 		if present(v) {
 			return "", unsupported("model.%s", name)
@@ -138,6 +141,9 @@ func checkToolset(raw json.RawMessage) error {
 	}
 	if ts.Type != wire.ToolsetType {
 		return unsupported("a tool of type %q (sessions are offered Corral's six tools, the %s toolset)", ts.Type, wire.ToolsetType)
+	}
+	if err := strict(raw, &ts); err != nil {
+		return err
 	}
 	check := func(what string, c config) error {
 		var p struct {

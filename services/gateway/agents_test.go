@@ -39,6 +39,9 @@ func TestAgentsRefuseWhatCorralCannotHonour(t *testing.T) {
 		{"skills", `{"name": "a", "model": "m", "skills": [{"type": "anthropic", "skill_id": "x"}]}`, ""},
 		{"an effort", `{"name": "a", "model": {"id": "m", "effort": "high"}}`, ""},
 		{"agents calling agents", `{"name": "a", "model": "m", "multiagent": {"type": "coordinator"}}`, ""},
+		{"a model's field Corral does not know", `{"name": "a", "model": {"id": "m", "temperature": 0}}`, ""},
+		{"a toolset's field Corral does not know", `{"name": "a", "model": "m", ` + toolset(`, "max_calls": 3`) + `}`, ""},
+		{"a tool's field Corral does not know", `{"name": "a", "model": "m", ` + toolset(`, "configs": [{"name": "bash", "timeout": 5}]`) + `}`, ""},
 	}
 	for _, tc := range tests {
 		var b agentBody
@@ -87,6 +90,8 @@ func TestSessionResources(t *testing.T) {
 		{"two repositories", `[{"type": "github_repository", "url": "https://github.com/acme/a"}, {"type": "github_repository", "url": "https://github.com/acme/b"}]`, "", false},
 		{"a file", `[{"type": "file", "file_id": "f"}]`, "", false},
 		{"elsewhere", `[{"type": "github_repository", "url": "https://github.com/acme/a", "mount_path": "/src"}]`, "", false},
+		{"a field Corral does not know", `[{"type": "github_repository", "url": "https://github.com/acme/a", "sparse_paths": ["src"]}]`, "", false},
+		{"a checkout's field Corral does not know", `[{"type": "github_repository", "url": "https://github.com/acme/a", "checkout": {"type": "branch", "name": "main", "depth": 1}}]`, "", false},
 	} {
 		var raw []json.RawMessage
 		if err := json.Unmarshal([]byte(tc.resources), &raw); err != nil {
@@ -101,5 +106,39 @@ func TestSessionResources(t *testing.T) {
 		case tc.ok && tc.ref != "" && (repo == nil || repo.Ref != tc.ref):
 			t.Errorf("%s: %+v, want ref %s", tc.name, repo, tc.ref)
 		}
+	}
+}
+
+// TestNestedFieldsAreRefused checks that a field Corral does not know is
+// refused inside the parts of a body read by their type (a new session's
+// initial events and agent, an environment's config), as it is at the
+// top of a body: never dropped.
+func TestNestedFieldsAreRefused(t *testing.T) {
+	t.Parallel()
+	refused := func(what string, err error) {
+		t.Helper()
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.status != http.StatusBadRequest || !strings.Contains(ae.msg, "not supported") {
+			t.Errorf("%s: %v, want a 400 saying what is not supported", what, err)
+		}
+	}
+	if _, err := initialMessages([]json.RawMessage{json.RawMessage(`{"type": "user.message", "content": [{"type": "text", "text": "hi"}]}`)}); err != nil {
+		t.Errorf("a message: %v", err)
+	}
+	_, err := initialMessages([]json.RawMessage{json.RawMessage(`{"type": "user.message", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}`)})
+	refused("a text block's cache_control", err)
+	_, err = initialMessages([]json.RawMessage{json.RawMessage(`{"type": "user.message", "content": [{"type": "text", "text": "hi"}], "priority": 1}`)})
+	refused("a message's field Corral does not know", err)
+
+	var s Service
+	_, err = s.sessionAgent(t.Context(), nil, json.RawMessage(`{"type": "agent", "id": "agent_1", "overrides": {"model": "m"}}`))
+	refused("an agent reference's field Corral does not know", err)
+
+	body := environmentBody{Config: json.RawMessage(`{"type": "cloud", "networking": {"type": "limited", "allowed_hosts": ["x.example"], "allowed_ports": [443]}}`)}
+	_, err = body.spec(nil)
+	refused("a network's field Corral does not know", err)
+	body.Config = json.RawMessage(`{"type": "cloud", "networking": {"type": "limited", "allowed_hosts": ["x.example"]}}`)
+	if _, err := body.spec(nil); err != nil {
+		t.Errorf("a limited network: %v", err)
 	}
 }

@@ -76,7 +76,10 @@ func (cs *clients) acquire(ctx context.Context, key string) (*client, func(), er
 	if !ok || !credential.IsID(id) || secret == "" {
 		return nil, nil, errKeyFormat
 	}
-	h := sha256.Sum256([]byte(key))
+	// The hash of the key as it signs in, not as it was sent: spaces
+	// around it would otherwise make one key as many connections as
+	// there are ways to pad it, and take every slot of MaxKeys.
+	h := sha256.Sum256([]byte(id + ":" + secret))
 	cs.mu.Lock()
 	c, found := cs.conns[h]
 	if found && c.nc != nil && !c.nc.IsConnected() {

@@ -82,6 +82,9 @@ func (b *environmentBody) spec(old *environment.Spec) (environment.Spec, error) 
 	if cfg.Type != "" && cfg.Type != "cloud" {
 		return sp, unsupported("config of type %q (an environment is Corral's own sandboxes)", cfg.Type)
 	}
+	if err := strict(b.Config, &cfg); err != nil {
+		return sp, prefixed(err, "config: ")
+	}
 	if p := cfg.Packages; p != nil {
 		switch {
 		case len(p.Apt) > 0:

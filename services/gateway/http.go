@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -149,6 +151,12 @@ func (s *Service) answer(h handler, w http.ResponseWriter, r *http.Request) erro
 	if key == "" {
 		return &apiError{http.StatusUnauthorized, wire.Authentication, "no API key: send a Corral credential as x-api-key: ID:SECRET (corral credentials issue)"}
 	}
+	if u := r.Header.Get(headerUser); u != "" && (strings.TrimSpace(u) != u || len(u) > maxUser) {
+		// A user names a token of each subject its sessions' requests
+		// go on: one past the server's bound would cut the key's
+		// connection, and every stream on it.
+		return badRequest("%s: a user is 1 to %d bytes, without spaces around it", headerUser, maxUser)
+	}
 	ctx := r.Context()
 	c, release, err := s.clients.acquire(ctx, key)
 	if err != nil {
@@ -182,6 +190,9 @@ func (s *Service) answer(h handler, w http.ResponseWriter, r *http.Request) erro
 	return h(ctx, cl, w, r)
 }
 
+// maxUser bounds the user a request names, as it bounds a credential's.
+const maxUser = 256
+
 // writeJSON writes v as the answer, with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -195,13 +206,27 @@ const maxBody = 4 << 20
 // decode reads r's JSON body into v, refusing fields v does not know:
 // what Corral does not read is never silently dropped.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	return decodeStrict(http.MaxBytesReader(w, r.Body, maxBody), v, "the request's body: ")
+}
+
+// strict reads raw, a part of a body kept raw to be read by its type, into
+// v as [decode] reads a body: a field v does not know is refused, not
+// dropped.
+func strict(raw json.RawMessage, v any) error {
+	return decodeStrict(bytes.NewReader(raw), v, "")
+}
+
+// decodeStrict reads r's JSON into v, refusing fields v does not know; a
+// body that is no JSON of v's shape is a bad request, its error after
+// prefix.
+func decodeStrict(r io.Reader, v any, prefix string) error {
+	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			return unsupported("the field %s", f)
 		}
-		return badRequest("the request's body: %v", err)
+		return badRequest("%s%v", prefix, err)
 	}
 	return nil
 }

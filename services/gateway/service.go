@@ -107,17 +107,31 @@ func (s *Service) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// httpServer returns the server of the API, whose requests' base is ctx.
+// A connection waits at most connIdle for its next request: without it,
+// one that is kept alive after a request (a refused key's, say) would be
+// held open for good, and enough of them would take every descriptor the
+// process has.
+func (s *Service) httpServer(ctx context.Context) *http.Server {
+	return &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       connIdle,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+}
+
+// connIdle is how long a kept-alive connection may wait for its next
+// request: longer than an SDK keeps an idle connection in its pool.
+const connIdle = 2 * time.Minute
+
 // serveHTTP serves the API on cfg.Listen until ctx is done.
 func (s *Service) serveHTTP(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
 	}
-	srv := &http.Server{
-		Handler:           s.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
+	srv := s.httpServer(ctx)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	<-ctx.Done()

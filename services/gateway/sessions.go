@@ -99,6 +99,9 @@ func (s *Service) sessionAgent(ctx context.Context, c *caller, raw json.RawMessa
 		if ref.Type != "agent" {
 			return agentRecord{}, unsupported("agent of type %q (overriding an agent's configuration for one session)", ref.Type)
 		}
+		if err := strict(raw, &ref); err != nil {
+			return agentRecord{}, prefixed(err, "agent: ")
+		}
 	}
 	if ref.ID == "" {
 		return agentRecord{}, badRequest("agent: an agent's ID is required (POST /v1/agents makes one)")
@@ -127,6 +130,9 @@ func initialMessages(events []json.RawMessage) ([]string, error) {
 		}
 		if ev.Type != "user.message" {
 			return nil, unsupported("initial_events[%d]: an event of type %q", i, ev.Type)
+		}
+		if err := strict(raw, &ev); err != nil {
+			return nil, prefixed(err, fmt.Sprintf("initial_events[%d]: ", i))
 		}
 		text, err := ev.text()
 		if err != nil {
@@ -165,6 +171,9 @@ func repository(resources []json.RawMessage) (*event.Repo, error) {
 			return nil, unsupported("resources[%d]: authorization_token (put the forge's token in a vault, corral vaults create --host HOST: egress adds it, and no sandbox ever sees it)", i)
 		case res.MountPath != nil && *res.MountPath != "/workspace":
 			return nil, unsupported("resources[%d]: mount_path %q (the repository is checked out as /workspace)", i, *res.MountPath)
+		}
+		if err := strict(raw, &res); err != nil {
+			return nil, prefixed(err, fmt.Sprintf("resources[%d]: ", i))
 		}
 		repo = &event.Repo{URL: res.URL}
 		if co := res.Checkout; co != nil {
