@@ -136,8 +136,9 @@ const (
 	BucketSessions = "sessions"
 	// BucketGateway is what the HTTP API keeps per tenant that the
 	// session logs do not say: its agents (<tenant>.agent.<id>) and the
-	// sessions it created (<tenant>.session.<id>), written by clients of
-	// the tenant through the gateway. The gateway's package sets it up.
+	// sessions it created (<tenant>.session.<user>.<id>, <user> a
+	// [UserToken]), written by clients of the tenant through the gateway
+	// (a user's, its own user's sessions alone). The gateway's package sets it up.
 	BucketGateway = "gateway"
 )
 

@@ -44,7 +44,10 @@ type Permissions struct {
 //     same way; the gateway alone writes it;
 //   - the tenant's keys of the gateway's bucket ([bus.BucketGateway]:
 //     the HTTP API's agents and sessions), read the same way and written
-//     by publishing on them;
+//     by publishing on them: for a user, the tenant's agents
+//     (<tenant>.agent.>) and its own user's sessions alone
+//     (<tenant>.session.<user>.>), whose records say what a session
+//     starts from and as whom;
 //   - who the server says the client is ([UserInfoSubject], answered
 //     by the server itself; see [Whoami]);
 //   - the live output of the tenant's sessions, [bus.LiveFilter]: heard,
@@ -99,9 +102,18 @@ func (c Credential) Permissions() Permissions {
 	}
 	// The session index, which the gateway alone writes, read; and the
 	// gateway's records of the tenant (its API's agents and sessions),
-	// read and written through the gateway as this credential.
-	p.Publish = append(p.Publish, tenantKeys(bus.BucketSessions, t, false)...)
-	p.Publish = append(p.Publish, tenantKeys(bus.BucketGateway, t, true)...)
+	// read and written through the gateway as this credential. A user's
+	// reach only its own user's sessions: a record of a session not yet
+	// started says what its first request starts from (environment,
+	// repository, model) and as whom, so another user's write would run
+	// that user's session, with that user's vaults, from the writer's
+	// choices.
+	p.Publish = append(p.Publish, bucketKeys(bus.BucketSessions, false, t)...)
+	if c.Role == RoleUser {
+		p.Publish = append(p.Publish, bucketKeys(bus.BucketGateway, true, t+".agent", t+".session."+u)...)
+	} else {
+		p.Publish = append(p.Publish, bucketKeys(bus.BucketGateway, true, t)...)
+	}
 	p.Publish = append(p.Publish, UserInfoSubject)
 	for _, d := range bus.EventDurables() {
 		p.Deny = append(p.Deny,
@@ -113,25 +125,30 @@ func (c Credential) Permissions() Permissions {
 	return p
 }
 
-// tenantKeys are the subjects that read tenant's keys of bucket, whose
-// keys start with the tenant (<tenant>.…): direct gets of a key, and
-// consumers filtered to the tenant's keys; with write, also the subjects
-// of the keys themselves (a put, or a compare-and-set with the expected
-// last sequence of the key's subject). A bucket clients write allows no
-// roll-up (see the gateway's Setup): a publish on one's own keys cannot
-// purge another tenant's.
-func tenantKeys(bucket, tenant string, write bool) []string {
-	stream, keys := "KV_"+bucket, "$KV."+bucket+"."+tenant+".>"
-	out := []string{
-		"$JS.API.DIRECT.GET." + stream + "." + keys,
-		"$JS.API.CONSUMER.CREATE." + stream + ".*." + keys,
-		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".*",
-		"$JS.API.CONSUMER.DELETE." + stream + ".*",
+// bucketKeys are the subjects that read the keys of bucket under each of
+// prefixes (<prefix>.…, a prefix starting with the tenant): direct gets of
+// a key, and consumers filtered to keys under a prefix; with write, also
+// the subjects of the keys themselves (a put, or a compare-and-set with
+// the expected last sequence of the key's subject). A bucket clients
+// write allows no roll-up (see the gateway's Setup): a publish on one's
+// own keys cannot purge anyone else's.
+func bucketKeys(bucket string, write bool, prefixes ...string) []string {
+	stream := "KV_" + bucket
+	var out []string
+	for _, prefix := range prefixes {
+		keys := "$KV." + bucket + "." + prefix + ".>"
+		if write {
+			out = append(out, keys)
+		}
+		out = append(out,
+			"$JS.API.DIRECT.GET."+stream+"."+keys,
+			"$JS.API.CONSUMER.CREATE."+stream+".*."+keys,
+		)
 	}
-	if write {
-		out = append([]string{keys}, out...)
-	}
-	return out
+	return append(out,
+		"$JS.API.CONSUMER.MSG.NEXT."+stream+".*",
+		"$JS.API.CONSUMER.DELETE."+stream+".*",
+	)
 }
 
 // slackKeys are the subjects that read and write tenant's keys of

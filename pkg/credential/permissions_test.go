@@ -127,13 +127,21 @@ func TestLivePermissions(t *testing.T) {
 
 // A client reads its own tenant's entries of the session index, which only
 // the gateway writes, and reads and writes its own tenant's records of the
-// gateway's bucket (the API's agents and sessions), none of another
-// tenant's.
+// gateway's bucket (the API's agents, and a user's own sessions alone),
+// none of another tenant's.
 func TestGatewayBucketPermissions(t *testing.T) {
 	t.Parallel()
 	ada := Credential{Tenant: "acme", User: "ada", Role: RoleUser}.Permissions()
 	bot := Credential{Tenant: "acme", User: "bridge", Role: RoleBot}.Permissions()
+	grace := Credential{Tenant: "acme", User: "grace", Role: RoleReviewer}.Permissions()
+	olga := Credential{Tenant: AllTenants, User: "olga", Role: RoleOperator}.Permissions()
 	session := "0190a4b2-0000-7000-8000-000000000000"
+	sessions := func(user string) string {
+		return "$KV." + bus.BucketGateway + ".acme.session." + bus.UserToken(user) + ".*"
+	}
+	sessionRecord := func(user string) string {
+		return "$KV." + bus.BucketGateway + ".acme.session." + bus.UserToken(user) + "." + session
+	}
 	index := func(tenant string) string { return "$KV." + bus.BucketSessions + "." + tenant + "." + session }
 	record := func(tenant string) string { return "$KV." + bus.BucketGateway + "." + tenant + ".agent.agent_1" }
 	get := func(bucket, key string) string { return "$JS.API.DIRECT.GET.KV_" + bucket + "." + key }
@@ -155,6 +163,21 @@ func TestGatewayBucketPermissions(t *testing.T) {
 		{"user: write another tenant's record", ada, record("initech"), false},
 		{"user: read another tenant's record", ada, get(bus.BucketGateway, record("initech")), false},
 		{"bot: write another tenant's record", bot, record("initech"), false},
+		// A user's sessions are its own: a record of one not yet started
+		// says what its first request starts from, and as whom. A delete
+		// is a publish on the key too.
+		{"user: write own session's record", ada, sessionRecord("ada"), true},
+		{"user: read own session's record", ada, get(bus.BucketGateway, sessionRecord("ada")), true},
+		{"user: list own sessions", ada, consumer(bus.BucketGateway, sessions("ada")), true},
+		{"user: write another user's session's record", ada, sessionRecord("bob"), false},
+		{"user: read another user's session's record", ada, get(bus.BucketGateway, sessionRecord("bob")), false},
+		{"user: list another user's sessions", ada, consumer(bus.BucketGateway, sessions("bob")), false},
+		{"user: list every user's sessions", ada, consumer(bus.BucketGateway, "$KV."+bus.BucketGateway+".acme.session.*.*"), false},
+		{"user: write a record outside any user's sessions", ada, "$KV." + bus.BucketGateway + ".acme.session." + session, false},
+		{"bot: write any user's session's record", bot, sessionRecord("bob"), true},
+		{"bot: list every user's sessions", bot, consumer(bus.BucketGateway, "$KV."+bus.BucketGateway+".acme.session.*.*"), true},
+		{"reviewer: read any user's session's record", grace, get(bus.BucketGateway, sessionRecord("bob")), true},
+		{"operator: write any user's session's record", olga, sessionRecord("bob"), true},
 		{"bot: write the index", bot, index("acme"), false},
 	}
 	for _, tc := range tests {

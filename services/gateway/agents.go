@@ -327,7 +327,7 @@ func (s *Service) listAgents(ctx context.Context, c *caller, w http.ResponseWrit
 	if err != nil {
 		return err
 	}
-	recs, err := listRecords(ctx, c.js, c.tenant, kindAgent)
+	recs, err := listRecords(ctx, c.js, recordKey(c.tenant, kindAgent, "*"))
 	if err != nil {
 		return err
 	}

@@ -19,14 +19,14 @@ import (
 // Setup creates the gateway's KV buckets if they are missing: the session
 // index ([bus.BucketSessions]), which the gateway alone writes, and the
 // HTTP API's records ([bus.BucketGateway]), which clients of each tenant
-// write under their tenant's keys. It is an administrator's work (corral
+// write under their tenant's keys (a user's, its own sessions alone). It is an administrator's work (corral
 // setup; corral dev): the gateway's NATS user may not create streams. The
 // records' stream allows no roll-up, which would let a publish on one
 // tenant's key purge every other key.
 func Setup(ctx context.Context, js jetstream.JetStream) error {
 	for _, cfg := range []jetstream.KeyValueConfig{
 		{Bucket: bus.BucketSessions, Description: "the session index: <tenant>.<session> -> status, user, model, turns, cost, title", Storage: jetstream.FileStorage, History: 1},
-		{Bucket: bus.BucketGateway, Description: "the HTTP API's agents and sessions: <tenant>.agent.<id>, <tenant>.session.<id>", Storage: jetstream.FileStorage, History: 1},
+		{Bucket: bus.BucketGateway, Description: "the HTTP API's agents and sessions: <tenant>.agent.<id>, <tenant>.session.<user token>.<id>", Storage: jetstream.FileStorage, History: 1},
 	} {
 		_, err := js.KeyValue(ctx, cfg.Bucket)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -60,6 +60,15 @@ const (
 
 // recordKey is the key of a record of tenant.
 func recordKey(tenant, kind, id string) string { return tenant + "." + kind + "." + id }
+
+// sessionKey is the key of the record of session id of tenant, kept under
+// its user's token: a user's key may write only its own user's sessions
+// (see credential.Permissions), since a record not yet started says what
+// its first request starts from and as whom. The token "*" makes a filter
+// of every user's.
+func sessionKey(tenant, userToken, id string) string {
+	return recordKey(tenant, kindSession, userToken+"."+id)
+}
 
 // recordSubject is the subject of a record's key.
 func recordSubject(key string) string { return "$KV." + bus.BucketGateway + "." + key }
@@ -142,11 +151,11 @@ func writeRecord(ctx context.Context, js jetstream.JetStream, key string, v any,
 	return nil
 }
 
-// listRecords returns every record of kind of tenant, by key, read through
-// a consumer filtered to them.
-func listRecords(ctx context.Context, js jetstream.JetStream, tenant, kind string) (map[string][]byte, error) {
-	prefix := recordSubject(recordKey(tenant, kind, ""))
-	msgs, err := bus.ReadByConsumer(ctx, js, recordStream, prefix+"*", 0)
+// listRecords returns every record whose key filter matches (a key with
+// wildcards), by key, read through a consumer filtered to them.
+func listRecords(ctx context.Context, js jetstream.JetStream, filter string) (map[string][]byte, error) {
+	prefix := recordSubject("")
+	msgs, err := bus.ReadByConsumer(ctx, js, recordStream, recordSubject(filter), 0)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, fmt.Errorf("no %s bucket on this server: corral setup makes it", bus.BucketGateway)
 	}
@@ -155,12 +164,12 @@ func listRecords(ctx context.Context, js jetstream.JetStream, tenant, kind strin
 	}
 	out := make(map[string][]byte)
 	for _, m := range msgs {
-		id := strings.TrimPrefix(m.Subject, prefix)
+		key := strings.TrimPrefix(m.Subject, prefix)
 		if len(m.Data) == 0 {
-			delete(out, id)
+			delete(out, key)
 			continue
 		}
-		out[id] = m.Data
+		out[key] = m.Data
 	}
 	return out, nil
 }

@@ -157,7 +157,7 @@ func (s *Service) markStarted(ctx context.Context, c *caller, t *sessionRecord) 
 	if t.Started {
 		return false, nil
 	}
-	key := recordKey(c.tenant, kindSession, t.ID.String())
+	key := sessionKey(c.tenant, bus.UserToken(t.User), t.ID.String())
 	for {
 		var rec sessionRecord
 		seq, err := readRecord(ctx, c.js, key, &rec)

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/sessionindex"
 	"corral.dev/services/gateway/internal/wire"
@@ -68,7 +69,7 @@ func (s *Service) createSession(ctx context.Context, c *caller, w http.ResponseW
 			return err
 		}
 	}
-	if err := writeRecord(ctx, c.js, recordKey(c.tenant, kindSession, rec.ID.String()), rec, 0); err != nil {
+	if err := writeRecord(ctx, c.js, sessionKey(c.tenant, bus.UserToken(rec.User), rec.ID.String()), rec, 0); err != nil {
 		return err
 	}
 	for i, m := range messages {
@@ -198,19 +199,15 @@ func (s *Service) getSession(ctx context.Context, c *caller, w http.ResponseWrit
 
 // session returns the record and the index entry of the session id of
 // c's tenant: either may be nil (a session started elsewhere has no
-// record; one not indexed yet no entry), not both.
+// record; one not indexed yet no entry), not both. The record is looked
+// for among c's user's: a user's key reads no other's, and a bot's, a
+// reviewer's or an operator's finds a session not indexed yet only as
+// its user (x-corral-user), and an indexed one as the user the index
+// names.
 func (s *Service) session(ctx context.Context, c *caller, id string) (*sessionRecord, *sessionindex.Entry, error) {
 	session, err := uuid.Parse(id)
 	if err != nil || session.String() != id {
 		return nil, nil, notFound("no session %q", id)
-	}
-	var rec *sessionRecord
-	var r sessionRecord
-	switch _, err := readRecord(ctx, c.js, recordKey(c.tenant, kindSession, id), &r); {
-	case err == nil:
-		rec = &r
-	case !errors.Is(err, errNoRecord):
-		return nil, nil, err
 	}
 	var entry *sessionindex.Entry
 	e, ok, err := sessionindex.Get(ctx, c.js, c.tenant, session)
@@ -219,6 +216,20 @@ func (s *Service) session(ctx context.Context, c *caller, id string) (*sessionRe
 	}
 	if ok {
 		entry = &e
+	}
+	user := c.user
+	if c.cred.Role != credential.RoleUser && entry != nil && entry.User != "" {
+		user = entry.User
+	}
+	var rec *sessionRecord
+	var r sessionRecord
+	switch _, err := readRecord(ctx, c.js, sessionKey(c.tenant, bus.UserToken(user), id), &r); {
+	case err == nil && r.User == user && r.ID == session:
+		// Only a record that is its key's: any other was not the
+		// gateway's.
+		rec = &r
+	case err != nil && !errors.Is(err, errNoRecord):
+		return nil, nil, err
 	}
 	if rec == nil && entry == nil {
 		// Maybe started a moment ago, and not indexed yet.
@@ -365,26 +376,31 @@ func (s *Service) listSessions(ctx context.Context, c *caller, w http.ResponseWr
 	if err != nil {
 		return err
 	}
-	recs, err := listRecords(ctx, c.js, c.tenant, kindSession)
+	// A user's key lists its own user's records alone; any other key
+	// every user's of the tenant.
+	users := "*"
+	if c.cred.Role == credential.RoleUser {
+		users = bus.UserToken(c.user)
+	}
+	recs, err := listRecords(ctx, c.js, sessionKey(c.tenant, users, "*"))
 	if err != nil {
 		return err
 	}
 	byID := make(map[string]*wire.Session)
-	for _, data := range recs {
-		var rec sessionRecord
-		if json.Unmarshal(data, &rec) == nil {
-			out := sessionJSON(c.tenant, &rec, nil)
-			byID[out.ID] = &out
+	kept := make(map[string]*sessionRecord)
+	for key, data := range recs {
+		rec := new(sessionRecord)
+		// Only a record that is its key's: any other was not the
+		// gateway's.
+		if json.Unmarshal(data, rec) == nil && key == sessionKey(c.tenant, bus.UserToken(rec.User), rec.ID.String()) {
+			out := sessionJSON(c.tenant, rec, nil)
+			byID[out.ID], kept[out.ID] = &out, rec
 		}
 	}
 	for i := range entries {
 		e := &entries[i]
 		id := e.Session.String()
-		var rec *sessionRecord
-		if data, ok := recs[id]; ok {
-			rec = new(sessionRecord)
-			_ = json.Unmarshal(data, rec)
-		}
+		rec := kept[id]
 		out := sessionJSON(c.tenant, rec, e)
 		byID[id] = &out
 	}
