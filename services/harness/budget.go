@@ -120,7 +120,7 @@ func (s *Service) watchWallTime(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		for _, st := range s.folded.running() {
+		for _, st := range s.watched.running() {
 			env := core.Env{Policy: s.cfg.Policy, ApprovalKey: s.cfg.ApprovalKey, Now: time.Now()}
 			if core.OverWallTime(st.State, env) == nil {
 				continue

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,16 +212,21 @@ func TestWallTimePausesAWaitingSessionOnce(t *testing.T) {
 		"CORRAL_POLICY_FILE":         policyFile(t, "budgets: {session: {wall_time: 1s}}\n"),
 	})
 	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	// Registered after startTools' own cleanup, so run before it: a
+	// failed test leaves no call blocked, and the tools stop.
 	startTools(t, js, func(string, *event.ToolCall) *event.ToolCompleted {
 		<-release
 		return &event.ToolCompleted{Output: "slept"}
 	})
+	t.Cleanup(free)
 	session := ask(t, js, "acme", "ada", uuid.Must(uuid.NewV7()), "", "sleep")
 	evs := settled(t, js, "acme", session, 1)
 	if p := lastPause(t, evs); p.Budget != "session.wall_time" || !strings.Contains(p.Resume, "--wall-time 2s") {
 		t.Fatalf("paused over %q (%s), want session.wall_time", p.Budget, p.Resume)
 	}
-	close(release)
+	free()
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		if len(ofType[*event.ToolCompleted](logOf(t, js, "acme", session))) == 0 {
 			return fmt.Errorf("no result yet")

@@ -52,6 +52,9 @@ type Service struct {
 	// logs reads and writes the session logs, as the harness.
 	logs   *sessionlog.Log
 	folded foldCache
+	// watched are the running sessions stepped here, for the wall-time
+	// watch.
+	watched watchedSessions
 	// sessions serialises this process's work on a session, so that only
 	// one piece of it holds (and renews) the session's lease at a time.
 	sessions lock.Keyed

@@ -100,6 +100,7 @@ func (s *Service) keep(st *state) {
 	if !st.stale {
 		s.folded.put(st, st.Seq)
 	}
+	s.watched.note(st)
 }
 
 // append records ev, an event of st's session, and folds it into st. The
@@ -219,15 +220,45 @@ func (c *foldCache) behind(tenant string, session uuid.UUID) {
 	}
 }
 
-// running returns the states cached of running sessions.
-func (c *foldCache) running() []*state {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []*state
-	for _, f := range c.m {
-		if f.st.Status == core.StatusRunning {
-			out = append(out, f.st)
+// watchedSessions are the sessions this process has stepped that were
+// running when it last did, as it last saw them, for the wall-time watch.
+// They are kept apart from the fold cache, which keeps only the states a
+// step may build on (none that went stale, none at all with the
+// conditional append off), so that the watch sees the same sessions
+// whatever the speed-ups. Bounded as the fold cache is.
+type watchedSessions struct {
+	mu sync.Mutex
+	m  map[string]*state // by bus.SessionKey
+}
+
+// note keeps st, a state no step changes any more, while it is running.
+func (w *watchedSessions) note(st *state) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := bus.SessionKey(st.Tenant, st.Session)
+	if st.Status != core.StatusRunning {
+		delete(w.m, key)
+		return
+	}
+	if w.m == nil {
+		w.m = make(map[string]*state)
+	}
+	if _, ok := w.m[key]; !ok && len(w.m) >= foldCacheSize {
+		for k := range w.m { // drop one at random
+			delete(w.m, k)
+			break
 		}
+	}
+	w.m[key] = st
+}
+
+// running returns the states kept.
+func (w *watchedSessions) running() []*state {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]*state, 0, len(w.m))
+	for _, st := range w.m {
+		out = append(out, st)
 	}
 	return out
 }
