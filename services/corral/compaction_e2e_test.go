@@ -18,8 +18,6 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
-	"corral.dev/pkg/natstest"
-	"corral.dev/pkg/sessionlog"
 )
 
 // compactWindow is the context window the compaction tests give their
@@ -202,23 +200,7 @@ func TestCompactionSurvivesSIGKILL(t *testing.T) {
 	harness = start()
 	close(release)
 
-	var evs []sessionlog.Entry
-	natstest.WaitFor(t, 90*time.Second, func() error {
-		var err error
-		evs, _, err = sessionlog.New(js, sessionlog.Options{Reader: "test"}).ReadAll(context.Background(), "acme", session)
-		if err != nil {
-			return err
-		}
-		for _, e := range evs {
-			switch e.Event.(type) {
-			case *event.SessionCompleted:
-				return nil
-			case *event.SessionFailed:
-				t.Fatalf("session failed: %+v", e.Event)
-			}
-		}
-		return fmt.Errorf("session not completed")
-	})
+	evs := completedLog(t, js, "acme", session, 90*time.Second)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(bodies) != 2 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
@@ -101,22 +102,7 @@ func TestHarnessKilledRunsNoCallTwice(t *testing.T) {
 	kill() // just as it dispatched the call
 	next() // echo 2
 
-	var evs []sessionlog.Entry
-	natstest.WaitFor(t, 60*time.Second, func() error {
-		evs, _, err = sessionlog.New(js, sessionlog.Options{Reader: "test"}).ReadAll(context.Background(), "acme", session)
-		if err != nil {
-			return err
-		}
-		for _, e := range evs {
-			switch e.Event.(type) {
-			case *event.SessionCompleted:
-				return nil
-			case *event.SessionFailed:
-				t.Fatalf("session failed: %+v", e.Event)
-			}
-		}
-		return fmt.Errorf("session not completed")
-	})
+	evs := completedLog(t, js, "acme", session, 60*time.Second)
 	var results []*event.ToolCompleted
 	ran := map[uuid.UUID]int{}
 	for _, e := range evs {
@@ -131,4 +117,28 @@ func TestHarnessKilledRunsNoCallTwice(t *testing.T) {
 	if got, want := strings.TrimSpace(results[3].Output), "0\n1\n2"; got != want {
 		t.Errorf("the calls appended\n%s\nwant\n%s", got, want)
 	}
+}
+
+// completedLog waits until the session of tenant has completed, and
+// returns its log; it fails the test if the session failed.
+func completedLog(t *testing.T, js jetstream.JetStream, tenant string, session uuid.UUID, within time.Duration) []sessionlog.Entry {
+	t.Helper()
+	var evs []sessionlog.Entry
+	natstest.WaitFor(t, within, func() error {
+		var err error
+		evs, _, err = sessionlog.New(js, sessionlog.Options{Reader: "test"}).ReadAll(context.Background(), tenant, session)
+		if err != nil {
+			return err
+		}
+		for _, e := range evs {
+			switch e.Event.(type) {
+			case *event.SessionCompleted:
+				return nil
+			case *event.SessionFailed:
+				t.Fatalf("session failed: %+v", e.Event)
+			}
+		}
+		return fmt.Errorf("session not completed")
+	})
+	return evs
 }

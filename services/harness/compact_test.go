@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/modelinfo"
@@ -226,16 +224,7 @@ func TestStopDuringASummary(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the model was never asked for a summary")
 	}
-	stop := event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, "acme", session), By: "ada", Reason: "enough"}
-	if err := bus.Publish(context.Background(), js, bus.RequestSubject("acme", session, "ada"), stop.ID.String(), &stop); err != nil {
-		t.Fatal(err)
-	}
-	natstest.WaitFor(t, 10*time.Second, func() error {
-		if st := ofType[*event.SessionStopped](logOf(t, js, "acme", session)); len(st) == 0 {
-			return fmt.Errorf("the stop is not recorded while the summary is written")
-		}
-		return nil
-	})
+	stopRecorded(t, js, session, "enough")
 	free()
 	idle(t, js)
 	reqs := fake.Requests()

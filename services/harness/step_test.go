@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
@@ -282,18 +283,7 @@ func TestStopDuringAModelCall(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the model was never asked")
 	}
-	// Sent as corral stop sends it, while the step waits for the model:
-	// recorded at once, not after the step.
-	stop := event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, "acme", session), By: "ada", Reason: "wrong repo"}
-	if err := bus.Publish(context.Background(), js, bus.RequestSubject("acme", session, "ada"), stop.ID.String(), &stop); err != nil {
-		t.Fatal(err)
-	}
-	natstest.WaitFor(t, 10*time.Second, func() error {
-		if st := ofType[*event.SessionStopped](logOf(t, js, "acme", session)); len(st) == 0 {
-			return fmt.Errorf("the stop is not recorded while the model is asked")
-		}
-		return nil
-	})
+	stopRecorded(t, js, session, "wrong repo")
 	free()
 	idle(t, js)
 	evs := logOf(t, js, "acme", session)
@@ -458,4 +448,21 @@ func TestDispatchIsRecordedOneWay(t *testing.T) {
 	if !slices.Equal(kinds["all"], kinds["none"]) {
 		t.Errorf("the logs differ with the speed-ups on and off:\n  on:  %v\n  off: %v", kinds["all"], kinds["none"])
 	}
+}
+
+// stopRecorded sends ada's stop of acme's session as corral stop sends it,
+// while a step waits for the model, and waits until it is recorded: at
+// once, not after the step.
+func stopRecorded(t *testing.T, js jetstream.JetStream, session uuid.UUID, reason string) {
+	t.Helper()
+	stop := event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, "acme", session), By: "ada", Reason: reason}
+	if err := bus.Publish(context.Background(), js, bus.RequestSubject("acme", session, "ada"), stop.ID.String(), &stop); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if st := ofType[*event.SessionStopped](logOf(t, js, "acme", session)); len(st) == 0 {
+			return fmt.Errorf("the stop is not recorded while the model is asked")
+		}
+		return nil
+	})
 }
