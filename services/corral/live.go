@@ -41,7 +41,8 @@ const maxEarly = 256 << 10
 // it: the connection reads both in the order the server sent them, and a
 // line of the log is shown only once what the live subject brought so far
 // is. Pieces of a turn heard after its response is shown, and output of a
-// call after its result, are dropped; a call's output heard before its
+// call after its result, are dropped (the rest of a call's output is shown
+// from its result); a call's output heard before its
 // dispatch is shown is kept until then (up to maxEarly).
 type liveView struct {
 	mu sync.Mutex
@@ -62,7 +63,14 @@ type liveView struct {
 	dispatched, completed map[uuid.UUID]bool
 	early                 map[uuid.UUID][]string
 	earlyBytes            int
+	// shown is the output shown of each call that showed some, until its
+	// result, whose rest it then shows (up to maxShown a call).
+	shown map[uuid.UUID]*strings.Builder
 }
+
+// maxShown bounds the output a view keeps of one call's, to show the rest
+// of it from its result: the sandbox-manager's bound on live output.
+const maxShown = 1 << 20
 
 type openLine int
 
@@ -73,7 +81,7 @@ const (
 )
 
 func newLiveView(w io.Writer) *liveView {
-	return &liveView{w: w, dispatched: map[uuid.UUID]bool{}, completed: map[uuid.UUID]bool{}, early: map[uuid.UUID][]string{}}
+	return &liveView{w: w, dispatched: map[uuid.UUID]bool{}, completed: map[uuid.UUID]bool{}, early: map[uuid.UUID][]string{}, shown: map[uuid.UUID]*strings.Builder{}}
 }
 
 // subscribe has v hear session's live subject on nc, from the moment it
@@ -201,6 +209,12 @@ func (v *liveView) output(call uuid.UUID, text string) {
 	if v.open != outputLine || v.call != call {
 		v.end()
 	}
+	if b := v.shown[call]; b == nil {
+		v.shown[call] = &strings.Builder{}
+	}
+	if b := v.shown[call]; b.Len()+len(text) <= maxShown {
+		b.WriteString(text)
+	}
 	for text != "" {
 		if v.open == closed {
 			v.write(outputPrefix)
@@ -287,11 +301,21 @@ func (v *liveView) callDispatched(call uuid.UUID) {
 	}
 }
 
-// callCompleted says the result of call is recorded: nothing more of its
-// output is shown.
-func (v *liveView) callCompleted(call uuid.UUID) {
+// callCompleted says the result of call, with output, is recorded: the
+// rest of what it wrote is shown from there, and nothing more of what is
+// heard.
+func (v *liveView) callCompleted(call uuid.UUID, output string) {
 	v.lock()
 	defer v.mu.Unlock()
+	// Output heard after its result, or never (the live subject keeps
+	// nothing), is in the result: what of it follows what was shown is
+	// shown, so that the lines end as the call's did.
+	if b := v.shown[call]; b != nil {
+		if rest, ok := strings.CutPrefix(output, b.String()); ok {
+			v.output(call, rest)
+		}
+		delete(v.shown, call)
+	}
 	v.completed[call] = true
 	for _, s := range v.early[call] {
 		v.earlyBytes -= len(s)

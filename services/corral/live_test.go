@@ -50,7 +50,7 @@ func TestLiveView(t *testing.T) {
 	hearing(t, v, output(call, "a.txt\nb"))
 	hearing(t, v, output(call, ".txt\n\x1b]0;title\x07"))
 	hearing(t, v, output(other, "not dispatched\n"))
-	v.callCompleted(call)
+	v.callCompleted(call, "a.txt\nb.txt\n\x1b]0;title\x07")
 	hearing(t, v, output(call, "after its result\n"))
 	v.line("← a.txt b.txt")
 	// A late piece of a recorded turn is dropped; the next turn's shows.
@@ -91,5 +91,25 @@ func TestDurableLinesArePrintable(t *testing.T) {
 		"← \uFFFD[2J\uFFFD31mcleared\n"
 	if got := out.String(); got != want {
 		t.Errorf("shown %q, want %q", got, want)
+	}
+}
+
+// Output a call wrote that the live subject did not bring before its
+// result (late, or lost) is shown from the result, after what was shown;
+// a call that showed nothing live shows nothing more.
+func TestLiveViewEndsOutputFromTheResult(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	v := newLiveView(&out)
+	call, quiet := uuid.New(), uuid.New()
+	v.callDispatched(call)
+	hearing(t, v, event.Live{Kind: event.LiveOutput, Call: call, Name: "Bash", Text: "first\n"})
+	v.callCompleted(call, "first\nsecond\n")
+	v.line("← first second")
+	v.callDispatched(quiet)
+	v.callCompleted(quiet, "not shown live\n")
+	v.line("← done")
+	if want := outputPrefix + "first\n" + outputPrefix + "second\n← first second\n← done\n"; out.String() != want {
+		t.Errorf("shown:\n%s\nwant:\n%s", out.String(), want)
 	}
 }

@@ -112,7 +112,7 @@ func showLogged(v *liveView, ev event.Event) {
 		v.line(describe(ev))
 		v.callDispatched(ev.Call)
 	case *event.ToolCompleted:
-		v.callCompleted(ev.Call)
+		v.callCompleted(ev.Call, ev.Output)
 		v.line(describe(ev))
 	default:
 		v.line(describe(ev))

@@ -294,7 +294,7 @@ func showProgress(v *liveView, ev any) string {
 		v.line(progress(ev))
 		v.callDispatched(ev.Call)
 	case *event.ToolCompleted:
-		v.callCompleted(ev.Call)
+		v.callCompleted(ev.Call, ev.Output)
 		v.line(progress(ev))
 	default:
 		if line := progress(ev); line != "" {
