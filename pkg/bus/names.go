@@ -145,7 +145,7 @@ const (
 // EventDurables are the services' durable consumers of the EVENTS stream:
 // no client may create, pull from or delete a consumer of theirs.
 func EventDurables() []string {
-	return []string{ConsumerHarnessSteps, ConsumerApprovals, ConsumerEgressDecisions, ConsumerGatewayIndex}
+	return []string{ConsumerHarnessSteps, ConsumerApprovals, ConsumerEgressDecisions, ConsumerGatewayIndex, ConsumerGatewayWebhooks, ConsumerGatewayTraces}
 }
 
 // Durable consumer names, <service>-<purpose>.
@@ -161,6 +161,9 @@ const (
 	// ConsumerGatewayIndex is the gateway's consumer of every session
 	// event, which it folds into [BucketSessions].
 	ConsumerGatewayIndex = "gateway-index"
+	// ConsumerGatewayTraces is the gateway's consumer of every session
+	// event, whose spans it exports over OTLP when traces are on.
+	ConsumerGatewayTraces = "gateway-traces"
 )
 
 // Tool services, the second token of a tool call's subject (see
@@ -190,6 +193,19 @@ func Bound(ctx context.Context) (context.Context, context.CancelFunc) {
 // body, says whose request it is.
 func RequestSubject(tenant string, session uuid.UUID, user string) string {
 	return fmt.Sprintf("requests.%s.%s.%s", tenant, session, UserToken(user))
+}
+
+// ConsoleToken stands in a request's subject for a user: a stop sent from
+// the sessions console (requests.<tenant>.<session>.console), which only
+// the approval service may publish. The harness takes nothing else there,
+// and records the stop as by the person its body names, whom the console
+// signed in. It is no user token ("u-..."), so no user can be it.
+const ConsoleToken = "console"
+
+// ConsoleStopSubject is where the sessions console sends a stop of
+// session.
+func ConsoleStopSubject(tenant string, session uuid.UUID) string {
+	return fmt.Sprintf("requests.%s.%s.%s", tenant, session, ConsoleToken)
 }
 
 // UserToken is the subject token standing for user ("u-" and the user in

@@ -120,16 +120,65 @@ func Args(input json.RawMessage) []Arg {
 	for _, k := range names {
 		var s string
 		if json.Unmarshal(m[k], &s) != nil {
-			var b bytes.Buffer
-			if json.Compact(&b, m[k]) == nil {
-				s = b.String()
-			} else {
-				s = string(m[k])
-			}
+			s = Plain(m[k])
 		}
 		out = append(out, Arg{Name: k, Value: s})
 	}
 	return out
+}
+
+// Plain is raw JSON on one line as it reads: compact, with the strings'
+// characters as written (encoding/json writes <, > and & as \u003c,
+// \u003e and \u0026 for HTML, and a stored event holds them so). Input
+// that is not JSON is returned as it is.
+func Plain(raw json.RawMessage) string {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil {
+		return string(raw)
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(v) != nil {
+		return string(raw)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// Unescaped is JSON text, whole or cut short, with the escapes that
+// encoding/json writes for HTML (\u0026, \u003c and \u003e) turned back into the characters they stand for: a stored
+// call's summary, say, as a person reads it. An escaped backslash stays
+// escaped, so that "\\u0026" (a backslash, then "u0026") is left alone.
+func Unescaped(s string) string {
+	if !strings.Contains(s, `\u`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		if s[i+1] != 'u' || i+6 > len(s) {
+			b.WriteString(s[i : i+2]) // \\, \" and the rest stay as written
+			i++
+			continue
+		}
+		switch s[i+2 : i+6] {
+		case "0026":
+			b.WriteByte('&')
+		case "003c", "003C":
+			b.WriteByte('<')
+		case "003e", "003E":
+			b.WriteByte('>')
+		default:
+			b.WriteString(s[i : i+6])
+		}
+		i += 5
+	}
+	return b.String()
 }
 
 // Text is a call as plain text: the tool, then each argument, a one-line

@@ -67,3 +67,47 @@ func TestSummary(t *testing.T) {
 		t.Errorf("Summary = %q, %v; want 20 runes ending in …, cut", s, cut)
 	}
 }
+
+// What a person reads shows a call's input as written: never the \u0026,
+// \u003c and \u003e that encoding/json writes for HTML and stored events
+// hold, in string arguments or in others.
+func TestInputIsShownAsWritten(t *testing.T) {
+	t.Parallel()
+	raw, err := json.Marshal(map[string]any{
+		"command": "make && ./run <in >out",
+		"env":     map[string]string{"A": "x&y", "B": "<b>"},
+		"limit":   json.Number("12345678901234567890"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `\u0026`) {
+		t.Fatalf("encoding/json no longer escapes for HTML (%s): this test checks nothing", raw)
+	}
+	s, _ := callview.Summary(raw, 200)
+	if want := `command=make && ./run <in >out limit=12345678901234567890 env={"A":"x&y","B":"<b>"}`; s != want {
+		t.Errorf("Summary = %q\nwant %q", s, want)
+	}
+	if got, want := callview.Plain(raw), `{"command":"make && ./run <in >out","env":{"A":"x&y","B":"<b>"},"limit":12345678901234567890}`; got != want {
+		t.Errorf("Plain = %q\nwant %q", got, want)
+	}
+	if got := callview.Plain(json.RawMessage("not json")); got != "not json" {
+		t.Errorf("Plain of what is not JSON = %q, want it as it is", got)
+	}
+}
+
+func TestUnescaped(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`{"command":"a \u0026\u0026 b \u003e c \u003C d"}`: `{"command":"a && b > c < d"}`,
+		`{"command":"printf '\\u0026'"}`:                   `{"command":"printf '\\u0026'"}`, // a backslash, then u0026
+		`{"command":"x \"\u0026\"`:                         `{"command":"x \"&\"`,
+		`{"command":"\u00e9 \u0026`:                        `{"command":"\u00e9 &`,
+		`cut short \u00`:                                   `cut short \u00`,
+		`ends in \`:                                        `ends in \`,
+	} {
+		if got := callview.Unescaped(in); got != want {
+			t.Errorf("Unescaped(%s) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -25,6 +25,10 @@ type Permissions struct {
 //     user, and for a reviewer and an operator changing them (an
 //     environment decides what its sessions may reach on the network),
 //     as the tenant's own vaults;
+//   - the webhook API (the gateway's): listing the tenant's webhooks and
+//     their deliveries as that user, and for a reviewer and an operator
+//     adding, removing and testing them (a webhook sends the tenant's
+//     session events to an outside server), as the tenant's own vaults;
 //   - the tenant's session logs, read with single-filter consumers under
 //     events.<tenant>. (the server refuses a consumer whose filter is not
 //     the one its create subject names), pulls, and direct gets of the
@@ -43,11 +47,14 @@ type Permissions struct {
 //   - the session index of the tenant ([bus.BucketSessions]), read the
 //     same way; the gateway alone writes it;
 //   - the tenant's keys of the gateway's bucket ([bus.BucketGateway]:
-//     the HTTP API's agents and sessions), read the same way and written
-//     by publishing on them: for a user, the tenant's agents
+//     the HTTP API's agents, sessions and vaults), read the same way and
+//     written by publishing on them: for a user, the tenant's agents
 //     (<tenant>.agent.>) and its own user's sessions alone
 //     (<tenant>.session.<user>.>), whose records say what a session
-//     starts from and as whom;
+//     starts from and as whom, and its own user's files
+//     (<tenant>.file.<user>.>, the Files API's, whose contents are
+//     that user's uploads), and the tenant's vaults (<tenant>.vault.>)
+//     read only;
 //   - who the server says the client is ([UserInfoSubject], answered
 //     by the server itself; see [Whoami]);
 //   - the live output of the tenant's sessions, [bus.LiveFilter]: heard,
@@ -72,6 +79,7 @@ func (c Credential) Permissions() Permissions {
 			bus.VaultAPI(t, u, ">"),
 			bus.WorkspaceAPI(t, u, ">"),
 			bus.EnvironmentAPI(t, u, ">"),
+			bus.WebhookAPI(t, u, ">"),
 			"$JS.API.CONSUMER.CREATE." + bus.StreamEvents + ".*.events." + t + ".>",
 			"$JS.API.CONSUMER.MSG.NEXT." + bus.StreamEvents + ".*",
 			"$JS.API.CONSUMER.DELETE." + bus.StreamEvents + ".*",
@@ -95,7 +103,8 @@ func (c Credential) Permissions() Permissions {
 	default:
 		// A bot speaks for any user, whose token the wildcard above
 		// matches, and so would the tenant's own vaults' token.
-		p.Deny = append(p.Deny, bus.VaultAPI(t, bus.VaultTenantScope, ">"), bus.EnvironmentAPI(t, bus.VaultTenantScope, ">"))
+		p.Deny = append(p.Deny, bus.VaultAPI(t, bus.VaultTenantScope, ">"), bus.EnvironmentAPI(t, bus.VaultTenantScope, ">"),
+			bus.WebhookAPI(t, bus.VaultTenantScope, ">"))
 	}
 	if c.Role != RoleUser {
 		p.Publish = append(p.Publish, slackKeys(t)...)
@@ -110,7 +119,9 @@ func (c Credential) Permissions() Permissions {
 	// choices.
 	p.Publish = append(p.Publish, bucketKeys(bus.BucketSessions, false, t)...)
 	if c.Role == RoleUser {
-		p.Publish = append(p.Publish, bucketKeys(bus.BucketGateway, true, t+".agent", t+".session."+u)...)
+		p.Publish = append(p.Publish, bucketKeys(bus.BucketGateway, true, t+".agent", t+".session."+u, t+".file."+u)...)
+		// The API's vaults, read: a reviewer or an operator makes them.
+		p.Publish = append(p.Publish, bucketKeys(bus.BucketGateway, false, t+".vault")...)
 	} else {
 		p.Publish = append(p.Publish, bucketKeys(bus.BucketGateway, true, t)...)
 	}

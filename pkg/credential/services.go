@@ -53,7 +53,7 @@ var jsRead = []string{
 // delete them.
 func denyConsumers(own ...string) []string {
 	var out []string
-	for _, d := range []string{bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps, bus.ConsumerSandboxCalls, bus.ConsumerMemoryCalls, bus.ConsumerApprovals, bus.ConsumerEgressDecisions, bus.ConsumerGatewayIndex} {
+	for _, d := range []string{bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps, bus.ConsumerSandboxCalls, bus.ConsumerMemoryCalls, bus.ConsumerApprovals, bus.ConsumerEgressDecisions, bus.ConsumerGatewayIndex, bus.ConsumerGatewayWebhooks, bus.ConsumerGatewayTraces} {
 		mine := false
 		for _, o := range own {
 			mine = mine || o == d
@@ -74,6 +74,14 @@ func denyConsumers(own ...string) []string {
 var denyVaults = []string{
 	"$JS.API.*.*.KV_" + bus.BucketVaults, "$JS.API.*.*.KV_" + bus.BucketVaults + ".>",
 	"$JS.API.*.*.*.KV_" + bus.BucketVaults, "$JS.API.*.*.*.KV_" + bus.BucketVaults + ".>",
+}
+
+// denyWebhooks denies a service every JetStream API subject of the
+// webhooks' stream, as [denyVaults] the vaults': it holds the secrets
+// that sign the tenants' webhooks. Only the gateway reads it.
+var denyWebhooks = []string{
+	"$JS.API.*.*.KV_" + bus.BucketWebhooks, "$JS.API.*.*.KV_" + bus.BucketWebhooks + ".>",
+	"$JS.API.*.*.*.KV_" + bus.BucketWebhooks, "$JS.API.*.*.*.KV_" + bus.BucketWebhooks + ".>",
 }
 
 // events returns the subjects on which writer may publish the session
@@ -114,7 +122,7 @@ func Services() []Service {
 					events("harness", "session.requested", "model.responded", "tool.dispatched", "tool.completed",
 						"approval.requested", "session.completed", "session.failed", "session.stopped", "budget.raise",
 						"session.paused", "session.resumed", "context.compacted")),
-				Deny: concat(denyConsumers(bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps), denyVaults),
+				Deny: concat(denyConsumers(bus.ConsumerHarnessRequests, bus.ConsumerHarnessSteps), denyVaults, denyWebhooks),
 				// Harnesses ask each other for the session leases
 				// lingering after a step.
 				Subscribe: []string{bus.InboxPrefix(UserHarness) + ".>", "harness.lease.>"},
@@ -139,7 +147,7 @@ func Services() []Service {
 					// A running Bash call's output, as it comes.
 					bus.LiveFilter("*"),
 				}, events("sandbox", "tool.completed")),
-				Deny: concat(denyConsumers(bus.ConsumerSandboxCalls), denyVaults),
+				Deny: concat(denyConsumers(bus.ConsumerSandboxCalls), denyVaults, denyWebhooks),
 				// It answers the workspace and environment APIs (nats.go/micro
 				// services, which also hear $SRV.>).
 				Subscribe: []string{bus.InboxPrefix(UserSandbox) + ".>", "sandbox.node.>", bus.PreviewFilter(bus.ServiceSandbox), bus.WorkspaceAPI("*", "*", ">"),
@@ -156,17 +164,22 @@ func Services() []Service {
 					"$JS.API.STREAM.MSG.DELETE.KV_memories",
 					"$KV.memories.>", "$O.skills.>", "payloads.>",
 				}, events("memory", "tool.completed")),
-				Deny:      concat(denyConsumers(bus.ConsumerMemoryCalls), denyVaults),
+				Deny:      concat(denyConsumers(bus.ConsumerMemoryCalls), denyVaults, denyWebhooks),
 				Subscribe: []string{bus.InboxPrefix(UserMemory) + ".>", "corral.memory.>", "$SRV.>", bus.PreviewFilter(bus.ServiceMemory)},
 			},
 			Responds: true,
 		},
 		{
+			// Its sessions console reads the session index with jsRead,
+			// hears the sessions' output (live.<tenant>.<session>) and
+			// sends stops as corral stop does: a request on the
+			// session's user's subject (requests.<tenant>.<session>.<user>),
+			// recorded by the harness as stopped by the person signed in.
 			User: UserApproval,
 			Permissions: Permissions{
-				Publish:   concat(jsRead, []string{"$KV.approvals.>", "payloads.>"}, events("approval", "approval.decided")),
-				Deny:      concat(denyConsumers(bus.ConsumerApprovals), denyVaults),
-				Subscribe: []string{bus.InboxPrefix(UserApproval) + ".>", "corral.approval.>", "$SRV.>"},
+				Publish:   concat(jsRead, []string{"$KV.approvals.>", "payloads.>", "requests.*.*." + bus.ConsoleToken}, events("approval", "approval.decided")),
+				Deny:      concat(denyConsumers(bus.ConsumerApprovals), denyVaults, denyWebhooks),
+				Subscribe: []string{bus.InboxPrefix(UserApproval) + ".>", "corral.approval.>", "$SRV.>", bus.LiveFilter("*")},
 			},
 			Responds: true,
 		},
@@ -179,7 +192,7 @@ func Services() []Service {
 			Permissions: Permissions{
 				Publish: concat(jsRead, []string{"$KV." + bus.BucketVaults + ".>", "$KV." + bus.BucketEgress + ".>"},
 					events("egress", "approval.requested")),
-				Deny:      denyConsumers(bus.ConsumerEgressDecisions),
+				Deny:      concat(denyConsumers(bus.ConsumerEgressDecisions), denyWebhooks),
 				Subscribe: []string{bus.InboxPrefix(UserEgress) + ".>", bus.VaultAPI("*", "*", ">"), "$SRV.>"},
 			},
 			Responds: true,
@@ -189,13 +202,18 @@ func Services() []Service {
 			// it alone writes. It reads the logs (and their large events)
 			// with jsRead, and dead-letters what it rejects. Nothing a
 			// tenant asks of the HTTP API is done as the gateway: it signs
-			// in as the client whose key the request carries.
+			// in as the client whose key the request carries. It keeps
+			// the tenants' webhooks and their secrets, which it alone
+			// reads, answers their API (corral webhooks), posts them from
+			// its own consumer of the logs and records each attempt.
 			User: UserGateway,
 			Permissions: Permissions{
-				Publish:   concat(jsRead, []string{"$KV." + bus.BucketSessions + ".>"}),
-				Deny:      concat(denyConsumers(bus.ConsumerGatewayIndex), denyVaults),
-				Subscribe: []string{bus.InboxPrefix(UserGateway) + ".>"},
+				Publish: concat(jsRead, []string{"$KV." + bus.BucketSessions + ".>",
+					"$KV." + bus.BucketWebhooks + ".>", bus.WebhookDeliverySubject("*", "*", "*")}),
+				Deny:      concat(denyConsumers(bus.ConsumerGatewayIndex, bus.ConsumerGatewayWebhooks, bus.ConsumerGatewayTraces), denyVaults),
+				Subscribe: []string{bus.InboxPrefix(UserGateway) + ".>", bus.WebhookAPI("*", "*", ">"), "$SRV.>"},
 			},
+			Responds: true,
 		},
 		{
 			// It reads the credentials bucket, answers the server on

@@ -7,6 +7,8 @@
 package egressapi
 
 import (
+	"slices"
+
 	"github.com/google/uuid"
 )
 
@@ -71,6 +73,20 @@ type Identity struct {
 	// over git's smart HTTP, with the credentials egress injects, and
 	// reach nothing else. The agent's own sandbox never has one.
 	Fetch string `json:"fetch,omitempty"`
+	// Vaults, when set, are the groups of the tenant's vaults (see
+	// [Vault].Group) whose credentials alone go into the sandbox's
+	// requests, as the session's first request named them; when not,
+	// every vault of the tenant and the user that binds a request's host
+	// may.
+	Vaults []string `json:"vaults,omitempty"`
+}
+
+// Equal reports whether id and other speak for the same sandbox in the
+// same way.
+func (id Identity) Equal(other Identity) bool {
+	return id.Tenant == other.Tenant && id.User == other.User && id.Session == other.Session &&
+		id.Environment == other.Environment && id.EnvironmentVersion == other.EnvironmentVersion &&
+		id.Phase == other.Phase && id.Fetch == other.Fetch && slices.Equal(id.Vaults, other.Vaults)
 }
 
 // PhaseSetup is the [Identity].Phase of the sandbox that runs an

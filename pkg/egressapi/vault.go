@@ -12,6 +12,12 @@ const (
 	OpList   = "ls"
 	OpRotate = "rotate"
 	OpRemove = "rm"
+	// OpUpdate replaces a vault's label and metadata, and its secret
+	// when the request carries one; its bindings stay.
+	OpUpdate = "update"
+	// OpArchive drops a vault's secret for good and keeps what it was:
+	// it goes into no request any more, and is still listed.
+	OpArchive = "archive"
 )
 
 // VaultSubject is where a client acting as user of tenant asks for op on
@@ -52,6 +58,19 @@ type Vault struct {
 	Version   int       `json:"version"`
 	CreatedAt time.Time `json:"created_at"`
 	RotatedAt time.Time `json:"rotated_at,omitzero"`
+	// Group, on a tenant's own vault, is the group it is a credential of:
+	// a session that names groups ([Identity].Vaults) gets the
+	// credentials of those alone. The HTTP API's vaults are groups, its
+	// credentials vaults. It is set when the vault is made, and stays.
+	Group string `json:"group,omitempty"`
+	// Label and Metadata are the client's own words about it (the HTTP
+	// API's display_name and metadata); egress reads neither.
+	Label    string            `json:"label,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// UpdatedAt is when it last changed; ArchivedAt when it was
+	// archived ([OpArchive]): its secret is gone.
+	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+	ArchivedAt time.Time `json:"archived_at,omitzero"`
 }
 
 // Injection says how a secret goes into a request. Exactly one of Header
@@ -67,8 +86,9 @@ type Injection struct {
 }
 
 // VaultRequest is a request of the vault API. Create names a new vault
-// with its bindings and secret; rotate names one and its new secret; rm
-// names one; ls names none.
+// with its bindings and secret; rotate names one and its new secret;
+// update names one, its new label and metadata, and maybe a new secret;
+// rm and archive name one; ls names none.
 type VaultRequest struct {
 	Vault
 	Secret string `json:"secret,omitempty"`

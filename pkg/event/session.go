@@ -24,6 +24,10 @@ type Request struct {
 	// harness's default.
 	Model  string `json:"model,omitempty"`
 	Prompt string `json:"prompt"`
+	// SessionConfig, on a session's first request, is what the session
+	// runs with beyond its tenant's policy: its own instructions, tools
+	// and budget.
+	SessionConfig
 	// Fork, on a session's first request, names a session of the same
 	// tenant whose workspace, as of its last snapshot, the new session
 	// starts from. The conversation starts afresh.
@@ -41,6 +45,11 @@ type Request struct {
 	// environment the session runs in; empty means the tenant's default,
 	// if it has one.
 	Environment string `json:"environment,omitempty"`
+	// Vaults, on a session's first request, names the tenant's vaults
+	// (the HTTP API's, by ID) whose credentials alone egress may add to
+	// the session's requests; none means every vault of the tenant and
+	// the user that binds a request's host.
+	Vaults []string `json:"vaults,omitempty"`
 }
 
 // Repo is a git repository a workspace starts from.
@@ -94,6 +103,9 @@ type SessionRequested struct {
 	// Model is the resolved model name, with its provider prefix.
 	Model  string `json:"model"`
 	Prompt string `json:"prompt"`
+	// SessionConfig is the first request's, as the harness accepted it:
+	// what every step of the session runs with.
+	SessionConfig
 	// Fork is the session whose workspace this one starts from.
 	Fork uuid.UUID `json:"fork,omitzero"`
 	// Repo and Files are what the workspace starts from, as the request
@@ -106,6 +118,10 @@ type SessionRequested struct {
 	// uses, for as long as it runs.
 	Environment        string `json:"environment,omitempty"`
 	EnvironmentVersion string `json:"environment_version,omitempty"`
+	// Vaults are the vaults the first request named, each checked to be
+	// the tenant's: for as long as the session runs, egress adds the
+	// credentials of those alone to its requests.
+	Vaults []string `json:"vaults,omitempty"`
 	// Prepare is the ID of the call that prepares the session's
 	// workspace before the model's first turn (lays out its files, clones
 	// its repository, builds its environment); nil when there is nothing
@@ -132,9 +148,12 @@ type SessionCompleted struct {
 const (
 	CodeInvalidRequest = "invalid_request"
 	CodeUnknownModel   = "unknown_model"
-	CodeModelError     = "model_error"
-	CodePoison         = "poison_message"
-	CodeBudget         = "budget_exceeded"
+	// CodeNotConfigured: the session's model is of a provider the
+	// harness has no key for.
+	CodeNotConfigured = "provider_not_configured"
+	CodeModelError    = "model_error"
+	CodePoison        = "poison_message"
+	CodeBudget        = "budget_exceeded"
 	// CodeWorkspace: the workspace could not be prepared (an unknown ref,
 	// a forge that refused the credentials, files over the workspace's
 	// quota, an environment whose setup failed).

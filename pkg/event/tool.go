@@ -244,6 +244,9 @@ type PrepareInput struct {
 	Files              string `json:"files,omitempty"`
 	Environment        string `json:"environment,omitempty"`
 	EnvironmentVersion string `json:"environment_version,omitempty"`
+	// Vaults are the session's ([SessionRequested].Vaults): a clone
+	// gets their credentials alone.
+	Vaults []string `json:"vaults,omitempty"`
 }
 
 // PrepareTool is the name of the call that prepares a workspace. It is no

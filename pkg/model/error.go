@@ -18,6 +18,9 @@ var (
 	// ErrUnknownModel is returned by [Providers.Resolve] for a model name it
 	// cannot map to a configured provider.
 	ErrUnknownModel = errors.New("unknown model")
+	// ErrNotConfigured is returned by [Providers.Resolve] for a model of
+	// a provider the process has no key or server for.
+	ErrNotConfigured = errors.New("model provider not configured")
 )
 
 // APIError is an error status answered by a provider. Use [errors.As] to

@@ -59,9 +59,9 @@ type Providers struct {
 // Resolve maps a model name of the form "openai:<model>" or
 // "anthropic:<model>" to the provider's client and the provider's own name
 // for the model (everything after the first colon, so "openai:llama3:8b"
-// names "llama3:8b"). Errors wrap [ErrUnknownModel] and say what to fix: a
-// missing or unknown prefix, an empty model name, or a provider that is not
-// configured.
+// names "llama3:8b"). Errors say what to fix: a missing or unknown prefix
+// or an empty model name wrap [ErrUnknownModel], a provider that is not
+// configured [ErrNotConfigured].
 func (p Providers) Resolve(name string) (Client, string, error) {
 	prefix, model, ok := strings.Cut(name, ":")
 	var c Client
@@ -78,7 +78,7 @@ func (p Providers) Resolve(name string) (Client, string, error) {
 		return nil, "", fmt.Errorf("%w %q: the model name after %q is empty", ErrUnknownModel, name, prefix+":")
 	}
 	if c == nil {
-		return nil, "", fmt.Errorf("%w %q: %s is not configured: set %s", ErrUnknownModel, name, prefix, env)
+		return nil, "", fmt.Errorf("%w for %q: set %s in the harness's environment (corral dev's, with corral dev) and restart it", ErrNotConfigured, name, env)
 	}
 	return c, model, nil
 }

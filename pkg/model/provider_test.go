@@ -30,16 +30,20 @@ func TestResolve(t *testing.T) {
 		{"prefix case", both, "OpenAI:gpt-4.1", nil, "", `unknown model "OpenAI:gpt-4.1": must be openai:<model> or anthropic:<model>`},
 		{"empty", both, "", nil, "", `unknown model "": must be openai:<model> or anthropic:<model>`},
 		{"empty model", both, "anthropic:", nil, "", `unknown model "anthropic:": the model name after "anthropic:" is empty`},
-		{"anthropic missing", model.Providers{OpenAI: openai}, "anthropic:claude", nil, "", `unknown model "anthropic:claude": anthropic is not configured: set ANTHROPIC_API_KEY`},
-		{"openai missing", model.Providers{Anthropic: anthropic}, "openai:gpt-4.1", nil, "", `unknown model "openai:gpt-4.1": openai is not configured: set OPENAI_API_KEY or OPENAI_BASE_URL`},
+		{"anthropic missing", model.Providers{OpenAI: openai}, "anthropic:claude", nil, "", `model provider not configured for "anthropic:claude": set ANTHROPIC_API_KEY in the harness's environment (corral dev's, with corral dev) and restart it`},
+		{"openai missing", model.Providers{Anthropic: anthropic}, "openai:gpt-4.1", nil, "", `model provider not configured for "openai:gpt-4.1": set OPENAI_API_KEY or OPENAI_BASE_URL in the harness's environment (corral dev's, with corral dev) and restart it`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c, name, err := tc.providers.Resolve(tc.model)
 			if tc.wantErr != "" {
-				if err == nil || err.Error() != tc.wantErr || !errors.Is(err, model.ErrUnknownModel) {
-					t.Fatalf("Resolve(%q) error = %v, want %q wrapping ErrUnknownModel", tc.model, err, tc.wantErr)
+				want := model.ErrUnknownModel
+				if tc.providers != both {
+					want = model.ErrNotConfigured
+				}
+				if err == nil || err.Error() != tc.wantErr || !errors.Is(err, want) {
+					t.Fatalf("Resolve(%q) error = %v, want %q wrapping %v", tc.model, err, tc.wantErr, want)
 				}
 				return
 			}

@@ -67,6 +67,26 @@ func (l *Limits) UnmarshalJSON(data []byte) error {
 // Raise returns l with every cap r sets in place of l's.
 func (l Limits) Raise(r Limits) Limits { return r.orElse(l) }
 
+// Lower returns l with every cap r sets below l's (or that l does not
+// set) in place of l's: r can tighten l, never loosen it.
+func (l Limits) Lower(r Limits) Limits {
+	return Limits{
+		Steps:          tighter(l.Steps, r.Steps),
+		Tokens:         tighter(l.Tokens, r.Tokens),
+		CostUSD:        tighter(l.CostUSD, r.CostUSD),
+		SandboxSeconds: tighter(l.SandboxSeconds, r.SandboxSeconds),
+		WallTime:       tighter(l.WallTime, r.WallTime),
+	}
+}
+
+// tighter is the tighter of two caps, where 0 is none.
+func tighter[T ~int | ~int64 | ~float64](a, b T) T {
+	if b > 0 && (a == 0 || b < a) {
+		return b
+	}
+	return a
+}
+
 // Budgets are the caps of a tenant's sessions, of each of its users per
 // day and of the whole tenant per day (days in UTC).
 type Budgets struct {
@@ -177,6 +197,16 @@ func (p *Policy) Budgets(tenant string) Budgets {
 		}
 	}
 	return b
+}
+
+// Priced reports whether the price table prices modelName, itself or by
+// its "*" entry: only then can a cap of cost ever be reached.
+func (p *Policy) Priced(modelName string) bool {
+	pr, ok := p.prices[modelName]
+	if !ok {
+		pr = p.prices["*"]
+	}
+	return pr.Input > 0 || pr.Output > 0
 }
 
 // Cost returns what usage cost on modelName ("openai:gpt-4.1"), by the

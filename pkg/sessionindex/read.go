@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
 )
 
 // Stream is the index bucket's stream.
@@ -43,8 +44,14 @@ func Get(ctx context.Context, js jetstream.JetStream, tenant string, session uui
 	return e, ok, err
 }
 
-// List returns every entry of tenant's sessions, read through a consumer
-// filtered to the tenant's keys, as a client of the tenant may.
+// AnyTenant, given to [List] for a tenant, lists the sessions of every
+// tenant the reader may read: an operator's credential, whose tenant it
+// is, reads them all.
+const AnyTenant = "*"
+
+// List returns every entry of tenant's sessions (of every tenant the
+// reader may read, for [AnyTenant]), read through a consumer filtered to
+// the tenant's keys, as a client of the tenant may.
 func List(ctx context.Context, js jetstream.JetStream, tenant string) ([]Entry, error) {
 	msgs, err := bus.ReadByConsumer(ctx, js, Stream, prefix+tenant+".>", 0)
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -72,7 +79,8 @@ func List(ctx context.Context, js jetstream.JetStream, tenant string) ([]Entry, 
 }
 
 // decode returns the entry m holds, with its tenant and session those its
-// subject names; false for a deleted key.
+// subject names (a tenant's name, tenant unless that is [AnyTenant]);
+// false for a deleted key.
 func decode(tenant string, m bus.Msg) (Entry, bool, error) {
 	if len(m.Data) == 0 {
 		return Entry{}, false, nil
@@ -80,7 +88,7 @@ func decode(tenant string, m bus.Msg) (Entry, bool, error) {
 	key := strings.TrimPrefix(m.Subject, prefix)
 	t, id, ok := strings.Cut(key, ".")
 	session, err := uuid.Parse(id)
-	if !ok || t != tenant || err != nil || session.String() != id {
+	if !ok || (t != tenant && (tenant != AnyTenant || event.CheckTenant(t) != nil)) || err != nil || session.String() != id {
 		return Entry{}, false, fmt.Errorf("session index: key %q is not %s.<session>", key, tenant)
 	}
 	var e Entry

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -157,7 +158,8 @@ func TestRecordMsgIDsPerSession(t *testing.T) {
 
 // A tool service records a result right after the event its call followed
 // when nothing came in between, and without the condition otherwise; a
-// result recorded again changes nothing.
+// result recorded again changes nothing. A result is stamped with the time
+// it is recorded, its end.
 func TestRecordResult(t *testing.T) {
 	t.Parallel()
 	_, _, js := natstest.Run(t)
@@ -176,8 +178,13 @@ func TestRecordResult(t *testing.T) {
 		return &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", s), Call: call, Name: "Bash", Output: output, Service: bus.ServiceSandbox}
 	}
 	r1 := result(c1, "one")
+	started := r1.Time
+	r1.Time = started.Add(-time.Minute) // made when the call started
 	if err := sandbox.RecordResult(ctx, r1, after); err != nil {
 		t.Fatal(err)
+	}
+	if r1.Time.Before(started) {
+		t.Errorf("result stamped %s, before it was recorded (%s): want the time of its end", r1.Time, started)
 	}
 	if r1.After != after {
 		t.Errorf("result recorded right after %d says After %d", after, r1.After)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"time"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
@@ -19,6 +20,9 @@ import (
 // the condition.
 func (l *Log) RecordResult(ctx context.Context, r *event.ToolCompleted, after uint64) error {
 	id := r.Call.String() + ":result"
+	// Stamped with its end, not with the start its header was made at: a
+	// call killed by a stop is shown after the stop.
+	r.Time = time.Now().UTC()
 	if after > 0 {
 		r.After = after
 		_, err := l.Append(ctx, r, id, after)
