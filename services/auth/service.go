@@ -27,6 +27,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/process"
+	"corral.dev/pkg/version"
 )
 
 // Subject is where the NATS server asks about a connection.
@@ -150,7 +151,7 @@ func (s *Service) Run(ctx context.Context) error {
 		unsubscribe(subs)
 		return fmt.Errorf("subscribe %s: %w", Subject, err)
 	}
-	s.log.InfoContext(ctx, "auth started", "issuer", s.cfg.Issuer, "account", s.cfg.Account, "ttl", s.cfg.TTL)
+	s.log.InfoContext(ctx, "auth started", "version", version.String(), "issuer", s.cfg.Issuer, "account", s.cfg.Account, "ttl", s.cfg.TTL)
 	close(s.ready)
 
 	// The answers outlive ctx: a question taken is answered, not dropped

@@ -121,7 +121,7 @@ func (b *sandboxes) openSandbox(id egressapi.Identity) (string, error) {
 	}
 	k := sessionKey{id.Tenant, id.Session}
 	if s := b.open[k]; s != nil {
-		if s.id == id {
+		if s.id.Equal(id) {
 			return filepath.Join(b.dir, socketsDir, s.name), nil
 		}
 		b.stop(s)

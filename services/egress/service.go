@@ -18,6 +18,7 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
+	"corral.dev/pkg/version"
 	"corral.dev/services/egress/internal/proxy"
 )
 
@@ -160,7 +161,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.ApprovalKey == nil {
 		s.log.WarnContext(ctx, "no CORRAL_APPROVAL_PUBLIC_KEY: requests held for a reviewer never pass")
 	}
-	s.log.InfoContext(ctx, "egress started", "dir", s.cfg.Dir)
+	s.log.InfoContext(ctx, "egress started", "version", version.String(), "dir", s.cfg.Dir)
 	return g.Wait()
 }
 

@@ -128,7 +128,9 @@ type match struct {
 
 // matching returns the vaults a session of id may send to host and path,
 // the user's own first, then the tenant's, each by name: as they were
-// when it looked, whatever the watch changes after.
+// when it looked, whatever the watch changes after. A session that names
+// groups ([egressapi.Identity].Vaults) gets the tenant's vaults of those
+// groups alone; an archived vault has no secret left to send.
 func (v *vaults) matching(ctx context.Context, id egressapi.Identity, host, path string, anyPath bool) ([]match, error) {
 	select {
 	case <-v.synced:
@@ -140,7 +142,10 @@ func (v *vaults) matching(ctx context.Context, id egressapi.Identity, host, path
 	defer v.mu.Unlock()
 	var mine, theirs []match
 	for k, s := range v.items {
-		if !hostMatches(s.Vault.Hosts, host) || !anyPath && !pathMatches(s.Vault.Paths, path) {
+		if !hostMatches(s.Vault.Hosts, host) || !anyPath && !pathMatches(s.Vault.Paths, path) || !s.Vault.ArchivedAt.IsZero() {
+			continue
+		}
+		if id.Vaults != nil && (s.Vault.Group == "" || !slices.Contains(id.Vaults, s.Vault.Group)) {
 			continue
 		}
 		switch {
@@ -228,8 +233,14 @@ func check(v egressapi.Vault, secret string, creating bool) error {
 	if !vaultName.MatchString(v.Name) {
 		return fmt.Errorf("%w: name %q: want 1 to 64 of a-z, 0-9, - and _, starting with a letter or digit", errInvalid, v.Name)
 	}
+	if err := checkAbout(v); err != nil {
+		return err
+	}
 	if !creating {
 		return nil
+	}
+	if v.Group != "" && !vaultName.MatchString(v.Group) {
+		return fmt.Errorf("%w: group %q: want 1 to 64 of a-z, 0-9, - and _, starting with a letter or digit", errInvalid, v.Group)
 	}
 	if len(v.Hosts) == 0 {
 		return fmt.Errorf("%w: vault %s binds no host: give the hosts its secret may be sent to", errInvalid, v.Name)
@@ -254,6 +265,30 @@ func check(v egressapi.Vault, secret string, creating bool) error {
 		return fmt.Errorf("%w: vault %s: the prefix and user may hold no line break, and the user no colon", errInvalid, v.Name)
 	}
 	return checkSecret(secret)
+}
+
+// Bounds of what a client says about a vault.
+const (
+	maxLabel    = 255
+	maxMetadata = 16
+	maxMetaKey  = 64
+	maxMetaVal  = 512
+)
+
+// checkAbout says what is wrong with the label and metadata of v.
+func checkAbout(v egressapi.Vault) error {
+	if len(v.Label) > maxLabel || strings.ContainsAny(v.Label, "\r\n\x00") {
+		return fmt.Errorf("%w: label: want at most %d bytes on one line", errInvalid, maxLabel)
+	}
+	if len(v.Metadata) > maxMetadata {
+		return fmt.Errorf("%w: metadata: %d pairs, want at most %d", errInvalid, len(v.Metadata), maxMetadata)
+	}
+	for k, val := range v.Metadata {
+		if k == "" || len(k) > maxMetaKey || len(val) > maxMetaVal {
+			return fmt.Errorf("%w: metadata %q: want keys of 1 to %d bytes and values of at most %d", errInvalid, k, maxMetaKey, maxMetaVal)
+		}
+	}
+	return nil
 }
 
 func checkSecret(secret string) error {

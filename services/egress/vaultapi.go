@@ -50,7 +50,7 @@ func (s *Service) serveVaults(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("vault api: %w", err)
 	}
-	for _, op := range []string{egressapi.OpCreate, egressapi.OpList, egressapi.OpRotate, egressapi.OpRemove} {
+	for _, op := range []string{egressapi.OpCreate, egressapi.OpList, egressapi.OpRotate, egressapi.OpRemove, egressapi.OpUpdate, egressapi.OpArchive} {
 		h := func(r micro.Request) {
 			// Only the server's record says a request came from a client.
 			if err := bus.Admit(r, s.cfg.Clients); err != nil {
@@ -101,10 +101,14 @@ func (s *Service) vaultOp(ctx context.Context, op, tenant, user string, req egre
 		return egressapi.VaultReply{}, err
 	}
 	key := vaultKey(tenant, user, req.Name)
+	now := time.Now().UTC()
 	switch op {
 	case egressapi.OpCreate:
+		if req.Group != "" && user != "" {
+			return egressapi.VaultReply{}, fmt.Errorf("%w: vault %s: only the tenant's own vaults are credentials of a group", errInvalid, req.Name)
+		}
 		v := req.Vault
-		v.User, v.Version, v.CreatedAt, v.RotatedAt = user, 1, time.Now().UTC(), time.Time{}
+		v.User, v.Version, v.CreatedAt, v.UpdatedAt, v.RotatedAt, v.ArchivedAt = user, 1, now, now, time.Time{}, time.Time{}
 		data, err := s.vaults.marshal(key, v, req.Secret)
 		if err != nil {
 			return egressapi.VaultReply{}, err
@@ -113,32 +117,34 @@ func (s *Service) vaultOp(ctx context.Context, op, tenant, user string, req egre
 			return egressapi.VaultReply{}, err
 		}
 		s.vaults.remember(key, data)
-		s.log.InfoContext(ctx, "vault created", "tenant", tenant, "user", user, "vault", v.Name, "hosts", v.Hosts)
+		s.log.InfoContext(ctx, "vault created", "tenant", tenant, "user", user, "vault", v.Name, "group", v.Group, "hosts", v.Hosts)
 		return egressapi.VaultReply{Vault: &v}, nil
-	case egressapi.OpRotate:
-		if err := checkSecret(req.Secret); err != nil {
-			return egressapi.VaultReply{}, err
-		}
-		e, err := s.vaults.kv.Get(ctx, key)
+	case egressapi.OpRotate, egressapi.OpUpdate, egressapi.OpArchive:
+		v, err := s.vaults.change(ctx, key, func(v *egressapi.Vault) (string, error) {
+			if !v.ArchivedAt.IsZero() {
+				return "", fmt.Errorf("%w: vault %s is archived: its secret is gone for good (make another)", errInvalid, v.Name)
+			}
+			v.UpdatedAt = now
+			secret := req.Secret
+			switch op {
+			case egressapi.OpArchive:
+				v.ArchivedAt, secret = now, ""
+			case egressapi.OpUpdate:
+				v.Label, v.Metadata = req.Label, req.Metadata
+			}
+			if op == egressapi.OpRotate || op == egressapi.OpUpdate && secret != "" {
+				if err := checkSecret(secret); err != nil {
+					return "", err
+				}
+				v.Version++
+				v.RotatedAt = now
+			}
+			return secret, nil
+		})
 		if err != nil {
 			return egressapi.VaultReply{}, err
 		}
-		var old sealed
-		if err := json.Unmarshal(e.Value(), &old); err != nil {
-			return egressapi.VaultReply{}, fmt.Errorf("vault %s: %w", key, err)
-		}
-		v := old.Vault
-		v.Version++
-		v.RotatedAt = time.Now().UTC()
-		data, err := s.vaults.marshal(key, v, req.Secret)
-		if err != nil {
-			return egressapi.VaultReply{}, err
-		}
-		if _, err := s.vaults.kv.Update(ctx, key, data, e.Revision()); err != nil {
-			return egressapi.VaultReply{}, fmt.Errorf("rotate vault %s: %w", req.Name, err)
-		}
-		s.vaults.remember(key, data)
-		s.log.InfoContext(ctx, "vault rotated", "tenant", tenant, "user", user, "vault", v.Name, "version", v.Version)
+		s.log.InfoContext(ctx, "vault changed", "op", op, "tenant", tenant, "user", user, "vault", v.Name, "version", v.Version)
 		return egressapi.VaultReply{Vault: &v}, nil
 	default: // rm
 		e, err := s.vaults.kv.Get(ctx, key)
@@ -154,6 +160,43 @@ func (s *Service) vaultOp(ctx context.Context, op, tenant, user string, req egre
 		s.log.InfoContext(ctx, "vault removed", "tenant", tenant, "user", user, "vault", req.Name)
 		return egressapi.VaultReply{Vault: &old.Vault}, nil
 	}
+}
+
+// change applies edit to the vault kept under key, and keeps it with the
+// secret edit returns: its old one for "", unless edit archived it (an
+// archived vault keeps none).
+func (v *vaults) change(ctx context.Context, key string, edit func(*egressapi.Vault) (string, error)) (egressapi.Vault, error) {
+	e, err := v.kv.Get(ctx, key)
+	if err != nil {
+		return egressapi.Vault{}, err
+	}
+	var old sealed
+	if err := json.Unmarshal(e.Value(), &old); err != nil {
+		return egressapi.Vault{}, fmt.Errorf("vault %s: %w", key, err)
+	}
+	vault := old.Vault
+	secret, err := edit(&vault)
+	if err != nil {
+		return egressapi.Vault{}, err
+	}
+	next := sealed{Vault: vault, Sealed: old.Sealed}
+	switch {
+	case !vault.ArchivedAt.IsZero():
+		next.Sealed = nil
+	case secret != "":
+		if next.Sealed, err = v.seal(key, secret); err != nil {
+			return egressapi.Vault{}, err
+		}
+	}
+	data, err := json.Marshal(next)
+	if err != nil {
+		return egressapi.Vault{}, err
+	}
+	if _, err := v.kv.Update(ctx, key, data, e.Revision()); err != nil {
+		return egressapi.Vault{}, fmt.Errorf("change vault %s: %w", vault.Name, err)
+	}
+	v.remember(key, data)
+	return vault, nil
 }
 
 // marshal seals secret into v as kept under key.

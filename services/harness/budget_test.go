@@ -256,7 +256,7 @@ func TestTurnLimit(t *testing.T) {
 	startTools(t, js, output("ok"))
 	session := ask(t, js, "acme", "ada", uuid.Must(uuid.NewV7()), "", "go on forever")
 	evs := ended(t, js, "acme", session, 1)
-	if f := failure(t, evs); f.Code != core.CodeTurnLimit || f.Reason != "the session reached its limit of 2 model turns" {
+	if f := failure(t, evs); f.Code != core.CodeTurnLimit || f.Reason != "the session reached its limit of 2 model turns (CORRAL_MAX_TURNS, in the harness's environment, raises it for every session)" {
 		t.Errorf("failure = %s %q", f.Code, f.Reason)
 	}
 	if n := turns(evs); n != 2 {

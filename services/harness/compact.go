@@ -138,7 +138,7 @@ const summaryRequest = `[Corral] This conversation is about to be compacted to f
 func (s *Service) summarise(ctx context.Context, st *state, env core.Env, c core.Compact) (*model.Response, error) {
 	client, name, err := s.providers.Resolve(st.Model)
 	if err != nil {
-		return nil, s.fail(ctx, st, event.CodeUnknownModel, err.Error())
+		return nil, s.fail(ctx, st, modelCode(err), err.Error())
 	}
 	skills, err := s.skills.load(ctx, st.Tenant)
 	if err != nil {
@@ -148,7 +148,7 @@ func (s *Service) summarise(ctx context.Context, st *state, env core.Env, c core
 		Model:    name,
 		System:   systemPrompt(st, skills),
 		Messages: withRequest(c.Older, summaryRequest),
-		Tools:    tool.Specs(),
+		Tools:    st.Specs(),
 	}
 	// Thinking and reasoning as the session's turns ask: the API takes
 	// back their thinking blocks only with thinking on, and the cached

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,19 @@ import (
 // credential only for itself. Clients write nothing to the session logs
 // themselves. A stop does not wait for the session's lock: it must reach a
 // step that is asking the model or waiting for a call.
+// handleConsoleStop records a stop the sessions console sent: on a
+// subject only the approval service may publish, which signed in the
+// person the stop names and checked they may see the session. Nothing but
+// a stop naming them is taken there.
+func (s *Service) handleConsoleStop(ctx context.Context, tenant string, session uuid.UUID, data []byte) error {
+	if typ := controlType(data); typ != event.TypeSessionStopped {
+		return bus.Permanent(fmt.Errorf("the sessions console sends stops alone, not %q", cmp.Or(typ, "a request")))
+	}
+	return s.handleControl(ctx, tenant, session, "", event.TypeSessionStopped, data)
+}
+
+// handleControl records a stop or a budget raise of a session of tenant,
+// sent on user's subject ("" for the console's, see [handleConsoleStop]).
 func (s *Service) handleControl(ctx context.Context, tenant string, session uuid.UUID, user, typ string, data []byte) error {
 	if err := schemas.Validate(typ, data); err != nil {
 		return bus.Permanent(fmt.Errorf("invalid %s: %v", typ, err))
@@ -43,8 +57,11 @@ func (s *Service) handleControl(ctx context.Context, tenant string, session uuid
 	if !found {
 		return bus.Permanent(fmt.Errorf("no session %s in tenant %s", session, tenant))
 	}
-	if owner := first.Event.(*event.SessionRequested).User; owner != user {
+	if owner := first.Event.(*event.SessionRequested).User; user != "" && owner != user {
 		return bus.Permanent(fmt.Errorf("session %s is not user %q's", session, user))
+	}
+	if stop, ok := ev.(*event.SessionStopped); ok && user == "" && stop.By == "" {
+		return bus.Permanent(errors.New("invalid stop from the sessions console: it names no one"))
 	}
 	// The recorded event says who asked as the subject does.
 	h.Time = h.Time.UTC()

@@ -11,8 +11,11 @@ import (
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/egressapi"
 	"corral.dev/pkg/environmentapi"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/model"
+	"corral.dev/pkg/policy"
 	"corral.dev/schemas"
 )
 
@@ -29,6 +32,9 @@ const MaxPromptBytes = 256 << 10
 // refused. A session is its first request's user's: a follow-up from
 // anyone else is refused.
 func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
+	if tenant, session, ok := consoleSubject(m.Subject); ok {
+		return s.handleConsoleStop(ctx, tenant, session, m.Data)
+	}
 	tenant, session, user, err := requestSubject(m.Subject)
 	if err != nil {
 		return bus.Permanent(err)
@@ -59,7 +65,7 @@ func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
 	if _, _, err := s.providers.Resolve(modelName); err != nil {
 		// Not a poison message: the request was well formed, so the
 		// failure is the session's and the message is done.
-		return s.recordFailure(ctx, tenant, session, event.CodeUnknownModel, err.Error(), req.ID.String())
+		return s.recordFailure(ctx, tenant, session, modelCode(err), err.Error(), req.ID.String())
 	}
 
 	// Under the session's lease no step is asking the model, so a
@@ -97,8 +103,11 @@ func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
 			if why != "" {
 				return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, why, req.ID.String())
 			}
-		} else if req.Repo != nil || req.Files != "" || req.Environment != "" {
-			why := fmt.Sprintf("session %s has started already: what a workspace starts from (repo, files, environment) is named only by a session's first request", session)
+		} else if req.Repo != nil || req.Files != "" || req.Environment != "" || req.Vaults != nil {
+			why := fmt.Sprintf("session %s has started already: what a workspace starts from (repo, files, environment, vaults) is named only by a session's first request", session)
+			return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, why, req.ID.String())
+		} else if !req.SessionConfig.IsZero() {
+			why := fmt.Sprintf("session %s has started already: what a session runs with (system, tools, ask, budget) is set only by its first request", session)
 			return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, why, req.ID.String())
 		}
 		return s.append(ctx, st, &ev, "request:"+req.ID.String())
@@ -127,7 +136,12 @@ func (s *Service) startFrom(ctx context.Context, req *event.Request, ev *event.S
 	if err != nil || why != "" {
 		return why, err
 	}
+	if why, err := s.checkVaults(ctx, req.Tenant, req.Vaults); err != nil || why != "" {
+		return why, err
+	}
+	ev.Vaults = req.Vaults
 	ev.Repo, ev.Files = req.Repo, req.Files
+	ev.SessionConfig = req.SessionConfig
 	ev.Environment, ev.EnvironmentVersion = name, version
 	if req.Repo != nil || req.Files != "" || name != "" && !built {
 		// The same ID for every delivery of the request.
@@ -154,6 +168,18 @@ func (s *Service) checkFork(ctx context.Context, tenant string, session uuid.UUI
 		return fmt.Sprintf("fork: no session %s in tenant %s", req.Fork, tenant), nil
 	}
 	return "", nil
+}
+
+// consoleSubject returns the tenant and session of a stop the sessions
+// console sent, on requests.<tenant>.<session>.console, and whether
+// subject is one.
+func consoleSubject(subject string) (tenant string, session uuid.UUID, ok bool) {
+	tok := strings.Split(subject, ".")
+	if len(tok) != 4 || tok[0] != "requests" || tok[3] != bus.ConsoleToken {
+		return "", uuid.Nil, false
+	}
+	tenant, session, err := bus.ParseSubject(subject)
+	return tenant, session, err == nil
 }
 
 // requestSubject returns the tenant, session and user a request's subject,
@@ -200,9 +226,39 @@ func checkRequest(req *event.Request, tenant, session string) error {
 	case !utf8.ValidString(req.Prompt):
 		problems = append(problems, "prompt is not valid UTF-8")
 	}
+	if err := req.SessionConfig.Check(); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if err := normalBudget(&req.SessionConfig); err != nil {
+		problems = append(problems, err.Error())
+	}
 	if len(problems) > 0 {
 		return fmt.Errorf("invalid request: %s", strings.Join(problems, "; "))
 	}
+	return nil
+}
+
+// normalBudget checks a request's budget and writes it as the policy
+// does, so that the log holds what the session's caps read as. A cap
+// above its tenant's is no error: the tenant's counts (see
+// [core.SessionLimits]).
+func normalBudget(c *event.SessionConfig) error {
+	if len(c.Budget) == 0 {
+		return nil
+	}
+	var l policy.Limits
+	if err := json.Unmarshal(c.Budget, &l); err != nil {
+		return fmt.Errorf("budget: %v", err)
+	}
+	if l == (policy.Limits{}) {
+		c.Budget = nil // no caps of its own
+		return nil
+	}
+	b, err := json.Marshal(l)
+	if err != nil {
+		return fmt.Errorf("budget: %v", err)
+	}
+	c.Budget = b
 	return nil
 }
 
@@ -231,6 +287,26 @@ func admitRequest(m bus.Msg) (key, group string) {
 	return bus.BySession(m)
 }
 
+// checkVaults says why a session of tenant may not be restricted to
+// vaults, or "" if it may: each must be a vault of the tenant (the HTTP
+// API's, which every user of the tenant may name), not archived.
+func (s *Service) checkVaults(ctx context.Context, tenant string, vaults []string) (string, error) {
+	for _, id := range vaults {
+		rctx, cancel := bus.Bound(ctx)
+		g, err := egressapi.LookupGroup(rctx, s.js, tenant, id)
+		cancel()
+		switch {
+		case errors.Is(err, egressapi.ErrNoGroup):
+			return "vaults: " + err.Error() + " (GET /v1/vaults lists the tenant's)", nil
+		case err != nil:
+			return "", err
+		case g.ArchivedAt != nil:
+			return fmt.Sprintf("vaults: vault %s is archived: its credentials are gone", id), nil
+		}
+	}
+	return "", nil
+}
+
 // resolveEnvironment returns the environment a session of tenant runs in,
 // given the name its request gives ("" for the tenant's default), the
 // version of its definition, and whether that version is built. It says
@@ -243,4 +319,13 @@ func (s *Service) resolveEnvironment(ctx context.Context, tenant, name string) (
 		return "", "", false, "environment: " + err.Error() + " (corral environments ls lists the tenant's)", nil
 	}
 	return resolved, version, built, "", err
+}
+
+// modelCode is the failure code of a session whose model did not resolve:
+// a provider the harness has no key for, or a name it cannot map.
+func modelCode(err error) string {
+	if errors.Is(err, model.ErrNotConfigured) {
+		return event.CodeNotConfigured
+	}
+	return event.CodeUnknownModel
 }

@@ -25,6 +25,7 @@ import (
 	"corral.dev/pkg/model"
 	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
+	"corral.dev/pkg/version"
 )
 
 // Service is the harness.
@@ -210,12 +211,14 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.watchWallTime(ctx) })
 	g.Go(func() error { return s.skills.run(ctx) })
 	g.Go(func() error { return s.serveLeases(ctx) })
-	s.log.InfoContext(ctx, "harness started", "instance", s.cfg.Instance, "default_model", s.cfg.DefaultModel)
+	s.log.InfoContext(ctx, "harness started", "version", version.String(), "instance", s.cfg.Instance, "default_model", s.cfg.DefaultModel)
 	if all, _ := parseSpeedups("all"); s.cfg.Speedups != all {
 		s.log.InfoContext(ctx, "some speed-ups are off", "speedups", fmt.Sprintf("%+v", s.cfg.Speedups))
 	}
 	if s.providers.OpenAI == nil && s.providers.Anthropic == nil {
-		s.log.WarnContext(ctx, "no model provider configured: sessions will fail until ANTHROPIC_API_KEY or OPENAI_API_KEY (or OPENAI_BASE_URL) is set")
+		// Info, not a warning: corral dev's banner says it, and a
+		// deployment's start log shows it.
+		s.log.InfoContext(ctx, "no model provider configured: sessions will fail until ANTHROPIC_API_KEY or OPENAI_API_KEY (or OPENAI_BASE_URL) is set")
 	}
 	return g.Wait()
 }

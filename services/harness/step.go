@@ -218,7 +218,7 @@ func (s *Service) endedSince(ctx context.Context, st *state) (bool, error) {
 func (s *Service) ask(ctx context.Context, st *state, env core.Env, messages []model.Message) (*event.ModelResponded, error) {
 	client, name, err := s.providers.Resolve(st.Model)
 	if err != nil {
-		return nil, s.fail(ctx, st, event.CodeUnknownModel, err.Error())
+		return nil, s.fail(ctx, st, modelCode(err), err.Error())
 	}
 	skills, err := s.skills.load(ctx, st.Tenant)
 	if err != nil {
@@ -229,7 +229,7 @@ func (s *Service) ask(ctx context.Context, st *state, env core.Env, messages []m
 		Model:     name,
 		System:    systemPrompt(st, skills),
 		Messages:  messages,
-		Tools:     tool.Specs(),
+		Tools:     st.Specs(),
 		MaxTokens: s.cfg.MaxTokens,
 		// Shown as it streams; recorded whole below.
 		OnDelta: s.liveOutput(st, st.Turn+1),
@@ -444,6 +444,19 @@ Besides /workspace, the file tools (Read, Write, Edit, Glob, Grep) reach two sha
 Before you Write or Edit an existing file under /memories or /skills, Read it: a write to a file you have not read, or that changed since you read it, is refused.
 Use the tools to do the work. File paths are absolute. When you are done, reply with your answer and make no tool call.`,
 		st.User, st.Tenant)
+	if len(st.Config.Tools) > 0 {
+		fmt.Fprintf(&b, "\nThis session offers you only these tools: %s.", strings.Join(st.Config.Tools, ", "))
+	}
+	if len(st.Config.Ask) > 0 {
+		fmt.Fprintf(&b, "\nEvery %s call waits for a reviewer's approval before it runs.", strings.Join(st.Config.Ask, " or "))
+	}
+	if st.Config.System != "" {
+		// After Corral's, which it cannot replace; before the skills,
+		// which change between turns, so that the prompt's stable start
+		// stays cached.
+		b.WriteString("\n\nInstructions for this session:\n")
+		b.WriteString(st.Config.System)
+	}
 	if len(skills) > 0 {
 		b.WriteString("\n\nAvailable skills:\n")
 		for _, sk := range skills {

@@ -337,20 +337,21 @@ func TestFollowUpContinuesTheConversation(t *testing.T) {
 	}
 }
 
-// A session whose model no provider serves fails with unknown_model,
-// saying what to do, before the model is asked; the harness goes on
+// A session whose model no provider serves fails with unknown_model, or
+// provider_not_configured when it names a provider the harness has no key
+// for, saying what to do, before the model is asked; the harness goes on
 // serving.
 func TestUnknownModelFailsTheSession(t *testing.T) {
 	js, fake := start(t, nil)
-	for _, tc := range []struct{ model, want string }{
-		{"gpt-4", "openai:<model> or anthropic:<model>"},
-		{"mystery:x", "openai:<model> or anthropic:<model>"},
-		{"anthropic:claude-x", "ANTHROPIC_API_KEY"},
+	for _, tc := range []struct{ model, code, want string }{
+		{"gpt-4", event.CodeUnknownModel, "openai:<model> or anthropic:<model>"},
+		{"mystery:x", event.CodeUnknownModel, "openai:<model> or anthropic:<model>"},
+		{"anthropic:claude-x", event.CodeNotConfigured, "set ANTHROPIC_API_KEY in the harness's environment"},
 	} {
 		session := ask(t, js, "acme", "ada", uuid.Must(uuid.NewV7()), tc.model, "hello")
 		f := failure(t, ended(t, js, "acme", session, 1))
-		if f.Code != event.CodeUnknownModel || !strings.Contains(f.Reason, tc.want) {
-			t.Errorf("model %s: failure = %s %q, want %s saying %q", tc.model, f.Code, f.Reason, event.CodeUnknownModel, tc.want)
+		if f.Code != tc.code || !strings.Contains(f.Reason, tc.want) {
+			t.Errorf("model %s: failure = %s %q, want %s saying %q", tc.model, f.Code, f.Reason, tc.code, tc.want)
 		}
 	}
 	if n := len(fake.Requests()); n != 0 {

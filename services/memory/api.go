@@ -91,7 +91,7 @@ func (s *Service) serveAPI(ctx context.Context) error {
 				} else {
 					s.log.WarnContext(rctx, "memory api", "subject", r.Subject(), "err", err)
 				}
-				_ = r.Error(code, err.Error(), nil)
+				_ = r.Error(code, asWritten(c, req.Path, err), nil)
 				return
 			}
 			_ = r.RespondJSON(resp)
@@ -102,6 +102,16 @@ func (s *Service) serveAPI(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	return svc.Stop()
+}
+
+// asWritten is err's message with the file named by path, as the request
+// wrote it, instead of by the store's key (tenant, owner and path).
+func asWritten(c caller, path string, err error) string {
+	k, kerr := keyFor(c.tenant, c.user, path)
+	if path == "" || kerr != nil {
+		return err.Error()
+	}
+	return strings.ReplaceAll(err.Error(), k.String(), path)
 }
 
 // caller is whom a request comes from: the tenant and user its subject

@@ -70,6 +70,14 @@ func TestAPIOperations(t *testing.T) {
 	if resp, errDesc := ask(t, js, memory.Subject("acme", "ada", memory.OpGet), memory.APIRequest{Path: "/memories/team.md"}); !strings.Contains(errDesc, memory.ErrNotFound.Error()) {
 		t.Errorf("cat after rm = %+v, %q: want not found", resp, errDesc)
 	}
+	// An error names the file as the request wrote it, not by the
+	// store's key (tenant, owner, path).
+	for _, path := range []string{"/memories/team.md", "/memories/private/x.md", "/skills/a/b.md/"} {
+		_, errDesc := ask(t, js, memory.Subject("acme", "ada", memory.OpGet), memory.APIRequest{Path: path})
+		if !strings.Contains(errDesc, path+": "+memory.ErrNotFound.Error()) || strings.Contains(errDesc, "acme:") {
+			t.Errorf("cat of %s: %q, want it to name %s as written", path, errDesc, path)
+		}
+	}
 }
 
 // The tenant and user of a request are its subject's, which the NATS

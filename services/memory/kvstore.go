@@ -22,9 +22,9 @@ const BucketMemories = "memories"
 
 // KVStore is a [Store] in a JetStream KV bucket, for running without a
 // database (corral dev). A file is a key, <tenant>.<owner>.<path> with the
-// owner and path base64url-encoded (the owner "_" for shared files), and its
-// version is the key's revision, so a write expecting a version is the
-// bucket's compare-and-set. A removal is a tombstone value, keeping who
+// owner and path base64url-encoded (the owner "_" for shared files). Its
+// version is its own, counted in its value (the first write's is 1), and a
+// write is the bucket's compare-and-set on the revision it read. A removal is a tombstone value, keeping who
 // removed it in the history. Grep reads the files it searches into the
 // service: fine for one developer, which is what this store is for.
 //
@@ -88,6 +88,19 @@ type kvFile struct {
 	By      string    `json:"by"`
 	At      time.Time `json:"at"`
 	Op      uuid.UUID `json:"op"`
+	// Version is the file's own: its first write's is 1, and each write
+	// or removal adds one, as the PostgreSQL store counts. A value
+	// written before files counted their own has none, and its version
+	// is its revision in the bucket.
+	Version int64 `json:"version,omitempty"`
+}
+
+// version is f's version, f being the value of revision rev.
+func (f *kvFile) version(rev uint64) int64 {
+	if f.Version > 0 {
+		return f.Version
+	}
+	return int64(rev)
 }
 
 var b64 = base64.RawURLEncoding
@@ -119,7 +132,7 @@ func (s *KVStore) load(ctx context.Context, k Key) (*kvFile, uint64, error) {
 }
 
 func (f *kvFile) file(k Key, rev uint64) File {
-	return File{Key: k, Content: f.Content, Size: len(f.Content), Version: int64(rev), UpdatedBy: f.By, UpdatedAt: f.At}
+	return File{Key: k, Content: f.Content, Size: len(f.Content), Version: f.version(rev), UpdatedBy: f.By, UpdatedAt: f.At}
 }
 
 // Get implements [Store].
@@ -160,15 +173,19 @@ func (s *KVStore) write(ctx context.Context, w Write, del bool) (File, error) {
 		return cur.file(w.Key, rev), nil // applied already
 	}
 	live := cur != nil && !cur.Deleted
+	var version int64 // the file's, 0 for none yet
+	if cur != nil {
+		version = cur.version(rev)
+	}
 	switch {
 	case del && !live:
 		return File{}, ErrNotFound
 	case w.Expect == 0 && live:
-		return File{}, &ConflictError{Expected: 0, Current: int64(rev)}
+		return File{}, &ConflictError{Expected: 0, Current: version}
 	case w.Expect != 0 && !live:
 		return File{}, fmt.Errorf("%w: expected version %d, but the file does not exist", ErrConflict, w.Expect)
-	case w.Expect != 0 && uint64(w.Expect) != rev:
-		return File{}, &ConflictError{Expected: w.Expect, Current: int64(rev)}
+	case w.Expect != 0 && w.Expect != version:
+		return File{}, &ConflictError{Expected: w.Expect, Current: version}
 	}
 	if !live && w.MaxFiles > 0 {
 		n, err := s.count(ctx, w.Tenant)
@@ -179,7 +196,7 @@ func (s *KVStore) write(ctx context.Context, w Write, del bool) (File, error) {
 			return File{}, fmt.Errorf("%w: tenant %s has %d files, the most it may have", ErrTooMany, w.Tenant, n)
 		}
 	}
-	next := kvFile{Path: w.Path, Owner: w.Owner, Content: w.Content, Deleted: del, By: w.By, At: time.Now().UTC(), Op: w.Op}
+	next := kvFile{Path: w.Path, Owner: w.Owner, Content: w.Content, Deleted: del, By: w.By, At: time.Now().UTC(), Op: w.Op, Version: version + 1}
 	if del {
 		next.Content = ""
 	}
@@ -310,7 +327,7 @@ func (s *KVStore) History(ctx context.Context, k Key) ([]Change, error) {
 		if err := json.Unmarshal(e.Value(), &f); err != nil {
 			return nil, fmt.Errorf("decode %s: %w", k, err)
 		}
-		out = append(out, Change{Version: int64(e.Revision()), Deleted: f.Deleted, Size: len(f.Content),
+		out = append(out, Change{Version: f.version(e.Revision()), Deleted: f.Deleted, Size: len(f.Content),
 			ChangedBy: f.By, ChangedAt: f.At, Op: f.Op})
 	}
 	return out, nil
@@ -321,21 +338,25 @@ func (s *KVStore) Version(ctx context.Context, k Key, v int64) (File, error) {
 	if v <= 0 {
 		return File{}, fmt.Errorf("%s version %d: %w", k, v, ErrNotFound)
 	}
-	e, err := s.kv.GetRevision(ctx, kvKey(k), uint64(v))
+	// A file's versions are its own, not the bucket's revisions: found
+	// among the few it keeps.
+	es, err := s.kv.History(ctx, kvKey(k))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return File{}, fmt.Errorf("%s version %d: %w", k, v, ErrNotFound)
 	}
 	if err != nil {
 		return File{}, fmt.Errorf("%s version %d: %w", k, v, err)
 	}
-	var f kvFile
-	if err := json.Unmarshal(e.Value(), &f); err != nil {
-		return File{}, fmt.Errorf("decode %s: %w", k, err)
+	for _, e := range es {
+		var f kvFile
+		if err := json.Unmarshal(e.Value(), &f); err != nil {
+			return File{}, fmt.Errorf("decode %s: %w", k, err)
+		}
+		if f.version(e.Revision()) == v && !f.Deleted {
+			return f.file(k, e.Revision()), nil
+		}
 	}
-	if f.Deleted {
-		return File{}, fmt.Errorf("%s version %d: %w", k, v, ErrNotFound)
-	}
-	return f.file(k, e.Revision()), nil
+	return File{}, fmt.Errorf("%s version %d: %w", k, v, ErrNotFound)
 }
 
 // kvVersion is one kept version of a file.

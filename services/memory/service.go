@@ -16,6 +16,7 @@ import (
 	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
+	"corral.dev/pkg/version"
 )
 
 // Service is the memory service.
@@ -128,6 +129,6 @@ func (s *Service) Run(ctx context.Context) error {
 	if _, ok := s.store.(*PGStore); ok {
 		store = "postgres"
 	}
-	s.log.InfoContext(ctx, "memory started", "store", store)
+	s.log.InfoContext(ctx, "memory started", "version", version.String(), "store", store)
 	return g.Wait()
 }

@@ -88,6 +88,8 @@ type egressNode struct {
 	fakeEgress
 	opens   int
 	summary egressapi.Summary
+	// opened are the identities opened, in order.
+	opened []egressapi.Identity
 }
 
 func newEgressNode(t *testing.T) *egressNode {
@@ -103,6 +105,7 @@ func (n *egressNode) answer(req egressapi.Request, wg *sync.WaitGroup) egressapi
 	defer n.mu.Unlock()
 	switch req.Op {
 	case egressapi.OpOpen:
+		n.opened = append(n.opened, req.Identity)
 		if n.opens++; n.opens == 1 {
 			return egressapi.Reply{Error: "policy not loaded yet"}
 		}

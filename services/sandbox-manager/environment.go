@@ -69,9 +69,13 @@ type failedBuild struct {
 // failedTTL is how long a failed build is not tried again.
 const failedTTL = 2 * time.Minute
 
-// sessionEnvironment is the environment a session runs in: none when
-// version is "".
-type sessionEnvironment struct{ name, version string }
+// sessionEnvironment is the environment a session runs in (none when
+// version is ""), and the vaults its first request restricts it to (nil:
+// none named).
+type sessionEnvironment struct {
+	name, version string
+	vaults        []string
+}
 
 // newEnvironments returns the environments of js's bucket, keeping layers
 // in dir, where what an interrupted build or restore left is removed.
@@ -364,8 +368,8 @@ func (s *Service) sessionLayer(ctx context.Context, id egressapi.Identity) (sand
 	return sandbox.Layer{Dir: dir, Environment: env.name, Version: env.version}, nil
 }
 
-// environmentOf returns the environment a session runs in, as the first
-// request the harness recorded says.
+// environmentOf returns the environment a session runs in, and the
+// vaults it may use, as the first request the harness recorded says.
 func (s *Service) environmentOf(ctx context.Context, tenant string, session uuid.UUID) (sessionEnvironment, error) {
 	key := bus.SessionKey(tenant, session)
 	if env, ok := s.envs.sessions.Get(key); ok {
@@ -377,7 +381,7 @@ func (s *Service) environmentOf(ctx context.Context, tenant string, session uuid
 	}
 	var env sessionEnvironment
 	if r, isReq := e.Event.(*event.SessionRequested); ok && isReq {
-		env = sessionEnvironment{name: r.Environment, version: r.EnvironmentVersion}
+		env = sessionEnvironment{name: r.Environment, version: r.EnvironmentVersion, vaults: r.Vaults}
 	}
 	s.envs.sessions.Add(key, env)
 	return env, nil

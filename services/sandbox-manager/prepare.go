@@ -109,7 +109,7 @@ func (s *Service) runPrepare(ctx context.Context, c *event.ToolCall) error {
 // rec, the result to be recorded.
 func (s *Service) prepare(ctx context.Context, c *event.ToolCall, in event.PrepareInput, rec *event.ToolCompleted) (*event.Prepared, error) {
 	p := &event.Prepared{}
-	id := egressapi.Identity{Tenant: c.Tenant, User: c.User, Session: c.Session, Environment: in.Environment, EnvironmentVersion: in.EnvironmentVersion}
+	id := egressapi.Identity{Tenant: c.Tenant, User: c.User, Session: c.Session, Environment: in.Environment, EnvironmentVersion: in.EnvironmentVersion, Vaults: in.Vaults}
 	if in.Environment != "" {
 		_, setup, err := s.ensureEnvironment(ctx, c.Tenant, in.Environment, in.EnvironmentVersion, id)
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/tool"
+	"corral.dev/pkg/version"
 	"corral.dev/services/sandbox-manager/internal/sandbox"
 )
 
@@ -158,7 +159,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 // Run consumes tool calls until ctx is done, then lets running calls finish
 // for a grace period.
 func (s *Service) Run(ctx context.Context) error {
-	s.log.InfoContext(ctx, "sandbox-manager started", "data_dir", s.cfg.DataDir, "node", s.cfg.Node)
+	s.log.InfoContext(ctx, "sandbox-manager started", "version", version.String(), "data_dir", s.cfg.DataDir, "node", s.cfg.Node)
 	// What serves the calls in flight outlives ctx until the last of
 	// them is recorded: the node's lease, above all, which, given up, lets
 	// another node take its sessions over while their calls still run

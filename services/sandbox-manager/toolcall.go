@@ -104,6 +104,12 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 	if err != nil {
 		return err
 	}
+	// The vaults its first request restricts the session to go with it
+	// to egress: the sandbox gets no other vault's credentials.
+	env, err := s.environmentOf(ctx, c.Tenant, c.Session)
+	if err != nil {
+		return err
+	}
 	if repeatable(c.Name) {
 		// Safe to run twice, so not marked: a copy delivered again runs
 		// again, unless its result is recorded already.
@@ -149,7 +155,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		s.snaps.ahead(c.Tenant, c.Session, at.rev)
 	}
 	start := time.Now()
-	r, err := s.driver.RunWithOutput(callCtx, egressapi.Identity{Tenant: c.Tenant, User: c.User, Session: c.Session}, args, s.liveOutput(c))
+	r, err := s.driver.RunWithOutput(callCtx, egressapi.Identity{Tenant: c.Tenant, User: c.User, Session: c.Session, Vaults: env.vaults}, args, s.liveOutput(c))
 	if errors.Is(context.Cause(callCtx), errStopped) && ctx.Err() == nil {
 		s.metrics.calls.WithLabelValues(metrics.Tool(c.Name), "killed").Observe(time.Since(start).Seconds())
 		res.Output, res.IsError = "Killed: the session was stopped while this call ran.", true

@@ -28,6 +28,7 @@ import (
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
+	"corral.dev/pkg/version"
 )
 
 // Service is the Slack bridge.
@@ -172,7 +173,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	})
 	s.addrOnce.Do(func() { s.addr <- ln.Addr().String() })
-	s.log.InfoContext(ctx, "slack bridge started", "listen", ln.Addr().String(), "api", s.cfg.APIURL, "tenants", s.cfg.tenants())
+	s.log.InfoContext(ctx, "slack bridge started", "version", version.String(), "listen", ln.Addr().String(), "api", s.cfg.APIURL, "tenants", s.cfg.tenants())
 
 	for range workers {
 		wg.Go(func() {

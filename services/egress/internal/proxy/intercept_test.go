@@ -227,7 +227,7 @@ func TestIdentityFromServe(t *testing.T) {
 			}
 		}
 		mu.Lock()
-		if len(ids) != 2 || ids[0] != id || ids[1] != id {
+		if len(ids) != 2 || !ids[0].Equal(id) || !ids[1].Equal(id) {
 			t.Errorf("judged for %+v, want %+v twice (CONNECT and GET)", ids, id)
 		}
 		ids = nil

@@ -28,11 +28,12 @@ func SessionUsage(st *State, pol *policy.Policy) policy.Usage {
 	return u
 }
 
-// SessionLimits returns the session's caps: its tenant's, with each raise
-// a reviewer approved applied in turn. A raise counts only on a decision
-// that verifies, as for a held call.
+// SessionLimits returns the session's caps: its tenant's, lowered by the
+// session's own (a cap above its tenant's counts as the tenant's), with
+// each raise a reviewer approved applied in turn. A raise counts only on
+// a decision that verifies, as for a held call.
 func SessionLimits(st *State, env Env) policy.Limits {
-	l := env.Policy.Budgets(st.Tenant).Session
+	l := env.Policy.Budgets(st.Tenant).Session.Lower(st.Budget)
 	for _, r := range st.Raises {
 		d := decision(st, env, r.Raise, event.ArgsHash(event.BudgetTool, r.Limits))
 		var raised policy.Limits
@@ -102,7 +103,7 @@ func overBudget(st *State, env Env, asking bool) Action {
 	if b.TenantDaily != (policy.Limits{}) {
 		if limit, spent := b.TenantDaily.Over(env.TenantDay, 0); limit != "" {
 			budget := "tenant_daily." + limit
-			return Fail{Code: CodeBudget, Budget: budget, Reason: fmt.Sprintf("the session exceeded its budget %s: it used %s today", budget, spent)}
+			return Fail{Code: CodeBudget, Budget: budget, Reason: fmt.Sprintf("the session exceeded its budget %s: it used %s today (the tenant's daily budget is the policy's budgets.tenant_daily, which an operator raises in the policy file; the tenant's day starts again at 00:00 UTC)", budget, spent)}
 		}
 	}
 	usage, elapsed := SessionUsage(st, env.Policy), Elapsed(st, env.Now)

@@ -136,6 +136,10 @@ func Next(st *State, env Env) []Action {
 	if st.Status != StatusRunning {
 		return nil
 	}
+	if st.BadBudget != nil {
+		// Never run with no caps for caps that do not read.
+		return []Action{Fail{Code: event.CodeInvalidRequest, Reason: st.BadBudget.Error()}}
+	}
 	if st.Answered == nil && !env.Asked {
 		// Running calls spends; completing does not. Steps count model
 		// turns: they are checked before asking, below.
@@ -167,7 +171,7 @@ func Next(st *State, env Env) []Action {
 		return []Action{Complete{Answer: model.Response{Content: st.Answered.Content}.Text()}}
 	}
 	if st.Turn >= env.MaxTurns {
-		return append(acts, Fail{Code: CodeTurnLimit, Reason: fmt.Sprintf("the session reached its limit of %d model turns", env.MaxTurns)})
+		return append(acts, Fail{Code: CodeTurnLimit, Reason: fmt.Sprintf("the session reached its limit of %d model turns (CORRAL_MAX_TURNS, in the harness's environment, raises it for every session)", env.MaxTurns)})
 	}
 	if a := overBudget(st, env, true); a != nil {
 		return append(acts, a)
@@ -271,14 +275,18 @@ type Verdict struct {
 	Verdict, Rule, Reason string
 }
 
-// Decide applies the policy and any reviewer's decision to a call. A
+// Decide applies the policy, tightened by the session's own configuration
+// (see [State.Config]), and any reviewer's decision to a call. A
 // decision counts only if it verifies: signed by the approval service, for
 // this very call and these arguments; others are ignored, and told to
 // env.Ignored.
 func Decide(st *State, env Env, c event.Call, input json.RawMessage) Verdict {
-	d := env.Policy.Decide(policy.Call{Tenant: st.Tenant, User: st.User, Tool: c.Name, Input: input})
+	d := configured(st, c.Name, env.Policy.Decide(policy.Call{Tenant: st.Tenant, User: st.User, Tool: c.Name, Input: input}))
 	switch d.Decision {
 	case policy.Deny:
+		if d.Rule == RuleTools {
+			return Verdict{policy.Deny, d.Rule, d.Reason}
+		}
 		return Verdict{policy.Deny, d.Rule, fmt.Sprintf("refused by policy (rule %s): %s", d.Rule, d.Reason)}
 	case policy.Approve:
 		if env.ApprovalKey == nil {

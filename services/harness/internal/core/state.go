@@ -16,6 +16,7 @@ import (
 
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
+	"corral.dev/pkg/policy"
 )
 
 // Status is where a session is.
@@ -93,6 +94,14 @@ type State struct {
 	Paused  *event.SessionPaused
 	Pauses  int
 	Unpause []*event.ApprovalDecided
+	// Config is what the session runs with beyond its tenant's policy, as
+	// its first request set it: its own instructions, the tools it is
+	// offered and those each call of which a reviewer approves; Budget
+	// its own caps, read from Config.Budget (see [SessionLimits]), and
+	// BadBudget why they do not read, which fails the session.
+	Config    event.SessionConfig
+	Budget    policy.Limits
+	BadBudget error
 	// Seq is the stream sequence of the last event applied.
 	Seq uint64
 	// ResultCap is the most bytes of a call's output the model reads
@@ -151,7 +160,10 @@ func (st *State) Apply(seq uint64, ev any) {
 	case *event.SessionRequested:
 		if len(st.Requests) == 0 && e.Prepare != uuid.Nil {
 			st.Prepare = e.Prepare
-			st.PrepareInput = event.PrepareInput{Repo: e.Repo, Files: e.Files, Environment: e.Environment, EnvironmentVersion: e.EnvironmentVersion}
+			st.PrepareInput = event.PrepareInput{Repo: e.Repo, Files: e.Files, Environment: e.Environment, EnvironmentVersion: e.EnvironmentVersion, Vaults: e.Vaults}
+		}
+		if len(st.Requests) == 0 {
+			st.configure(e.SessionConfig)
 		}
 		st.Requests[e.Request] = true
 		st.LastRequest = e.Request

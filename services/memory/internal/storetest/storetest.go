@@ -33,6 +33,7 @@ func Run(t *testing.T, newStore func(t *testing.T) memory.Store) {
 		{"KeepsLastVersions", testKeepsLastVersions},
 		{"MaxBytesCountsHistory", testMaxBytesCountsHistory},
 		{"Version", testVersion},
+		{"VersionsPerFile", testVersionsPerFile},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -444,5 +445,44 @@ func testVersion(t *testing.T, s memory.Store) {
 	}
 	if _, err := s.Version(ctx, k, 999999); !errors.Is(err, memory.ErrNotFound) {
 		t.Errorf("Version of a version never made: %v, want ErrNotFound", err)
+	}
+}
+
+// A file's versions are its own: its first write is version 1, whatever
+// other files were written before, and each change adds one, a removal
+// too; a file written again after its removal goes on counting.
+func testVersionsPerFile(t *testing.T, s memory.Store) {
+	ctx := context.Background()
+	put(t, s, key("/memories/other.md"), "x", 0)
+	o := put(t, s, key("/memories/other.md"), "y", 1)
+	a, b := key("/memories/a.md"), key("/memories/b.md")
+	if f := put(t, s, a, "one", 0); f.Version != 1 {
+		t.Errorf("a's first write is version %d, want 1 (other.md is at %d)", f.Version, o.Version)
+	}
+	if f := put(t, s, b, "one", 0); f.Version != 1 {
+		t.Errorf("b's first write is version %d, want 1", f.Version)
+	}
+	if f := put(t, s, a, "two", 1); f.Version != 2 {
+		t.Errorf("a's second write is version %d, want 2", f.Version)
+	}
+	if err := s.Delete(ctx, memory.Write{Key: a, Expect: 2, By: "ada", Op: uuid.New()}); err != nil {
+		t.Fatal(err)
+	}
+	if f := put(t, s, a, "three", 0); f.Version != 4 {
+		t.Errorf("a written after its removal (version 3) is version %d, want 4", f.Version)
+	}
+	if f, err := s.Version(ctx, a, 2); err != nil || f.Content != "two" {
+		t.Errorf("a's version 2 = %+v, %v; want its second write", f, err)
+	}
+	h, err := s.History(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vs []int64
+	for _, c := range h {
+		vs = append(vs, c.Version)
+	}
+	if fmt.Sprint(vs) != "[1 2 3 4]" {
+		t.Errorf("a's history has versions %v, want [1 2 3 4]", vs)
 	}
 }

@@ -61,7 +61,7 @@ echo "in $(pwd), $(ls -A /workspace | wc -l) entries; proxy $HTTPS_PROXY"`, time
 		t.Errorf("the layer on the host: %q, %v", b, err)
 	}
 	opened, _, closed := e.calls()
-	if len(opened) != 1 || opened[0] != id || len(closed) != 1 || closed[0].Session != id.Session {
+	if len(opened) != 1 || !opened[0].Equal(id) || len(closed) != 1 || closed[0].Session != id.Session {
 		t.Errorf("egress opened %+v and closed %+v; want the setup's identity, once each", opened, closed)
 	}
 	if live, _ := d.Live(); live != 0 {

@@ -155,7 +155,7 @@ func TestEgressSummary(t *testing.T) {
 	bash(t, d, offline, "true")
 
 	opened, drained, _ := e.calls()
-	if want := []egressapi.Identity{who(tenant, session), who(tenant, offline)}; !slices.Equal(opened, want) {
+	if want := []egressapi.Identity{who(tenant, session), who(tenant, offline)}; !slices.EqualFunc(opened, want, egressapi.Identity.Equal) {
 		t.Errorf("opened for %+v, want %+v", opened, want)
 	}
 	if got, want := sessionsOf(drained), []uuid.UUID{session, session}; !slices.Equal(got, want) {
@@ -216,7 +216,7 @@ func TestEgressClosedOnDestroy(t *testing.T) {
 	}
 	_, _, closed := e.calls()
 	want := []egressapi.Identity{who(tenant, session), {Tenant: tenant, Session: unknown}}
-	if !slices.Equal(closed, want) {
+	if !slices.EqualFunc(closed, want, egressapi.Identity.Equal) {
 		t.Errorf("closed for %+v, want %+v", closed, want)
 	}
 	if fileExists(dir) {
