@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -35,15 +34,9 @@ type agentBody struct {
 	Version *int `json:"version"`
 }
 
-// corralTools are the API's names of Corral's six tools, in the order of
-// [tool.Specs].
-var corralTools = []string{"bash", "read", "write", "edit", "glob", "grep"}
-
 // apply sets in a what b says, and refuses what Corral cannot honour.
 func (b *agentBody) apply(a *agentRecord) error {
 	switch {
-	case b.System != nil && *b.System != "":
-		return unsupported("system: an agent's own system prompt (every session gets Corral's, which names its tools, /memories and /skills)")
 	case len(b.MCPServers) > 0:
 		return unsupported("mcp_servers: MCP servers")
 	case len(b.Skills) > 0:
@@ -69,13 +62,20 @@ func (b *agentBody) apply(a *agentRecord) error {
 		}
 		a.ModelID, a.Model = id, corralModel(id)
 	}
-	for i, raw := range b.Tools {
-		if err := checkToolset(raw); err != nil {
-			return prefixed(err, fmt.Sprintf("tools[%d]: ", i))
+	if b.System != nil {
+		// Added to Corral's system prompt, which still names the tools,
+		// /memories and /skills; "" clears it.
+		if err := checkSystem(*b.System); err != nil {
+			return err
 		}
+		a.System = *b.System
 	}
-	if b.Tools != nil && len(b.Tools) == 0 {
-		return unsupported("tools: an agent without tools (every session is offered Corral's six)")
+	if b.Tools != nil {
+		tools, ask, err := readToolset(b.Tools)
+		if err != nil {
+			return err
+		}
+		a.Tools, a.Ask = tools, ask
 	}
 	switch {
 	case strings.TrimSpace(a.Name) == "":
@@ -122,70 +122,6 @@ func corralModel(id string) string {
 	return "anthropic:" + id
 }
 
-// checkToolset refuses a tool configuration other than Corral's six tools,
-// all enabled, each always allowed (as the tenant's policy decides).
-func checkToolset(raw json.RawMessage) error {
-	type config struct {
-		Type             string          `json:"type"`
-		Name             string          `json:"name"`
-		Enabled          *bool           `json:"enabled"`
-		PermissionPolicy json.RawMessage `json:"permission_policy"`
-	}
-	var ts struct {
-		Type          string   `json:"type"`
-		DefaultConfig *config  `json:"default_config"`
-		Configs       []config `json:"configs"`
-	}
-	if err := json.Unmarshal(raw, &ts); err != nil {
-		return badRequest("%v", err)
-	}
-	if ts.Type != wire.ToolsetType {
-		return unsupported("a tool of type %q (sessions are offered Corral's six tools, the %s toolset)", ts.Type, wire.ToolsetType)
-	}
-	if err := strict(raw, &ts); err != nil {
-		return err
-	}
-	check := func(what string, c config) error {
-		var p struct {
-			Type string `json:"type"`
-		}
-		if present(c.PermissionPolicy) {
-			if err := json.Unmarshal(c.PermissionPolicy, &p); err != nil {
-				return badRequest("%s: permission_policy: %v", what, err)
-			}
-		}
-		switch {
-		case p.Type == "always_ask":
-			return unsupported("%s: permission_policy always_ask (the tenant's policy decides which calls wait for a reviewer)", what)
-		case p.Type != "" && p.Type != "always_allow":
-			return unsupported("%s: permission_policy %q", what, p.Type)
-		}
-		return nil
-	}
-	if d := ts.DefaultConfig; d != nil {
-		if d.Enabled != nil && !*d.Enabled {
-			return unsupported("default_config: tools disabled (every session is offered Corral's six tools)")
-		}
-		if err := check("default_config", *d); err != nil {
-			return err
-		}
-	}
-	for _, c := range ts.Configs {
-		name := cmp.Or(c.Name, c.Type)
-		enabled := c.Enabled == nil || *c.Enabled
-		switch {
-		case !slices.Contains(corralTools, name) && enabled:
-			return unsupported("the tool %q (Corral's are %s)", name, strings.Join(corralTools, ", "))
-		case slices.Contains(corralTools, name) && !enabled:
-			return unsupported("disabling the tool %q (every session is offered Corral's six tools)", name)
-		}
-		if err := check(name, c); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // prefixed returns err with prefix before its message, keeping its kind.
 func prefixed(err error, prefix string) error {
 	var ae *apiError
@@ -199,18 +135,13 @@ func prefixed(err error, prefix string) error {
 
 // agentJSON is an agent as the API shows it.
 func agentJSON(a agentRecord) wire.Agent {
-	policy := wire.Policy{Type: "always_allow"}
-	ts := wire.Toolset{Type: wire.ToolsetType, DefaultConfig: wire.ToolConfig{Enabled: true, PermissionPolicy: policy}}
-	for _, name := range corralTools {
-		ts.Configs = append(ts.Configs, wire.ToolConfig{Type: name, Name: name, Enabled: true, PermissionPolicy: policy})
-	}
 	md := a.Metadata
 	if md == nil {
 		md = map[string]string{}
 	}
 	return wire.Agent{
 		Type: "agent", ID: a.ID, Version: a.Version, Name: a.Name, Description: a.Description,
-		Model: wire.ModelConfig{ID: a.ModelID}, Tools: []wire.Toolset{ts}, MCPServers: []any{}, Skills: []any{},
+		Model: wire.ModelConfig{ID: a.ModelID}, System: a.System, Tools: []wire.Toolset{toolsetJSON(a.Tools, a.Ask)}, MCPServers: []any{}, Skills: []any{},
 		Metadata: md, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt, ArchivedAt: a.ArchivedAt,
 	}
 }

@@ -14,12 +14,14 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/services/gateway/internal/wire"
 )
 
 // Setup creates the gateway's KV buckets if they are missing: the session
 // index ([bus.BucketSessions]), which the gateway alone writes, and the
 // HTTP API's records ([bus.BucketGateway]), which clients of each tenant
-// write under their tenant's keys (a user's, its own sessions alone). It is an administrator's work (corral
+// write under their tenant's keys (a user's, its own sessions alone), and
+// the webhooks' bucket and deliveries' stream, its alone. It is an administrator's work (corral
 // setup; corral dev): the gateway's NATS user may not create streams. The
 // records' stream allows no roll-up, which would let a publish on one
 // tenant's key purge every other key.
@@ -35,6 +37,9 @@ func Setup(ctx context.Context, js jetstream.JetStream) error {
 		if err != nil {
 			return fmt.Errorf("kv %s: %w (a NATS user that may not create buckets needs it created first: corral setup)", cfg.Bucket, err)
 		}
+	}
+	if err := setupWebhooks(ctx, js); err != nil {
+		return err
 	}
 	st, err := js.Stream(ctx, recordStream)
 	if err != nil {
@@ -82,8 +87,15 @@ type agentRecord struct {
 	Description string `json:"description,omitempty"`
 	// ModelID is the model as the client named it; Model as Corral runs
 	// it, with its provider.
-	ModelID   string            `json:"model_id"`
-	Model     string            `json:"model"`
+	ModelID string `json:"model_id"`
+	Model   string `json:"model"`
+	// System, Tools and Ask are what a session of the agent runs with
+	// beyond its tenant's policy (see event.SessionConfig): its own
+	// instructions, Corral's tools it is offered (nil: all six) and
+	// those every call of which a reviewer approves.
+	System    string            `json:"system,omitempty"`
+	Tools     []string          `json:"tools,omitempty"`
+	Ask       []string          `json:"ask,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
@@ -101,6 +113,17 @@ type sessionRecord struct {
 	Resources   []json.RawMessage `json:"resources,omitempty"`
 	Title       string            `json:"title,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
+	// Budget is the session's spend ceiling as the API took it, and
+	// Limits the caps that carry it to the harness.
+	Budget *wire.Budget    `json:"budget,omitempty"`
+	Limits json.RawMessage `json:"limits,omitempty"`
+	// Vaults are the vaults whose credentials alone egress adds to the
+	// session's requests (none named: every vault of the tenant and the
+	// user that binds a request's host).
+	Vaults []string `json:"vaults,omitempty"`
+	// Files is the ref of the file list its file resources make (see
+	// workspaceFrom), which its first request names.
+	Files string `json:"files,omitempty"`
 	// User is who the session's requests are from.
 	User string `json:"user"`
 	// Started is set once its first request is published: the one that

@@ -63,15 +63,19 @@ type clients struct {
 
 	mu    sync.Mutex
 	conns map[[sha256.Size]byte]*client
+	// gate refuses, without asking the server, what it refused a moment
+	// ago, and addresses whose sign-ins keep failing.
+	gate *signInGate
 }
 
 func newClients(url string, opts []nats.Option, log *slog.Logger, idle time.Duration, maxKeys int) *clients {
-	return &clients{url: url, opts: opts, log: log, idle: idle, max: maxKeys, conns: make(map[[sha256.Size]byte]*client)}
+	return &clients{url: url, opts: opts, log: log, idle: idle, max: maxKeys, conns: make(map[[sha256.Size]byte]*client), gate: newSignInGate()}
 }
 
 // acquire returns the connection of key, signing in with it if none is
-// open, and the function that releases it once the request is done.
-func (cs *clients) acquire(ctx context.Context, key string) (*client, func(), error) {
+// open, and the function that releases it once the request is done. addr
+// is the client's address, charged for a sign-in the server refuses.
+func (cs *clients) acquire(ctx context.Context, key, addr string) (*client, func(), error) {
 	id, secret, ok := strings.Cut(strings.TrimSpace(key), ":")
 	if !ok || !credential.IsID(id) || secret == "" {
 		return nil, nil, errKeyFormat
@@ -91,6 +95,10 @@ func (cs *clients) acquire(ctx context.Context, key string) (*client, func(), er
 		defer c.nc.Close()
 	}
 	if !found {
+		if err := cs.gate.check(h, addr); err != nil {
+			cs.mu.Unlock()
+			return nil, nil, err
+		}
 		if len(cs.conns) >= cs.max {
 			cs.mu.Unlock()
 			return nil, nil, errTooManyKeys
@@ -103,7 +111,7 @@ func (cs *clients) acquire(ctx context.Context, key string) (*client, func(), er
 	if !found {
 		// Signed in by the first request of the key; the others wait
 		// for it. Bounded by the connection's and Whoami's time-outs.
-		cs.connect(c, h, id, secret)
+		cs.connect(c, h, id, secret, addr)
 	}
 	release := func() {
 		cs.mu.Lock()
@@ -126,7 +134,7 @@ func (cs *clients) acquire(ctx context.Context, key string) (*client, func(), er
 
 // connect signs in as credential id, and learns from the server what the
 // credential is.
-func (cs *clients) connect(c *client, h [sha256.Size]byte, id, secret string) {
+func (cs *clients) connect(c *client, h [sha256.Size]byte, id, secret, addr string) {
 	var nc *nats.Conn
 	var js jetstream.JetStream
 	var cred credential.Credential
@@ -162,6 +170,9 @@ func (cs *clients) connect(c *client, h [sha256.Size]byte, id, secret string) {
 		// Forgotten at once: the next request signs in again.
 		delete(cs.conns, h)
 	}
+	if errors.Is(err, errKeyRefused) {
+		cs.gate.failed(h, addr)
+	}
 	close(c.ready)
 }
 
@@ -177,6 +188,7 @@ func (cs *clients) sweep(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			cs.close(func(c *client) bool { return c.refs == 0 && time.Since(c.last) > cs.idle })
+			cs.gate.sweep()
 		}
 	}
 }

@@ -53,7 +53,7 @@ func TestPaddedKeysShareASignIn(t *testing.T) {
 	key := "c-0123456789abcdef0123456789abcdef:secret"
 	first := make(chan error, 1)
 	go func() {
-		_, _, err := cs.acquire(context.Background(), key)
+		_, _, err := cs.acquire(context.Background(), key, "192.0.2.1")
 		first <- err
 	}()
 	natstest.WaitFor(t, 5*time.Second, func() error {
@@ -66,7 +66,7 @@ func TestPaddedKeysShareASignIn(t *testing.T) {
 	})
 	for _, padded := range []string{" " + key, "\u00a0" + key + "\u2003"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		_, _, err := cs.acquire(ctx, padded)
+		_, _, err := cs.acquire(ctx, padded, "192.0.2.1")
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("the key padded as %q: %v, want it to wait for the key's own sign-in", padded, err)

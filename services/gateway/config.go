@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/envconf"
 	"corral.dev/pkg/policy"
 )
@@ -41,6 +42,20 @@ type Config struct {
 	// Metrics is where the gateway's metrics are registered (none are
 	// served when nil).
 	Metrics prometheus.Registerer
+	// MaxRecords bounds the agents and sessions the API keeps of one
+	// tenant (CORRAL_GATEWAY_MAX_RECORDS, default 100000): past it, a
+	// create is refused, and other tenants keep their room.
+	MaxRecords int
+	// MaxBehind is how many of a session's events an event stream's
+	// reader may fall behind the log before the stream is ended, for it
+	// to go on from its Last-Event-ID (default 10000).
+	MaxBehind int
+	// Webhooks is how the tenants' webhooks are delivered.
+	Webhooks WebhookConfig
+	// TracesEndpoint is where the sessions' spans are sent over OTLP/HTTP,
+	// as the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_ENDPOINT say; empty exports none.
+	TracesEndpoint string
 }
 
 // LoadConfig reads the configuration from getenv; an error names the
@@ -69,6 +84,15 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		if cfg.Prices, err = policy.Load(file); err != nil {
 			return Config{}, fmt.Errorf("CORRAL_POLICY_FILE: %w", err)
 		}
+	}
+	if cfg.MaxRecords, err = envconf.Int(getenv, "CORRAL_GATEWAY_MAX_RECORDS", defaultMaxRecords); err != nil {
+		return Config{}, err
+	}
+	if cfg.Webhooks, err = loadWebhookConfig(getenv, credential.AccountClients); err != nil {
+		return Config{}, err
+	}
+	if cfg.TracesEndpoint, err = tracesEndpoint(getenv); err != nil {
+		return Config{}, err
 	}
 	return cfg, nil
 }

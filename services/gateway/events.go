@@ -1,49 +1,22 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
-	"time"
+	"sort"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 
-	"corral.dev/pkg/bus"
-	"corral.dev/pkg/sessionlog"
 	"corral.dev/services/gateway/internal/wire"
 )
 
-// folded is a session's log as the API's events, as far as it was read.
-type folded struct {
-	events []wire.Event
-	sess   *sessionlog.Session
-	folder wire.Folder
-	// last is the stream sequence of the last event read, 0 for none.
-	last uint64
-}
-
-// readEvents reads the whole log of c's tenant's session through c's
-// connection, every event judged, and folds it into the API's events.
-func readEvents(ctx context.Context, c *caller, session uuid.UUID) (*folded, error) {
-	entries, sess, err := c.logs.ReadAll(ctx, c.tenant, session)
-	if err != nil {
-		return nil, err
-	}
-	f := &folded{sess: sess}
-	for _, en := range entries {
-		f.events = append(f.events, f.folder.Fold(en.Seq, en.Event)...)
-		f.last = en.Seq
-	}
-	return f, nil
-}
-
 // listEvents answers GET /v1/sessions/{id}/events: the session's events,
 // oldest first (order=desc: newest first), a page at a time; next_page
-// is the cursor of the page's last event.
+// is the cursor of the page's last event. The events come from the
+// session's fold (see [foldCache]): a page costs what it returns.
 func (s *Service) listEvents(ctx context.Context, c *caller, w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if _, _, err := s.session(ctx, c, id); err != nil {
@@ -67,200 +40,130 @@ func (s *Service) listEvents(ctx context.Context, c *caller, w http.ResponseWrit
 		}
 		after = &cur
 	}
-	f, err := readEvents(ctx, c, uuid.MustParse(id))
+	v, err := s.folded(ctx, c, uuid.MustParse(id), false)
 	if err != nil {
 		return err
 	}
-	desc := q.Get("order") == "desc"
-	all := f.events
+	keep := func(ev wire.Event) bool {
+		return (len(types) == 0 || slices.Contains(types, ev.Type)) && created.keeps(*ev.ProcessedAt)
+	}
+	writeJSON(w, http.StatusOK, eventPage(v.events, after, q.Get("order") == "desc", n, keep))
+	return nil
+}
+
+// eventPage returns the page of all (in the log's order) of at most n events
+// that keep keeps, after the cursor after (before it, for desc, which
+// reads newest first), found by a binary search: the page costs what it
+// holds and what it skips.
+func eventPage(all []wire.Event, after *wire.Cursor, desc bool, n int, keep func(wire.Event) bool) wire.Page[wire.Event] {
+	i, step := 0, 1
 	if desc {
-		all = slices.Clone(all)
-		slices.Reverse(all)
+		i, step = len(all)-1, -1
+	}
+	if after != nil {
+		// The first event past the cursor, read forwards.
+		i = sort.Search(len(all), func(k int) bool { return after.Before(all[k].Cursor) })
+		if desc {
+			// The last event before it.
+			i = sort.Search(len(all), func(k int) bool { return !all[k].Cursor.Before(*after) }) - 1
+		}
 	}
 	page := wire.Page[wire.Event]{Data: []wire.Event{}}
-	more := false
-	for _, ev := range all {
-		switch {
-		case after != nil && !desc && !after.Before(ev.Cursor),
-			after != nil && desc && !ev.Cursor.Before(*after),
-			len(types) > 0 && !slices.Contains(types, ev.Type),
-			!created.keeps(*ev.ProcessedAt):
+	for ; i >= 0 && i < len(all); i += step {
+		if !keep(all[i]) {
 			continue
 		}
 		if len(page.Data) == n {
-			more = true
+			next := page.Data[n-1].Cursor.String()
+			page.NextPage = &next
 			break
 		}
-		page.Data = append(page.Data, ev)
+		page.Data = append(page.Data, all[i])
 	}
-	if more {
-		next := page.Data[len(page.Data)-1].Cursor.String()
-		page.NextPage = &next
-	}
-	writeJSON(w, http.StatusOK, page)
-	return nil
+	return page
 }
 
 // streamEvents answers GET /v1/sessions/{id}/events/stream: the session's
 // events as server-sent events, each with its ID as the SSE id, from now
 // on, or from after the event a Last-Event-ID header names (the ID of the
-// event a client saw last), until the client goes.
+// event a client saw last), until the client goes; with event_deltas,
+// previews of the events named as the model writes them (see
+// [previews]).
 func (s *Service) streamEvents(ctx context.Context, c *caller, w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if _, _, err := s.session(ctx, c, id); err != nil {
 		return err
 	}
-	if d := values(r.URL.Query(), "event_deltas"); len(d) > 0 {
-		return unsupported("event_deltas (previews of events as the model writes them)")
-	}
-	session := uuid.MustParse(id)
-	f, err := readEvents(ctx, c, session)
+	want, err := deltaTypes(r.URL.Query())
 	if err != nil {
 		return err
 	}
-	// The event a client saw last, by its ID (what an SDK hands it, and
-	// what a browser's EventSource sends back), or by its cursor.
-	var resume *wire.Cursor
-	if h := r.Header.Get("Last-Event-ID"); h != "" {
-		i := slices.IndexFunc(f.events, func(ev wire.Event) bool { return ev.ID == h })
-		if i >= 0 {
-			resume = &f.events[i].Cursor
-		} else if cur, err := wire.ParseCursor(h); err == nil {
-			resume = &cur
-		} else {
-			return badRequest("Last-Event-ID %q: no event of session %s", h, id)
-		}
-	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		return errors.New("the server cannot stream")
-	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	out := &sse{w: w, flusher: flusher}
-	var missed []wire.Event
-	if resume != nil {
-		for _, ev := range f.events {
-			if resume.Before(ev.Cursor) {
-				missed = append(missed, ev)
-			}
-		}
-	}
-	if err := out.send(missed); err != nil {
-		return nil // the client went away
-	}
-	err = s.follow(ctx, c, f, out)
-	if err != nil && ctx.Err() == nil {
-		// The answer has begun: say what failed in the stream itself.
-		out.fail(err)
-	}
-	return nil
-}
-
-// sse writes server-sent events.
-type sse struct {
-	w       http.ResponseWriter
-	flusher http.Flusher
-}
-
-// send writes evs, each with its ID as its id and its type as its event
-// name, and flushes them (the headers alone, for none).
-func (o *sse) send(evs []wire.Event) error {
-	for _, ev := range evs {
-		b, err := json.Marshal(ev)
+	session := uuid.MustParse(id)
+	st := newStream(s.cfg.Heartbeat, cmp.Or(s.cfg.MaxBehind, defaultMaxBehind))
+	if len(want) > 0 {
+		// Heard from before the log is read: a piece written while it
+		// is has somewhere to go.
+		stop, err := st.hearLive(c, session)
 		if err != nil {
 			return err
 		}
-		if _, err := fmt.Fprintf(o.w, "id: %s\nevent: %s\ndata: %s\n\n", ev.ID, ev.Type, b); err != nil {
-			return err
-		}
+		defer stop()
 	}
-	o.flusher.Flush()
-	return nil
-}
-
-// ping keeps an idle stream open through proxies; clients skip it.
-func (o *sse) ping() error {
-	if _, err := fmt.Fprint(o.w, "event: ping\ndata: {}\n\n"); err != nil {
+	v, err := s.folded(ctx, c, session, true)
+	if err != nil {
 		return err
 	}
-	o.flusher.Flush()
+	var missed []wire.Event
+	if h := r.Header.Get("Last-Event-ID"); h != "" {
+		resume, err := resumePoint(v.events, h)
+		if err != nil {
+			return badRequest("Last-Event-ID %q: no event of session %s", h, id)
+		}
+		missed = v.events[sort.Search(len(v.events), func(k int) bool { return resume.Before(v.events[k].Cursor) }):]
+	}
+	out, err := newSSE(w)
+	if err != nil {
+		return err
+	}
+	if len(want) > 0 {
+		st.previews = newPreviews(session, want, v.turn)
+	}
+	for _, ev := range missed {
+		out.event(ev)
+	}
+	if out.flush() != nil {
+		return nil // the client went away
+	}
+	err = st.follow(ctx, c, v, out)
+	switch {
+	case errors.Is(err, errLagged):
+		out.end(wire.Overloaded, err.Error()+resumeHint(out.lastID))
+	case err != nil && ctx.Err() == nil:
+		// The answer has begun: say in the stream itself that it ends,
+		// and why only in the log.
+		rid := w.Header().Get("request-id")
+		s.log.WarnContext(ctx, "event stream failed", "session", session, "request_id", rid, "err", err)
+		out.end(wire.APIError, internalMessage(rid))
+	}
 	return nil
 }
 
-// fail ends the stream with an error event, as the API does.
-func (o *sse) fail(err error) {
-	b, _ := json.Marshal(wire.ErrorBody{Type: "error", Error: wire.ErrorDetail{Type: wire.APIError, Message: err.Error()}})
-	fmt.Fprintf(o.w, "event: error\ndata: %s\n\n", b)
-	o.flusher.Flush()
+// resumePoint returns where the event a client saw last is among evs: by
+// its ID (what an SDK hands back, and what a browser's EventSource sends),
+// looked for from the newest, or by its cursor.
+func resumePoint(evs []wire.Event, h string) (wire.Cursor, error) {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].ID == h {
+			return evs[i].Cursor, nil
+		}
+	}
+	return wire.ParseCursor(h)
 }
 
-// follow sends out the API events of each event of f's session stored
-// after f.last, as they come, and a ping when none came for the
-// heartbeat's time, until ctx is done or the client goes. It reads through
-// an ordered consumer of the session's events on c's connection, which
-// re-creates itself after a reconnect.
-func (s *Service) follow(ctx context.Context, c *caller, f *folded, out *sse) error {
-	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{bus.SessionEvents(c.tenant, f.sess.ID)},
-		InactiveThreshold: 5 * time.Second,
+// resumeHint tells a client whose stream ended how to go on.
+func resumeHint(lastID string) string {
+	if lastID == "" {
+		return "; open it again"
 	}
-	if f.last > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.last+1
-	}
-	cctx, stop := bus.WhilePermitted(ctx, c.nc, bus.ConsumerAPI(bus.StreamEvents))
-	cons, err := c.js.OrderedConsumer(cctx, bus.StreamEvents, cfg)
-	stop()
-	if err != nil {
-		return fmt.Errorf("follow session %s: %w", f.sess.ID, bus.Refusal(cctx, err))
-	}
-	msgs := make(chan jetstream.Msg, 64)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case msgs <- m:
-		case <-ctx.Done():
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("follow session %s: %w", f.sess.ID, err)
-	}
-	defer cc.Stop()
-	ping := time.NewTicker(s.cfg.Heartbeat)
-	defer ping.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ping.C:
-			if err := out.ping(); err != nil {
-				return nil
-			}
-		case m := <-msgs:
-			meta, err := m.Metadata()
-			if err != nil {
-				return err
-			}
-			msg := bus.Msg{Subject: m.Subject(), Data: m.Data(), StreamSeq: meta.Sequence.Stream}
-			en, err := c.logs.Judge(ctx, msg)
-			if errors.Is(err, sessionlog.ErrRejected) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if c.logs.Admit(ctx, f.sess, en, msg.Data) != nil {
-				continue // a result of a call not dispatched to its writer
-			}
-			evs := f.folder.Fold(en.Seq, en.Event)
-			f.last = en.Seq
-			if len(evs) == 0 {
-				continue
-			}
-			if err := out.send(evs); err != nil {
-				return nil // the client went away
-			}
-			ping.Reset(s.cfg.Heartbeat)
-		}
-	}
+	return "; open it again with the header Last-Event-ID: " + lastID + " to go on from the last event sent"
 }

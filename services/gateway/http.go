@@ -68,13 +68,13 @@ const (
 func (s *Service) routes() http.Handler {
 	mux := http.NewServeMux()
 	handle := func(pattern string, h handler) { mux.Handle(pattern, s.authenticated(h)) }
-	handle("POST /v1/sessions", s.createSession)
+	handle("POST /v1/sessions", s.capped(s.createSession))
 	handle("GET /v1/sessions", s.listSessions)
 	handle("GET /v1/sessions/{id}", s.getSession)
 	handle("GET /v1/sessions/{id}/events", s.listEvents)
 	handle("GET /v1/sessions/{id}/events/stream", s.streamEvents)
 	handle("POST /v1/sessions/{id}/events", s.sendEvents)
-	handle("POST /v1/agents", s.createAgent)
+	handle("POST /v1/agents", s.capped(s.createAgent))
 	handle("GET /v1/agents", s.listAgents)
 	handle("GET /v1/agents/{id}", s.getAgent)
 	handle("POST /v1/agents/{id}", s.updateAgent)
@@ -84,11 +84,28 @@ func (s *Service) routes() http.Handler {
 	handle("GET /v1/environments/{id}", s.getEnvironment)
 	handle("POST /v1/environments/{id}", s.updateEnvironment)
 	handle("DELETE /v1/environments/{id}", s.deleteEnvironment)
+	handle("POST /v1/vaults", s.createVault)
+	handle("GET /v1/vaults", s.listVaults)
+	handle("GET /v1/vaults/{id}", s.getVault)
+	handle("POST /v1/vaults/{id}", s.updateVault)
+	handle("DELETE /v1/vaults/{id}", s.deleteVault)
+	handle("POST /v1/vaults/{id}/archive", s.archiveVault)
+	handle("POST /v1/vaults/{id}/credentials", s.createCredential)
+	handle("GET /v1/vaults/{id}/credentials", s.listCredentials)
+	handle("GET /v1/vaults/{id}/credentials/{cid}", s.getCredential)
+	handle("POST /v1/vaults/{id}/credentials/{cid}", s.updateCredential)
+	handle("DELETE /v1/vaults/{id}/credentials/{cid}", s.deleteCredential)
+	handle("POST /v1/vaults/{id}/credentials/{cid}/archive", s.archiveCredential)
+	handle("POST /v1/files", s.capped(s.uploadFile))
+	handle("GET /v1/files", s.listFiles)
+	handle("GET /v1/files/{id}", s.getFile)
+	handle("GET /v1/files/{id}/content", s.downloadFile)
+	handle("DELETE /v1/files/{id}", s.deleteFile)
 	for _, p := range []string{
 		"POST /v1/sessions/{id}", "DELETE /v1/sessions/{id}", "POST /v1/sessions/{id}/archive",
 		"/v1/sessions/{id}/resources", "/v1/sessions/{id}/resources/{rest...}", "/v1/sessions/{id}/threads/{rest...}",
 		"/v1/agents/{id}/versions", "/v1/agents/{id}/versions/{rest...}", "POST /v1/environments/{id}/archive",
-		"/v1/vaults", "/v1/vaults/{rest...}",
+		"/v1/vaults/{id}/credentials/{cid}/mcp_oauth_validate",
 	} {
 		handle(p, s.notSupported)
 	}
@@ -102,7 +119,7 @@ func (s *Service) routes() http.Handler {
 func (s *Service) notSupported(_ context.Context, _ *caller, _ http.ResponseWriter, r *http.Request) error {
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/v1/vaults"):
-		return unsupported("%s %s (Corral's vaults are credentials egress adds to the requests of a tenant's sessions, by host: corral vaults)", r.Method, r.URL.Path)
+		return unsupported("%s %s (Corral's agents use no MCP servers: a credential is a secret egress adds to the requests to the hosts it binds)", r.Method, r.URL.Path)
 	case strings.HasPrefix(r.URL.Path, "/v1/sessions/") && (strings.HasSuffix(r.URL.Path, "/archive") || r.Method == http.MethodDelete):
 		return unsupported("%s %s (a session's log, and what it ran with, are kept for good)", r.Method, r.URL.Path)
 	}
@@ -128,13 +145,14 @@ func (s *Service) authenticated(h handler) http.Handler {
 			ae = &apiError{http.StatusNotFound, wire.NotFound, err.Error()}
 		case errors.Is(err, errKeyFormat), errors.Is(err, errKeyRefused):
 			ae = &apiError{http.StatusUnauthorized, wire.Authentication, err.Error()}
+		case errors.Is(err, errSignInRate):
+			ae = &apiError{http.StatusTooManyRequests, wire.RateLimit, err.Error()}
 		case errors.Is(err, errTooManyKeys):
 			ae = &apiError{529, wire.Overloaded, err.Error()}
 		case r.Context().Err() != nil:
 			return // the client went away
 		default:
-			s.log.WarnContext(r.Context(), "api request failed", "method", r.Method, "path", r.URL.Path, "request_id", rid, "err", err)
-			ae = &apiError{http.StatusInternalServerError, wire.APIError, err.Error()}
+			ae = s.internal(r, rid, err)
 		}
 		writeJSON(w, ae.status, wire.ErrorBody{Type: "error", Error: wire.ErrorDetail{Type: ae.typ, Message: ae.msg}, RequestID: rid})
 	})
@@ -158,7 +176,7 @@ func (s *Service) answer(h handler, w http.ResponseWriter, r *http.Request) erro
 		return badRequest("%s: a user is 1 to %d bytes, without spaces around it", headerUser, maxUser)
 	}
 	ctx := r.Context()
-	c, release, err := s.clients.acquire(ctx, key)
+	c, release, err := s.clients.acquire(ctx, key, clientAddr(r))
 	if err != nil {
 		return err
 	}

@@ -138,11 +138,11 @@ func (s *Service) target(ctx context.Context, c *caller, rec *sessionRecord, e *
 	}
 	if t.User == "" {
 		// Indexed before its first request was: read the log.
-		f, err := readEvents(ctx, c, t.ID)
+		v, err := s.folded(ctx, c, t.ID, false)
 		if err != nil {
 			return t, err
 		}
-		t.User = f.sess.User()
+		t.User = v.user
 	}
 	if c.cred.Role == credential.RoleUser && t.User != c.user {
 		return t, &apiError{http.StatusForbidden, wire.Permission, fmt.Sprintf("session %s is user %s's: this API key acts as %s", t.ID, t.User, c.user)}
@@ -203,7 +203,13 @@ func (s *Service) interrupt(ctx context.Context, c *caller, t *sessionRecord) er
 	}
 	ev := event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, c.tenant, t.ID), By: c.user, Reason: "interrupted through the API"}
 	ev.ID = uuid.NewSHA1(controlNamespace, fmt.Appendf(nil, "%s:stopped:%d", bus.SessionKey(c.tenant, t.ID), last))
-	return bus.Publish(ctx, c.js, bus.RequestSubject(c.tenant, t.ID, t.User), ev.ID.String(), &ev)
+	// Not ev.ID as the request's message ID: the requests' stream drops
+	// a message whose ID it holds, whoever sent it and on whatever
+	// subject, and ev.ID is derived from what the tenant's other users
+	// can read; one of them could send a request of that ID first, and
+	// this stop would be dropped unseen. The harness records one stop
+	// per ev.ID, so a stop asked twice is still recorded once.
+	return bus.Publish(ctx, c.js, bus.RequestSubject(c.tenant, t.ID, t.User), uuid.NewString(), &ev)
 }
 
 // confirm decides a call held for a reviewer through the approval service,
@@ -218,7 +224,7 @@ func (s *Service) confirm(ctx context.Context, c *caller, t *sessionRecord, ev s
 	if errors.As(err, &se) && se.code == approvalapi.CodeNotFound {
 		// The approval service may not have read the call from the log
 		// yet: asked again while the log says it is held.
-		held, herr := isHeld(ctx, c, t.ID, ev.ToolUseID)
+		held, herr := s.isHeld(ctx, c, t.ID, ev.ToolUseID)
 		if herr != nil {
 			return herr
 		}
@@ -248,12 +254,12 @@ const confirmWait = 10 * time.Second
 
 // isHeld reports whether the log of session shows the call toolUseID
 // names waiting for a confirmation.
-func isHeld(ctx context.Context, c *caller, session uuid.UUID, toolUseID string) (bool, error) {
-	f, err := readEvents(ctx, c, session)
+func (s *Service) isHeld(ctx context.Context, c *caller, session uuid.UUID, toolUseID string) (bool, error) {
+	v, err := s.folded(ctx, c, session, false)
 	if err != nil {
 		return false, err
 	}
-	for _, ev := range f.events {
+	for _, ev := range v.events {
 		if ev.StopReason != nil && ev.StopReason.Type == "requires_action" && slices.Contains(ev.StopReason.EventIDs, toolUseID) {
 			return true, nil
 		}

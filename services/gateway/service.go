@@ -31,6 +31,7 @@ import (
 	"corral.dev/pkg/policy"
 	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
+	"corral.dev/pkg/version"
 )
 
 // Service is the gateway.
@@ -43,6 +44,12 @@ type Service struct {
 	// logs reads the session logs as the gateway, for the index.
 	logs    *sessionlog.Log
 	clients *clients
+	// webhooks posts the tenants' webhooks and answers their API.
+	webhooks *webhooks
+	// folds keeps the API events of the sessions read lately.
+	folds *foldCache
+	// tracer exports the sessions' spans; nil when traces are off.
+	tracer *tracer
 
 	mu     sync.Mutex
 	events jetstream.Stream
@@ -86,9 +93,18 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, clientOpts []n
 		sessions: sessions,
 		logs:     sessionlog.New(js, sessionlog.Options{Reader: "gateway", DeadLetters: true, Logger: log}),
 		clients:  newClients(cfg.NATSURL, clientOpts, log, cfg.KeyIdle, cfg.MaxKeys),
+		folds:    newFoldCache(defaultFoldBytes),
 	}
 	if cfg.Metrics != nil {
 		if err := sessionlog.Register(cfg.Metrics); err != nil {
+			return nil, err
+		}
+	}
+	if s.webhooks, err = newWebhooks(ctx, js, cfg.Webhooks, s.logs, log); err != nil {
+		return nil, err
+	}
+	if cfg.TracesEndpoint != "" {
+		if s.tracer, err = newTracer(ctx, cfg.TracesEndpoint); err != nil {
 			return nil, err
 		}
 	}
@@ -99,11 +115,15 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, clientOpts []n
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.index(ctx) })
+	g.Go(func() error { return s.webhooks.run(ctx) })
+	if s.tracer != nil {
+		g.Go(func() error { return s.exportTraces(ctx) })
+	}
 	if s.cfg.Listen != "" {
 		g.Go(func() error { return s.clients.sweep(ctx) })
 		g.Go(func() error { return s.serveHTTP(ctx) })
 	}
-	s.log.InfoContext(ctx, "gateway started", "listen", s.cfg.Listen)
+	s.log.InfoContext(ctx, "gateway started", "version", version.String(), "listen", s.cfg.Listen)
 	return g.Wait()
 }
 

@@ -42,13 +42,14 @@ func (s *Service) createSession(ctx context.Context, c *caller, w http.ResponseW
 	if err := decode(w, r, &body); err != nil {
 		return err
 	}
-	switch {
-	case len(body.VaultIDs) > 0:
-		return unsupported("vault_ids: naming the vaults of a session (egress adds every vault of the tenant and the session's user that binds the host a request goes to)")
-	case present(body.Budget):
-		return unsupported("budget: a session's own spend ceiling (the tenant's policy sets every session's budgets)")
+	if err := s.sessionVaults(ctx, c, body.VaultIDs); err != nil {
+		return err
 	}
 	agent, err := s.sessionAgent(ctx, c, body.Agent)
+	if err != nil {
+		return err
+	}
+	budget, limits, err := readBudget(body.Budget, agent.Model, s.cfg.Prices)
 	if err != nil {
 		return err
 	}
@@ -59,9 +60,10 @@ func (s *Service) createSession(ctx context.Context, c *caller, w http.ResponseW
 	rec := sessionRecord{
 		ID: uuid.Must(uuid.NewV7()), Agent: agent, Environment: body.EnvironmentID, Resources: body.Resources,
 		Title: deref(body.Title), Metadata: body.Metadata, User: c.user, CreatedAt: time.Now().UTC(),
-		Started: len(messages) > 0,
+		Started: len(messages) > 0, Budget: budget, Limits: limits,
+		Vaults: body.VaultIDs,
 	}
-	if rec.Repo, err = repository(body.Resources); err != nil {
+	if err := s.workspaceFrom(ctx, c, &rec, body.Resources); err != nil {
 		return err
 	}
 	if rec.Environment != "" {
@@ -275,6 +277,12 @@ func sessionJSON(tenant string, rec *sessionRecord, e *sessionindex.Entry) wire.
 		if rec.Resources != nil {
 			out.Resources = rec.Resources
 		}
+		if rec.Vaults != nil {
+			out.VaultIDs = rec.Vaults
+		}
+		if rec.Budget != nil {
+			out.Budget = rec.Budget
+		}
 	}
 	if e != nil {
 		out.ID = e.Session.String()
@@ -449,7 +457,8 @@ func (s *Service) request(ctx context.Context, c *caller, rec *sessionRecord, te
 		Prompt: text,
 	}
 	if first {
-		req.Environment, req.Repo = rec.Environment, rec.Repo
+		req.Environment, req.Repo, req.Files, req.Vaults = rec.Environment, rec.Repo, rec.Files, rec.Vaults
+		req.SessionConfig = event.SessionConfig{System: rec.Agent.System, Tools: rec.Agent.Tools, Ask: rec.Agent.Ask, Budget: rec.Limits}
 	}
 	if err := bus.Publish(ctx, c.js, bus.RequestSubject(c.tenant, rec.ID, rec.User), req.ID.String(), &req); err != nil {
 		return uuid.Nil, err

@@ -5,7 +5,10 @@
 // CORRAL_NATS_USER and CORRAL_NATS_PASSWORD (the gateway's own user),
 // CORRAL_GATEWAY_LISTEN (HOST:PORT of the API; empty serves none),
 // CORRAL_GATEWAY_KEY_IDLE, CORRAL_GATEWAY_MAX_KEYS, CORRAL_POLICY_FILE (the
-// prices of the index's costs), CORRAL_METRICS_LISTEN, CORRAL_LOG_LEVEL.
+// prices of the index's costs), CORRAL_WEBHOOK_ALLOW_PRIVATE,
+// CORRAL_WEBHOOK_TIMEOUT, CORRAL_WEBHOOK_MAX_ATTEMPTS and
+// CORRAL_WEBHOOK_RETRY_DELAY (how webhooks are delivered),
+// CORRAL_METRICS_LISTEN, CORRAL_LOG_LEVEL.
 package main
 
 import (

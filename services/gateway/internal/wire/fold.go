@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -52,9 +53,24 @@ type Folder struct {
 	last time.Time
 }
 
+// Clone returns a copy of f that shares nothing mutable with it: a
+// reader that goes on from where f is, while f goes on elsewhere.
+func (f *Folder) Clone() Folder {
+	return Folder{held: maps.Clone(f.held), last: f.last}
+}
+
 // ID is the API event ID of the n-th API event made of the log's event id.
 func ID(id uuid.UUID, n int) string {
 	return fmt.Sprintf("sevt_%s_%d", strings.ReplaceAll(id.String(), "-", ""), n)
+}
+
+// BlockID is the ID of the API event made of block index of the response
+// to turn of session: an agent.message or an agent.thinking. It is known
+// before the response is recorded (the turn is unique in its session's
+// log), so that a preview of the event as the model writes it (an SSE
+// event_start) names the event that ends it.
+func BlockID(session uuid.UUID, turn, index int) string {
+	return ID(uuid.NewSHA1(session, fmt.Appendf(nil, "turn:%d", turn)), index)
 }
 
 // ToolUseID is the ID of the agent.tool_use event of call: its results
@@ -99,13 +115,19 @@ func (f *Folder) Fold(seq uint64, ev event.Event) []Event {
 	case *event.ModelResponded:
 		start := ID(h.ID, 0)
 		add(Event{Type: "span.model_request_start"}, before)
-		for _, b := range ev.Content {
+		blockID := func(i int) string {
+			if ev.Turn < 1 {
+				return "" // numbered after the response's event
+			}
+			return BlockID(h.Session, ev.Turn, i)
+		}
+		for i, b := range ev.Content {
 			switch b.Type {
 			case model.ThinkingBlock, model.RedactedThinkingBlock:
-				add(Event{Type: "agent.thinking"}, at)
+				add(Event{ID: blockID(i), Type: "agent.thinking"}, at)
 			case model.TextBlock:
 				if strings.TrimSpace(b.Text) != "" {
-					add(Event{Type: "agent.message", Content: []Block{Text(b.Text)}}, at)
+					add(Event{ID: blockID(i), Type: "agent.message", Content: []Block{Text(b.Text)}}, at)
 				}
 			}
 		}
@@ -162,7 +184,7 @@ func (f *Folder) Fold(seq uint64, ev event.Event) []Event {
 // errorType is the session.error type of a failure's code.
 func errorType(code string) string {
 	switch code {
-	case event.CodeModelError, event.CodeUnknownModel:
+	case event.CodeModelError, event.CodeUnknownModel, event.CodeNotConfigured:
 		return "model_request_failed_error"
 	case event.CodeWorkspace:
 		return "repository_clone_error"
