@@ -11,6 +11,7 @@ import (
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/envconf"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/policy"
 )
 
 // Config is the approval service's configuration, read from the
@@ -45,6 +46,10 @@ type Config struct {
 	// Metrics is where the service's metrics are registered (none are
 	// served when nil).
 	Metrics prometheus.Registerer
+	// Prices price each model turn the sessions console shows: the price
+	// table of CORRAL_POLICY_FILE (the harness's and the gateway's), or
+	// the default one.
+	Prices *policy.Policy
 	// Clients is the account the API's requests must come from, through
 	// its imports ([credential.AccountClients]); empty takes them from
 	// anywhere, for tests on a server without accounts.
@@ -81,6 +86,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}
 	if cfg.Timeout, err = envconf.Duration(getenv, "CORRAL_APPROVAL_TIMEOUT", 0); err != nil {
 		return Config{}, err
+	}
+	if file := getenv("CORRAL_POLICY_FILE"); file != "" {
+		if cfg.Prices, err = policy.Load(file); err != nil {
+			return Config{}, fmt.Errorf("CORRAL_POLICY_FILE: %w", err)
+		}
 	}
 	return cfg, nil
 }

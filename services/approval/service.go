@@ -25,8 +25,10 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/model"
+	"corral.dev/pkg/policy"
 	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
+	"corral.dev/pkg/version"
 )
 
 // Service is the approval service.
@@ -41,6 +43,13 @@ type Service struct {
 	// logs reads the session logs, judging every event, and records
 	// decisions as the approval service.
 	logs *sessionlog.Log
+	// console reads the session logs for the sessions console: judged as
+	// logs is, but a rejected event is only left out (the consumers
+	// dead-letter it), not dead-lettered again on every page view.
+	console *sessionlog.Log
+	// index is the session index as last watched, for the console; nil
+	// when the server has no index (no gateway was ever set up).
+	index *index
 
 	// mu guards items, the bucket as last watched, and changed, closed
 	// and replaced on every change so that watchers of the page wake.
@@ -85,6 +94,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		logs: sessionlog.New(js, sessionlog.Options{
 			As: sessionlog.Approval, Reader: "approval", DeadLetters: true, Logger: log,
 		}),
+		console: sessionlog.New(js, sessionlog.Options{Reader: "approval-console", Logger: log}),
 		items:   make(map[string]*Approval),
 		changed: make(chan struct{}),
 		synced:  make(chan struct{}),
@@ -92,6 +102,12 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 			Name: "corral_approval_decisions_total",
 			Help: "Decisions made, by verdict (approved, denied; expired ones are denied by corral).",
 		}, []string{"verdict"}),
+	}
+	if cfg.Prices == nil {
+		s.cfg.Prices = policy.Default()
+	}
+	if s.index, err = openIndex(ctx, js); err != nil {
+		return nil, err
 	}
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "corral_approval_pending",
@@ -117,6 +133,9 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.watch(ctx) })
+	if s.index != nil {
+		g.Go(func() error { return s.index.watch(ctx, s.log) })
+	}
 	g.Go(func() error {
 		return bus.Consume(ctx, s.js, bus.Consumer{
 			Stream: bus.StreamEvents,
@@ -140,7 +159,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.Listen != "" {
 		g.Go(func() error { return s.serveWeb(ctx) })
 	}
-	s.log.InfoContext(ctx, "approval started", "listen", s.cfg.Listen, "timeout", s.cfg.Timeout)
+	s.log.InfoContext(ctx, "approval started", "version", version.String(), "listen", s.cfg.Listen, "timeout", s.cfg.Timeout)
 	return g.Wait()
 }
 

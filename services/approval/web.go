@@ -21,7 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aymanbagabas/go-udiff"
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/callview"
@@ -41,7 +40,11 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"ago": func(t time.Time) string {
 		return time.Since(t).Round(time.Second).String()
 	},
-	"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	"when":      func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	"difflines": difflines,
+	"stepView": func(s *step, v sessionView) stepView {
+		return stepView{Step: s, CSRF: v.CSRF, Decides: v.Decides, Path: v.Path}
+	},
 }).ParseFS(webFiles, "web/*.html"))
 
 // cookieName holds a signed-in reviewer's session.
@@ -67,12 +70,19 @@ type web struct {
 // credential sees and decides only its tenant's approvals (tenant), and
 // is signed out when the credential is revoked; one signed in with a
 // reviewer token or by the proxy, and an operator's credential, sees
-// every tenant's (tenant "").
+// every tenant's (tenant ""). A user signed in with a user's credential
+// (user set) sees only its own sessions in the console, and decides
+// nothing.
 type reviewer struct {
 	name, nonce string
 	tenant      string
 	credential  string
+	user        bool
 }
+
+// mayDecide reports whether rv may decide approvals: anyone signed in but
+// a user.
+func (rv reviewer) mayDecide() bool { return !rv.user }
 
 func (s *Service) serveWeb(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Listen)
@@ -105,8 +115,9 @@ func (s *Service) Handler() http.Handler {
 	w := &web{s: s, key: mac.Sum(nil), signedOut: make(map[string]time.Time)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", w.signedIn(w.index))
-	mux.HandleFunc("GET /live", w.signedIn(w.live))
-	mux.HandleFunc("POST /decide", w.signedIn(w.checkCSRF(w.decide)))
+	mux.HandleFunc("GET /live", w.signedIn(w.reviewers(w.live)))
+	mux.HandleFunc("POST /decide", w.signedIn(w.checkCSRF(w.reviewers(w.decide))))
+	w.console(mux)
 	mux.HandleFunc("POST /signout", w.signedIn(w.checkCSRF(w.signOut)))
 	mux.HandleFunc("GET /signin", w.signInPage)
 	mux.HandleFunc("POST /signin", w.signIn)
@@ -150,14 +161,14 @@ func (w *web) who(r *http.Request) (reviewer, bool) {
 		return reviewer{}, false
 	}
 	parts := strings.Split(string(raw), "\x00")
-	if len(parts) != 5 {
+	if len(parts) != 6 {
 		return reviewer{}, false
 	}
 	exp, err := strconv.ParseInt(parts[1], 10, 64)
 	if err != nil || time.Now().Unix() > exp {
 		return reviewer{}, false
 	}
-	rv := reviewer{name: parts[0], nonce: parts[2], tenant: parts[3], credential: parts[4]}
+	rv := reviewer{name: parts[0], nonce: parts[2], tenant: parts[3], credential: parts[4], user: parts[5] == roleUser}
 	// A reviewer whose token was withdrawn or whose credential was
 	// revoked, or who signed out, is signed out.
 	if w.isSignedOut(rv.nonce) {
@@ -172,8 +183,13 @@ func (w *web) who(r *http.Request) (reviewer, bool) {
 	return rv, true
 }
 
+// roleUser marks, in the sign-in cookie, a sign-in with a user's
+// credential.
+const roleUser = "user"
+
 // stillReviews reports whether the credential rv signed in with is still
-// kept, as the same reviewer or operator of the same tenant.
+// kept, as the same reviewer or operator of the same tenant (or, for a
+// user, as the same user of the same tenant).
 func (w *web) stillReviews(ctx context.Context, rv reviewer) bool {
 	e, err := w.s.creds.Get(ctx, rv.credential)
 	if err != nil {
@@ -185,9 +201,11 @@ func (w *web) stillReviews(ctx context.Context, rv reviewer) bool {
 	}
 	switch c.Role {
 	case credential.RoleOperator:
-		return rv.tenant == ""
+		return rv.tenant == "" && !rv.user
 	case credential.RoleReviewer:
-		return rv.tenant == c.Tenant
+		return rv.tenant == c.Tenant && !rv.user
+	case credential.RoleUser:
+		return rv.tenant == c.Tenant && rv.user
 	}
 	return false
 }
@@ -209,7 +227,11 @@ func (w *web) known(name string) bool {
 }
 
 func (w *web) csrf(rv reviewer) string {
-	return w.sign("csrf", rv.name, rv.nonce, rv.tenant, rv.credential)
+	user := ""
+	if rv.user {
+		user = roleUser
+	}
+	return w.sign("csrf", rv.name, rv.nonce, rv.tenant, rv.credential, user)
 }
 
 type handler func(http.ResponseWriter, *http.Request, reviewer)
@@ -223,6 +245,18 @@ func (w *web) signedIn(h handler) http.HandlerFunc {
 				return
 			}
 			http.Error(rw, "sign in first", http.StatusUnauthorized)
+			return
+		}
+		h(rw, r, rv)
+	}
+}
+
+// reviewers refuses users, who may sign in to the console but never see
+// the approvals page nor decide.
+func (w *web) reviewers(h handler) handler {
+	return func(rw http.ResponseWriter, r *http.Request, rv reviewer) {
+		if !rv.mayDecide() {
+			http.Error(rw, "a user's credential does not decide approvals: sign in with a reviewer's", http.StatusForbidden)
 			return
 		}
 		h(rw, r, rv)
@@ -260,18 +294,19 @@ func (w *web) signIn(rw http.ResponseWriter, r *http.Request) {
 	var rv reviewer
 	if id := strings.TrimSpace(r.PostFormValue("credential")); id != "" {
 		// A reviewer's credential, as corral credentials issue --reviewer
-		// prints it: the reviewer is its user, for its tenant.
+		// prints it: the reviewer is its user, for its tenant. A user's
+		// credential signs in to the sessions console only, as its user.
 		cred, err := credential.Find(r.Context(), w.s.creds, id, r.PostFormValue("secret"))
 		if errors.Is(err, credential.ErrLookup) {
 			w.s.log.Error("reviewer sign-in", "err", err)
 			w.render(rw, http.StatusServiceUnavailable, "signin.html", map[string]any{"Error": "Credentials cannot be checked now; try again."})
 			return
 		}
-		if err != nil || (cred.Role != credential.RoleReviewer && cred.Role != credential.RoleOperator) {
-			w.render(rw, http.StatusUnauthorized, "signin.html", map[string]any{"Error": "That credential is not a reviewer's, or the secret is wrong."})
+		if err != nil || (cred.Role != credential.RoleReviewer && cred.Role != credential.RoleOperator && cred.Role != credential.RoleUser) {
+			w.render(rw, http.StatusUnauthorized, "signin.html", map[string]any{"Error": "That credential is not a reviewer's or a user's (a bot's credential does not sign in here), or the secret is wrong."})
 			return
 		}
-		rv = reviewer{name: cred.User, tenant: cred.Tenant, credential: cred.ID}
+		rv = reviewer{name: cred.User, tenant: cred.Tenant, credential: cred.ID, user: cred.Role == credential.RoleUser}
 		if cred.Tenant == credential.AllTenants {
 			rv.tenant = ""
 		}
@@ -282,14 +317,22 @@ func (w *web) signIn(rw http.ResponseWriter, r *http.Request) {
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce)
 	exp := time.Now().Add(signInFor)
+	role := ""
+	if rv.user {
+		role = roleUser
+	}
 	payload := base64.RawURLEncoding.EncodeToString([]byte(strings.Join([]string{
-		rv.name, strconv.FormatInt(exp.Unix(), 10), base64.RawURLEncoding.EncodeToString(nonce), rv.tenant, rv.credential,
+		rv.name, strconv.FormatInt(exp.Unix(), 10), base64.RawURLEncoding.EncodeToString(nonce), rv.tenant, rv.credential, role,
 	}, "\x00")))
 	http.SetCookie(rw, &http.Cookie{
 		Name: cookieName, Value: payload + "." + w.sign("cookie", payload), Path: "/",
 		Expires: exp, HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https",
 	})
+	if rv.user {
+		http.Redirect(rw, r, "/sessions", http.StatusSeeOther)
+		return
+	}
 	http.Redirect(rw, r, "/", http.StatusSeeOther)
 }
 
@@ -335,6 +378,11 @@ func (w *web) view(rv reviewer) view {
 }
 
 func (w *web) index(rw http.ResponseWriter, r *http.Request, rv reviewer) {
+	if rv.user {
+		// A user decides nothing: their page is the console.
+		http.Redirect(rw, r, "/sessions", http.StatusSeeOther)
+		return
+	}
 	v := w.view(rv)
 	v.Message = r.URL.Query().Get("done")
 	w.render(rw, http.StatusOK, "page.html", v)
@@ -389,6 +437,11 @@ func (w *web) decide(rw http.ResponseWriter, r *http.Request, rv reviewer) {
 		http.Error(rw, err.Error(), http.StatusInternalServerError)
 	default:
 		// The decision is kept; a failed publish is retried by the sweep.
+		// Decided from a session's page, the reviewer goes back there.
+		if back := r.PostFormValue("back"); back != "" && back == sessionPath(a.Tenant, a.Session) {
+			http.Redirect(rw, r, back+"#held-"+a.ID.String(), http.StatusSeeOther)
+			return
+		}
 		http.Redirect(rw, r, "/?done="+a.Status+"+"+a.Tool+"+call", http.StatusSeeOther)
 	}
 }
@@ -470,18 +523,13 @@ func change(a *Approval) string {
 	if a.Tool != tool.Edit {
 		return ""
 	}
-	x, err := tool.Parse(a.Tool, a.Input)
-	if err != nil {
-		return ""
-	}
-	e := x.(*tool.EditArgs)
-	return udiff.Unified("a"+e.FilePath, "b"+e.FilePath, e.OldString, e.NewString)
+	return callDiff(a.Tool, a.Input)
 }
 
 // summary is a's call on one line, for the history: cut, and marked so.
 func summary(a *Approval) string {
 	if a.Tool == event.BudgetTool {
-		return "raise the session's caps to " + string(a.Input)
+		return "raise the session's caps to " + callview.Plain(a.Input)
 	}
 	s, _ := callview.Summary(a.Input, 120)
 	return s

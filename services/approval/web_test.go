@@ -43,6 +43,12 @@ type fixture struct {
 func start(t *testing.T, mutate func(*Config)) *fixture {
 	t.Helper()
 	_, _, js := natstest.Run(t)
+	return startOn(t, js, mutate)
+}
+
+// startOn is start on js's server.
+func startOn(t *testing.T, js jetstream.JetStream, mutate func(*Config)) *fixture {
+	t.Helper()
 	_, key, _ := ed25519.GenerateKey(nil)
 	cfg := Config{
 		SigningKey:  key,
@@ -479,13 +485,13 @@ func TestCredentialReviewerSeesItsTenantOnly(t *testing.T) {
 	own := f.askIn(t, "acme", "Bash", `{"command":"git push origin main"}`)
 	other := f.askIn(t, "initech", "Bash", `{"command":"rm -rf /srv/initech"}`)
 	rita, secret := credentialtest.Issue(t, f.js, "acme", "rita", credential.RoleReviewer)
-	user, userSecret := credentialtest.Issue(t, f.js, "acme", "ada", credential.RoleUser)
+	bot, botSecret := credentialtest.Issue(t, f.js, "acme", "slackbot", credential.RoleBot)
 
 	c := f.client(t)
 	for name, form := range map[string]url.Values{
-		"wrong secret":      {"credential": {rita.ID}, "secret": {secret + "x"}},
-		"user's credential": {"credential": {user.ID}, "secret": {userSecret}},
-		"unknown ID":        {"credential": {"c-00000000000000000000000000000000"}, "secret": {secret}},
+		"wrong secret":     {"credential": {rita.ID}, "secret": {secret + "x"}},
+		"bot's credential": {"credential": {bot.ID}, "secret": {botSecret}},
+		"unknown ID":       {"credential": {"c-00000000000000000000000000000000"}, "secret": {secret}},
 	} {
 		if code, body := post(t, c, f.srv.URL+"/signin", form, nil); code != http.StatusUnauthorized || !strings.Contains(body, "not a reviewer") {
 			t.Errorf("sign in with a %s: %d", name, code)
