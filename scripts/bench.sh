@@ -62,6 +62,13 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 # The provider's first streamed text → on corral run's output (p50, p95,
 # p99), next to a core NATS message from one connection to another.
 (cd services/corral && go test -run '^$' -bench 'LiveText' -benchtime "${n}x" .) | tee -a "$out"
+# The gateway: a session's event appended → on an API event stream's
+# client (p50, p95, p99), next to the same append → an ordered consumer's
+# handler; pages of a 1,000-turn session's events per second on one core,
+# next to the same page from a bare handler, and (a few) as each page cost
+# before: the whole log read.
+(cd services/gateway && go test -run '^$' -bench 'EventToSSE' -benchtime "${n}x" .) | tee -a "$out"
+(cd services/gateway && go test -run '^$' -bench 'ListEvents/(page|http)' -benchtime "$((n * 4))x" -cpu 1 . && go test -run '^$' -bench 'ListEvents/whole-log' -benchtime 5x -cpu 1 .) | tee -a "$out"
 # Last: the idle sessions' ten thousand workspaces keep the disk busy for a
 # while after.
 (cd services/sandbox-manager && go test -run '^$' -bench 'IdleSessions' -benchtime "${IDLE_SESSIONS:-10000}x" -timeout 30m ./internal/sandbox) | tee -a "$out"
@@ -119,6 +126,8 @@ END {
 		printf "| Download100MB tunnel/direct | | | %.0f%% (target ≥ 80%%) |\n", 100 * mbs["Download100MBTunnel"] / mbs["Download100MBDirect"]
 	if (("Download100MBIntercept" in mbs) && ("Download100MBDirect" in mbs))
 		printf "| Download100MB intercept/direct | | | %.0f%% (target ≥ 80%%) |\n", 100 * mbs["Download100MBIntercept"] / mbs["Download100MBDirect"]
+	if (("EventToSSE/sse" in ms) && ("EventToSSE/jetstream" in ms))
+		printf "| EventToSSE sse (jetstream) | %.3f ms (%.3f ms; target ≤ 2 ms) | | |\n", ms["EventToSSE/sse"], ms["EventToSSE/jetstream"]
 	if (("Judge/judge" in us) && ("Judge/parse" in us))
 		printf "| JudgeCost (Judge/judge - Judge/parse) | %.2f µs (mean) | | per event |\n", us["Judge/judge"] - us["Judge/parse"]
 }' "$out"

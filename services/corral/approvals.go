@@ -21,9 +21,38 @@ import (
 	"corral.dev/pkg/sessionlog"
 )
 
+// approvalJSON is an approval as approvals --json and approvals show
+// --json print it.
+type approvalJSON struct {
+	ID          uuid.UUID       `json:"id"`
+	Status      string          `json:"status"`
+	Tenant      string          `json:"tenant"`
+	Session     uuid.UUID       `json:"session"`
+	Turn        int             `json:"turn"`
+	User        string          `json:"user"`
+	Tool        string          `json:"tool"`
+	Input       json.RawMessage `json:"input"`
+	Rule        string          `json:"rule"`
+	Why         string          `json:"why"`
+	Preview     string          `json:"preview,omitempty"`
+	RequestedAt time.Time       `json:"requested_at"`
+	ExpiresAt   *time.Time      `json:"expires_at,omitempty"`
+	Reviewer    string          `json:"reviewer,omitempty"`
+	Reason      string          `json:"reason,omitempty"`
+	DecidedAt   time.Time       `json:"decided_at,omitzero"`
+}
+
+func newApprovalJSON(a *approvalapi.Approval) approvalJSON {
+	return approvalJSON{
+		ID: a.ID, Status: a.Status, Tenant: a.Tenant, Session: a.Session, Turn: a.Turn, User: a.User, Tool: a.Tool,
+		Input: plainJSON(a.Input), Rule: a.Rule, Why: a.Why, Preview: a.Preview, RequestedAt: a.RequestedAt, ExpiresAt: a.ExpiresAt,
+		Reviewer: a.Reviewer, Reason: a.Reason, DecidedAt: a.DecidedAt,
+	}
+}
+
 func (e *env) approvalsCmd() *cobra.Command {
 	var url, tenant, user string
-	var all bool
+	var all, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "approvals",
 		Short: "List the tool calls waiting for a reviewer",
@@ -37,6 +66,13 @@ or on the reviewers' web page. A call too long for its column ends in
 			err := e.request(cmd.Context(), url, "approval service", approvalapi.Subject(tenant, user, bus.OpList), approvalapi.ListRequest{All: all}, &resp)
 			if err != nil {
 				return err
+			}
+			if asJSON {
+				out := make([]approvalJSON, len(resp.Approvals))
+				for i, a := range resp.Approvals {
+					out[i] = newApprovalJSON(a)
+				}
+				return writeJSONLines(e.stdout, out...)
 			}
 			if len(resp.Approvals) == 0 {
 				fmt.Fprintln(e.stdout, "Nothing is waiting for a decision.")
@@ -63,12 +99,14 @@ or on the reviewers' web page. A call too long for its column ends in
 	cmd.Flags().StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "your tenant, whose approvals these are (CORRAL_TENANT)")
 	cmd.Flags().StringVar(&user, "user", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "you (CORRAL_USER)")
 	cmd.Flags().BoolVar(&all, "all", false, "list decided approvals too")
+	jsonFlag(cmd, &asJSON)
 	cmd.AddCommand(e.keygenCmd("approvals"), e.approvalShowCmd())
 	return cmd
 }
 
 func (e *env) approvalShowCmd() *cobra.Command {
 	var url, tenant, user string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a held tool call in full",
@@ -77,21 +115,35 @@ Code points a terminal would not show as written (bidirectional overrides,
 zero-width characters, controls) are printed by name, as <U+202E>. An
 Edit's preview, when there is one, is a diff of the file as it was when the
 call was held (made by the service that runs the call), or a line saying why
-there is none: informational, since a decision approves the arguments.`,
+there is none: informational, since a decision approves the arguments.
+ID is the approval's ID or the first 4 or more of its hex digits.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := uuid.Parse(args[0])
+			p, err := parseIDPrefix("approval", args[0])
 			if err != nil {
-				return &exitError{2, fmt.Errorf("%q is not an approval ID (corral approvals lists them)", args[0])}
+				return err
 			}
 			var resp approvalapi.Response
 			err = e.request(cmd.Context(), url, "approval service", approvalapi.Subject(tenant, user, bus.OpList), approvalapi.ListRequest{All: true}, &resp)
 			if err != nil {
 				return err
 			}
+			id, err := matchApproval(p, tenant, resp.Approvals)
+			if err != nil {
+				return err
+			}
 			found := false
 			for _, a := range resp.Approvals {
 				if a.ID != id {
+					continue
+				}
+				if asJSON {
+					// One line for each session the ID is in (a raise's
+					// may be in more than one).
+					if err := writeJSONLines(e.stdout, newApprovalJSON(a)); err != nil {
+						return err
+					}
+					found = true
 					continue
 				}
 				if found {
@@ -119,6 +171,7 @@ there is none: informational, since a decision approves the arguments.`,
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
 	cmd.Flags().StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "your tenant, whose approval this is (CORRAL_TENANT)")
 	cmd.Flags().StringVar(&user, "user", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "you (CORRAL_USER)")
+	jsonFlag(cmd, &asJSON)
 	return cmd
 }
 
@@ -134,24 +187,29 @@ func (e *env) decideCmd(approve bool) *cobra.Command {
 		Long: short + `.
 
 The decision is made in the name of --user (CORRAL_USER): a reviewer's
-credential decides as the user it names, an operator's as any.`,
+credential decides as the user it names, an operator's as any. ID is the
+approval's ID or the first 4 or more of its hex digits.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := uuid.Parse(args[0])
-			if err != nil {
-				return &exitError{2, fmt.Errorf("%q is not an approval ID (corral approvals lists them)", args[0])}
-			}
-			req := approvalapi.DecideRequest{ID: id, Approve: approve, Reason: reason}
-			if session != "" {
-				if req.Session, err = uuid.Parse(session); err != nil {
-					return &exitError{2, fmt.Errorf("--session %q is not a session ID", session)}
-				}
+			if _, err := parseIDPrefix("approval", args[0]); err != nil {
+				return err
 			}
 			if !approve && strings.TrimSpace(reason) == "" {
 				return &exitError{2, fmt.Errorf("say why with --reason: the model reads it")}
 			}
+			ctx := cmd.Context()
+			id, err := e.findApproval(ctx, url, tenant, user, args[0])
+			if err != nil {
+				return err
+			}
+			req := approvalapi.DecideRequest{ID: id, Approve: approve, Reason: reason}
+			if session != "" {
+				if req.Session, err = e.findSessionAt(ctx, url, tenant, session); err != nil {
+					return err
+				}
+			}
 			var resp approvalapi.Response
-			if err := e.request(cmd.Context(), url, "approval service", approvalapi.Subject(tenant, user, bus.OpDecide), req, &resp); err != nil {
+			if err := e.request(ctx, url, "approval service", approvalapi.Subject(tenant, user, bus.OpDecide), req, &resp); err != nil {
 				return err
 			}
 			a := resp.Approvals[0]
@@ -168,7 +226,8 @@ credential decides as the user it names, an operator's as any.`,
 }
 
 func (e *env) stopCmd() *cobra.Command {
-	var url, tenant, by, reason string
+	var url, by, reason string
+	var tenant sessionTenant
 	cmd := &cobra.Command{
 		Use:   "stop SESSION",
 		Short: "Stop a session: kill its running tool call and destroy its sandbox",
@@ -177,26 +236,27 @@ running tool call is killed and the session's sandbox destroyed. A follow-up
 request starts the session again, in a fresh sandbox.
 
 The stop is a request as the session's user, which the harness records in
-the session's log; the command returns once it has.`,
+the session's log; the command returns once it has. SESSION is its ID or
+the first 4 or more of its hex digits.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			session, err := uuid.Parse(args[0])
-			if err != nil {
-				return &exitError{2, fmt.Errorf("%q is not a session ID", args[0])}
-			}
-			if err := event.CheckTenant(tenant); err != nil {
-				return &exitError{2, err}
+			if _, err := parseIDPrefix("session", args[0]); err != nil {
+				return err
 			}
 			nc, js, err := e.connect(url)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			return e.stopSession(cmd.Context(), js, tenant, session, by, reason)
+			t, session, err := findSession(cmd.Context(), js, args[0], tenant.chosen(cmd))
+			if err != nil {
+				return err
+			}
+			return e.stopSession(cmd.Context(), js, t, session, by, reason)
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	cmd.Flags().StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "the session's tenant (CORRAL_TENANT)")
+	e.sessionTenantFlag(cmd, &tenant)
 	cmd.Flags().StringVar(&by, "by", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "who stops it, for the log (CORRAL_USER)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the log")
 	return cmd
@@ -285,7 +345,11 @@ func (e *env) control(ctx context.Context, js jetstream.JetStream, l *sessionlog
 	if user == "" {
 		return &exitError{1, fmt.Errorf("session %s has no request recorded yet", h.Session)}
 	}
-	if err := bus.Publish(ctx, js, bus.RequestSubject(h.Tenant, h.Session, user), h.ID.String(), ev); err != nil {
+	// The message's ID is random: the requests stream drops a message
+	// whose ID it has seen, whoever sent it, and an ID others can work
+	// out (the event's is) would let them send it first and drop this.
+	// The harness records the event once by its own ID.
+	if err := bus.Publish(ctx, js, bus.RequestSubject(h.Tenant, h.Session, user), uuid.NewString(), ev); err != nil {
 		return err
 	}
 	what := event.Kind(h.Type)
@@ -302,7 +366,8 @@ func (e *env) control(ctx context.Context, js jetstream.JetStream, l *sessionlog
 }
 
 func (e *env) raiseCmd() *cobra.Command {
-	var url, tenant, by, reason string
+	var url, by, reason string
+	var tenantFlag sessionTenant
 	var l policy.Limits
 	cmd := &cobra.Command{
 		Use:   "raise SESSION --reason R [--steps N] [--tokens N] [--cost-usd X] [--sandbox-seconds X] [--wall-time D]",
@@ -314,15 +379,12 @@ session goes on where it was by itself (corral logs -f SESSION follows it),
 and any session runs under the new caps from its next step.
 
 The raise is a request as the session's user, which the harness records in
-the session's log; the command returns once it has.`,
+the session's log; the command returns once it has. SESSION is its ID or
+the first 4 or more of its hex digits.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			session, err := uuid.Parse(args[0])
-			if err != nil {
-				return &exitError{2, fmt.Errorf("%q is not a session ID", args[0])}
-			}
-			if err := event.CheckTenant(tenant); err != nil {
-				return &exitError{2, err}
+			if _, err := parseIDPrefix("session", args[0]); err != nil {
+				return err
 			}
 			if l == (policy.Limits{}) {
 				return &exitError{2, fmt.Errorf("name at least one cap to raise: --steps, --tokens, --cost-usd, --sandbox-seconds or --wall-time")}
@@ -343,6 +405,10 @@ the session's log; the command returns once it has.`,
 				return err
 			}
 			defer nc.Close()
+			tenant, session, err := findSession(ctx, js, args[0], tenantFlag.chosen(cmd))
+			if err != nil {
+				return err
+			}
 			sl := e.sessionLog(js)
 			st, err := readSession(ctx, js, sl, tenant, session)
 			if err != nil {
@@ -363,14 +429,14 @@ the session's log; the command returns once it has.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	f.StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "the session's tenant (CORRAL_TENANT)")
+	e.sessionTenantFlag(cmd, &tenantFlag)
 	f.StringVar(&by, "by", "", "ignored: a raise is asked for as the session's user")
 	_ = f.MarkDeprecated("by", "a raise is asked for as the session's user")
 	f.StringVar(&reason, "reason", "", "why, for the reviewer")
-	f.IntVar(&l.Steps, "steps", 0, "model turns")
-	f.Int64Var(&l.Tokens, "tokens", 0, "input and output tokens")
-	f.Float64Var(&l.CostUSD, "cost-usd", 0, "cost in USD")
-	f.Float64Var(&l.SandboxSeconds, "sandbox-seconds", 0, "seconds of sandbox time")
-	f.DurationVar(&l.WallTime, "wall-time", 0, "wall time on one request, e.g. 2h")
+	f.IntVar(&l.Steps, "steps", 0, "the most model turns (a count)")
+	f.Int64Var(&l.Tokens, "tokens", 0, "the most input and output tokens, together (a count)")
+	f.Float64Var(&l.CostUSD, "cost-usd", 0, "the most cost, in US dollars (e.g. 2.50), priced by the policy's price table")
+	f.Float64Var(&l.SandboxSeconds, "sandbox-seconds", 0, "the most sandbox time, in seconds (e.g. 900)")
+	f.DurationVar(&l.WallTime, "wall-time", 0, "the most wall-clock time on one request, as a Go duration (e.g. 90m, 2h)")
 	return cmd
 }

@@ -1,11 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,15 +45,20 @@ batch file's directory) uploaded for the job's /workspace to start from, or
   {"id": "fix-2", "prompt": "make the tests pass", "repo": {"url": "https://github.com/acme/app.git", "ref": "main"}, "environment": "py"}
   {"id": "sum-2", "prompt": "summarise /memories/notes.md", "model": "openai:gpt-4.1"}
 
-Each job's session is named by its tenant and id, so the file itself is the
-batch: submitting it again (after an interruption, say) starts nothing twice
-and follows the jobs still running; status and results read the sessions of
-the jobs in the file.`,
+Each job's session is named by its tenant, its id and the batch's name
+(--batch; default: the file's name and today's date in UTC, as
+jobs-2026-11-25 for jobs.jsonl): submitting the file again under the same
+name (after an interruption, say) starts nothing twice and follows the jobs
+still running, while the same ids under another name (tomorrow's run of a
+nightly file) are new jobs. status and results read the sessions of the
+file's jobs in the batch named: give them the --batch that submit printed
+when it is not today's default.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&o.nats, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
 	pf.StringVar(&o.tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "tenant of jobs that name none (CORRAL_TENANT)")
 	pf.StringVar(&o.user, "user", cmp.Or(e.getenv("CORRAL_USER"), e.getenv("USER"), "anonymous"), "user of jobs that name none (CORRAL_USER)")
+	pf.StringVar(&o.batch, "batch", "", "the batch's name, which scopes its job IDs (default: FILE's name and today's date in UTC, as jobs-2026-11-25)")
 
 	var noWait bool
 	var modelName string
@@ -71,16 +76,17 @@ the jobs in the file.`,
 	submit.Flags().BoolVar(&noWait, "no-wait", false, "submit and return without following the jobs")
 	submit.Flags().StringVar(&modelName, "model", "", "model of jobs that name none (default the harness's CORRAL_MODEL)")
 
-	var verbose bool
+	var verbose, asJSON bool
 	status := &cobra.Command{
 		Use:   "status FILE",
 		Short: "Count the file's jobs by status; --verbose lists each",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return e.batchStatus(cmd.Context(), o, args[0], verbose)
+			return e.batchStatus(cmd.Context(), o, args[0], verbose, asJSON)
 		},
 	}
 	status.Flags().BoolVarP(&verbose, "verbose", "v", false, "a line per job")
+	jsonFlag(status, &asJSON)
 
 	var out, policyFile, diffs string
 	results := &cobra.Command{
@@ -88,7 +94,7 @@ the jobs in the file.`,
 		Short: "Write one JSON line per job: its status, answer, cost and error",
 		Long: `Writes one JSON line per job of FILE, in the file's order:
 
-  {"id":"fix-1","tenant":"default","session":"…","status":"completed","answer":"…",
+  {"id":"fix-1","batch":"jobs-2026-11-25","tenant":"default","session":"…","status":"completed","answer":"…",
    "turns":3,"usage":{"input_tokens":1200,"output_tokens":300},"cost_usd":0.0081}
 
 status is completed, failed, stopped, paused (over a budget, waiting for a
@@ -116,15 +122,22 @@ DIR/<id>.patch, and names it in the line as "diff".`,
 }
 
 type batchOpts struct {
-	nats, tenant, user, model string
+	nats, tenant, user, model, batch string
 }
 
-// openBatch reads a batch file and connects to the platform.
-func (e *env) openBatch(ctx context.Context, o batchOpts, file string) ([]*job, jetstream.JetStream, func(), error) {
+// openBatch reads a batch file and connects to the platform. It names the
+// batch in o when o names none.
+func (e *env) openBatch(ctx context.Context, o *batchOpts, file string) ([]*job, jetstream.JetStream, func(), error) {
 	if err := event.CheckTenant(o.tenant); err != nil {
 		return nil, nil, nil, &exitError{2, err}
 	}
-	jobs, err := readJobsFile(file, jobDefaults{tenant: o.tenant, user: o.user, model: o.model})
+	if o.batch == "" {
+		o.batch = defaultBatch(file, time.Now())
+	}
+	if err := checkBatchName(o.batch); err != nil {
+		return nil, nil, nil, usageError(err)
+	}
+	jobs, err := readJobsFile(file, jobDefaults{tenant: o.tenant, user: o.user, model: o.model, batch: o.batch})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -140,7 +153,7 @@ func (e *env) openBatch(ctx context.Context, o batchOpts, file string) ([]*job, 
 }
 
 func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait bool) error {
-	jobs, js, closeConn, err := e.openBatch(ctx, o, file)
+	jobs, js, closeConn, err := e.openBatch(ctx, &o, file)
 	if err != nil {
 		return err
 	}
@@ -169,7 +182,7 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 	states, err := r.read(ctx, jobs)
 	if err != nil {
 		if ctx.Err() != nil {
-			return interrupted(file, "before submitting anything")
+			return interrupted(file, o.batch, "before submitting anything")
 		}
 		return err
 	}
@@ -198,7 +211,7 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 				ref, err := e.uploadDir(ctx, js, j.tenant, j.req.User, j.dir)
 				if err != nil {
 					if ctx.Err() != nil {
-						return interrupted(file, fmt.Sprintf("with %d of %d jobs submitted", submitted+before, len(jobs)))
+						return interrupted(file, o.batch, fmt.Sprintf("with %d of %d jobs submitted", submitted+before, len(jobs)))
 					}
 					return fmt.Errorf("job %q: %w", j.id, err)
 				}
@@ -214,7 +227,7 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 		fresh, err := bus.PublishOnce(ctx, js, bus.RequestSubject(j.tenant, j.session, j.req.User), j.req.ID.String(), &j.req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return interrupted(file, fmt.Sprintf("with %d of %d jobs submitted", submitted+before, len(jobs)))
+				return interrupted(file, o.batch, fmt.Sprintf("with %d of %d jobs submitted", submitted+before, len(jobs)))
 			}
 			return fmt.Errorf("job %q: %w", j.id, err)
 		}
@@ -225,23 +238,31 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 			before++
 		}
 	}
-	fmt.Fprintf(e.stderr, "%s: %d jobs: %d submitted now, %d before\n", file, len(jobs), submitted, before)
+	fmt.Fprintf(e.stderr, "%s: batch %s: %d jobs: %d submitted now, %d before\n", file, o.batch, len(jobs), submitted, before)
 	if noWait {
-		fmt.Fprintf(e.stderr, "follow them with: corral batch status %s\n", file)
+		fmt.Fprintf(e.stderr, "follow them with: corral batch status --batch %s %s\n", shellQuote(o.batch), file)
 		return nil
 	}
-	return e.followBatch(ctx, js, r.logs, r.prices, file, jobs, states, from)
+	return e.followBatch(ctx, js, r.logs, r.prices, file, o.batch, jobs, states, from)
 }
 
 // interrupted is the error of a submit interrupted at when.
-func interrupted(file, when string) error {
-	return &exitError{130, fmt.Errorf("interrupted %s; run corral batch submit %s again to go on", when, file)}
+func interrupted(file, batch, when string) error {
+	return &exitError{130, fmt.Errorf("interrupted %s; run corral batch submit --batch %s %s again to go on", when, shellQuote(batch), file)}
+}
+
+// shellQuote is s as a shell reads it back as one word.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-+=:,@%/") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // followBatch follows the jobs' sessions until every one has ended,
 // reporting each as it ends. Each event is judged by l and by its job's
 // session as read so far.
-func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, l *sessionlog.Log, prices *policy.Policy, file string, jobs []*job, states []*jobState, from uint64) error {
+func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, l *sessionlog.Log, prices *policy.Policy, file, batch string, jobs []*job, states []*jobState, from uint64) error {
 	// Keyed by tenant and session: a job's session ID alone could be
 	// another tenant's session.
 	bySession := make(map[string]int, len(jobs))
@@ -294,7 +315,7 @@ func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, l *sessio
 			if err != nil {
 				if ctx.Err() != nil {
 					rep.close()
-					return interrupted(file, fmt.Sprintf("with %d of %d jobs finished", done, len(jobs)))
+					return interrupted(file, batch, fmt.Sprintf("with %d of %d jobs finished", done, len(jobs)))
 				}
 				return fmt.Errorf("follow the batch: %w", err)
 			}
@@ -334,7 +355,7 @@ func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, l *sessio
 	rep.close()
 	fmt.Fprintf(e.stderr, "%s: %s\n", file, summary(len(jobs), n))
 	if bad := n[statusFailed] + n[statusStopped] + n[statusPaused]; bad > 0 {
-		return &exitError{1, fmt.Errorf("%d of %d jobs did not complete; corral batch results %s says why", bad, len(jobs), file)}
+		return &exitError{1, fmt.Errorf("%d of %d jobs did not complete; corral batch results --batch %s %s says why", bad, len(jobs), shellQuote(batch), file)}
 	}
 	return nil
 }
@@ -407,8 +428,19 @@ func (r *batchReport) close() {
 	r.closed = true
 }
 
-func (e *env) batchStatus(ctx context.Context, o batchOpts, file string, verbose bool) error {
-	jobs, js, closeConn, err := e.openBatch(ctx, o, file)
+// jobStatusJSON is a line of batch status --json: one job's.
+type jobStatusJSON struct {
+	ID      string    `json:"id"`
+	Batch   string    `json:"batch"`
+	Tenant  string    `json:"tenant"`
+	Session uuid.UUID `json:"session"`
+	Status  string    `json:"status"`
+	Code    string    `json:"code,omitempty"`
+	Error   string    `json:"error,omitempty"`
+}
+
+func (e *env) batchStatus(ctx context.Context, o batchOpts, file string, verbose, asJSON bool) error {
+	jobs, js, closeConn, err := e.openBatch(ctx, &o, file)
 	if err != nil {
 		return err
 	}
@@ -421,11 +453,19 @@ func (e *env) batchStatus(ctx context.Context, o batchOpts, file string, verbose
 	if err != nil {
 		return err
 	}
+	if asJSON {
+		out := make([]jobStatusJSON, len(jobs))
+		for i, j := range jobs {
+			st := states[i]
+			out[i] = jobStatusJSON{ID: j.id, Batch: o.batch, Tenant: j.tenant, Session: j.session, Status: st.status, Code: st.code, Error: st.reason}
+		}
+		return writeJSONLines(e.stdout, out...)
+	}
 	n := make(map[string]int)
 	for _, st := range states {
 		n[st.status]++
 	}
-	fmt.Fprintf(e.stdout, "%d jobs: %d pending, %d running, %d completed, %d failed", len(jobs),
+	fmt.Fprintf(e.stdout, "batch %s: %d jobs: %d pending, %d running, %d completed, %d failed", o.batch, len(jobs),
 		n[statusPending], n[statusRunning], n[statusCompleted], n[statusFailed])
 	for _, k := range []string{statusPaused, statusStopped, statusNotSubmitted} {
 		if n[k] > 0 {
@@ -455,6 +495,7 @@ func (e *env) batchStatus(ctx context.Context, o batchOpts, file string, verbose
 // jobResult is a line of `corral batch results`.
 type jobResult struct {
 	ID      string      `json:"id"`
+	Batch   string      `json:"batch"`
 	Tenant  string      `json:"tenant"`
 	Session uuid.UUID   `json:"session"`
 	Status  string      `json:"status"`
@@ -477,7 +518,7 @@ func (e *env) batchResults(ctx context.Context, o batchOpts, file, out, policyFi
 			return &exitError{2, err}
 		}
 	}
-	jobs, js, closeConn, err := e.openBatch(ctx, o, file)
+	jobs, js, closeConn, err := e.openBatch(ctx, &o, file)
 	if err != nil {
 		return err
 	}
@@ -495,11 +536,11 @@ func (e *env) batchResults(ctx context.Context, o batchOpts, file, out, policyFi
 			return err
 		}
 	}
-	var lines []byte
+	lines := make([]jobResult, 0, len(jobs))
 	for i, j := range jobs {
 		st := states[i]
 		res := jobResult{
-			ID: j.id, Tenant: j.tenant, Session: j.session, Status: st.status, Answer: st.answer,
+			ID: j.id, Batch: o.batch, Tenant: j.tenant, Session: j.session, Status: st.status, Answer: st.answer,
 			Turns: st.turns, Usage: st.usage, CostUSD: st.costUSD, Code: st.code, Error: st.reason,
 			Changes: st.changes,
 		}
@@ -508,17 +549,16 @@ func (e *env) batchResults(ctx context.Context, o batchOpts, file, out, policyFi
 				return fmt.Errorf("job %q: %w", j.id, err)
 			}
 		}
-		b, err := json.Marshal(res)
-		if err != nil {
-			return err
-		}
-		lines = append(append(lines, b...), '\n')
+		lines = append(lines, res)
 	}
 	if out == "-" || out == "" {
-		_, err := e.stdout.Write(lines)
+		return writeJSONLines(e.stdout, lines...)
+	}
+	var b bytes.Buffer
+	if err := writeJSONLines(&b, lines...); err != nil {
 		return err
 	}
-	return writeFileAtomic(out, lines, 0o644)
+	return writeFileAtomic(out, b.Bytes(), 0o644)
 }
 
 // writeJobDiff writes the patch of job j's session to dir, named for the

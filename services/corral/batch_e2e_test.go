@@ -38,6 +38,10 @@ func echoPrompt(c modeltest.Conversation) (modeltest.Turn, error) {
 	return modeltest.Turn{Text: answer}, nil
 }
 
+// todaysBatch is the name of the batch of a file writeJobs wrote, when
+// submitted today.
+func todaysBatch() string { return defaultBatch("jobs.jsonl", time.Now()) }
+
 func writeJobs(t *testing.T, lines ...string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "jobs.jsonl")
@@ -72,7 +76,7 @@ func TestBatchSubmitStatusAndResults(t *testing.T) {
 	)
 	ids := map[string]uuid.UUID{}
 	for _, j := range []struct{ tenant, id string }{{"default", "a"}, {"default", "b"}, {"acme", "c"}, {"default", "d"}} {
-		ids[j.id], _ = jobSession(j.tenant, j.id)
+		ids[j.id], _ = jobSession(j.tenant, todaysBatch(), j.id)
 	}
 
 	code, stdout, stderr := p.corral(t, "batch", "submit", file)
@@ -114,7 +118,7 @@ func TestBatchSubmitStatusAndResults(t *testing.T) {
 		t.Errorf("a conflicting file: exit %d, stderr:\n%s", code, stderr)
 	}
 	code, stdout, _ = p.corral(t, "batch", "status", other)
-	if code != 0 || stdout != "2 jobs: 0 pending, 0 running, 1 completed, 0 failed, 1 not_submitted\n" {
+	if code != 0 || stdout != "batch "+todaysBatch()+": 2 jobs: 0 pending, 0 running, 1 completed, 0 failed, 1 not_submitted\n" {
 		t.Errorf("status of the conflicting file: exit %d, %q", code, stdout)
 	}
 
@@ -122,7 +126,7 @@ func TestBatchSubmitStatusAndResults(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status: exit %d: %s", code, stderr)
 	}
-	if !strings.HasPrefix(stdout, "4 jobs: 0 pending, 0 running, 3 completed, 1 failed\n") {
+	if !strings.HasPrefix(stdout, "batch "+todaysBatch()+": 4 jobs: 0 pending, 0 running, 3 completed, 1 failed\n") {
 		t.Errorf("status = %q", stdout)
 	}
 	for _, want := range []string{ids["b"].String() + "  completed  answer to tool echo from-b: from-b", "unknown_model: "} {
@@ -294,7 +298,7 @@ func TestBatchInterruptedSubmitResumes(t *testing.T) {
 	}
 	var sessions []uuid.UUID
 	for _, id := range []string{"fast-1", "fast-2", "slow-1", "slow-2", "late"} {
-		s, _ := jobSession("default", id)
+		s, _ := jobSession("default", todaysBatch(), id)
 		sessions = append(sessions, s)
 	}
 
@@ -382,7 +386,7 @@ func TestBatchConcurrentSubmitsStartOnce(t *testing.T) {
 	var sessions []uuid.UUID
 	for i := range 6 {
 		lines = append(lines, fmt.Sprintf(`{"id": "j%d", "prompt": "p%d"}`, i, i))
-		s, _ := jobSession("default", fmt.Sprintf("j%d", i))
+		s, _ := jobSession("default", todaysBatch(), fmt.Sprintf("j%d", i))
 		sessions = append(sessions, s)
 	}
 	file := writeJobs(t, lines...)
@@ -406,5 +410,51 @@ func TestBatchConcurrentSubmitsStartOnce(t *testing.T) {
 	}
 	if n := len(p.model.Requests()); n != len(sessions) {
 		t.Errorf("the model was asked %d times, want %d", n, len(sessions))
+	}
+}
+
+// A batch's name scopes its job IDs: the same file submitted under another
+// name (tomorrow's run of a nightly file) runs its jobs again instead of
+// returning the last run's answers, and status and results read the
+// batch they are named.
+func TestBatchNamesScopeJobIDs(t *testing.T) {
+	p := startDev(t, echoPrompt, nil)
+	file := writeJobs(t, `{"id": "fix-1", "prompt": "alpha"}`)
+	for _, night := range []string{"nightly-1", "nightly-2"} {
+		code, _, stderr := p.corral(t, "batch", "submit", "--batch", night, file)
+		if code != 0 || !strings.Contains(stderr, "batch "+night+": 1 jobs: 1 submitted now, 0 before") {
+			t.Fatalf("submit --batch %s: exit %d, stderr:\n%s", night, code, stderr)
+		}
+	}
+	if n := len(p.model.Requests()); n != 2 {
+		t.Errorf("the model was asked %d times, want once a night", n)
+	}
+	one, _ := jobSession("default", "nightly-1", "fix-1")
+	two, _ := jobSession("default", "nightly-2", "fix-1")
+	for _, night := range []struct {
+		name    string
+		session uuid.UUID
+	}{{"nightly-1", one}, {"nightly-2", two}} {
+		code, stdout, stderr := p.corral(t, "batch", "results", "--batch", night.name, file)
+		if code != 0 {
+			t.Fatalf("results --batch %s: exit %d: %s", night.name, code, stderr)
+		}
+		var res jobResult
+		if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+			t.Fatalf("results --batch %s: %v: %q", night.name, err, stdout)
+		}
+		if res.Batch != night.name || res.Session != night.session || res.Status != statusCompleted {
+			t.Errorf("results --batch %s = %+v, want the job of that batch, completed", night.name, res)
+		}
+	}
+	// Today's default names neither.
+	code, stdout, _ := p.corral(t, "batch", "status", file)
+	if code != 0 || stdout != "batch "+todaysBatch()+": 1 jobs: 0 pending, 0 running, 0 completed, 0 failed, 1 not_submitted\n" {
+		t.Errorf("status under today's default: exit %d, %q", code, stdout)
+	}
+	for _, bad := range []string{" ", "a\nb", strings.Repeat("x", maxBatchName+1)} {
+		if code, _, stderr := p.corral(t, "batch", "status", "--batch", bad, file); code != 2 {
+			t.Errorf("status --batch %q: exit %d (%s), want 2", bad, code, stderr)
+		}
 	}
 }

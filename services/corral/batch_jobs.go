@@ -12,6 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,9 +28,11 @@ import (
 )
 
 // batchNamespace is the UUID namespace of batch jobs' session IDs. A job's
-// session and request IDs are derived from its tenant and ID (UUIDv5, not
-// the usual v7), so that submitting a file again finds the sessions it
-// started instead of starting new ones.
+// session and request IDs are derived from its tenant, its batch's name and
+// its ID (UUIDv5, not the usual v7), so that submitting a file again under
+// the same batch finds the sessions it started instead of starting new
+// ones, and a job ID used again in another batch (tomorrow's run of a
+// nightly file) starts a session of its own.
 var batchNamespace = uuid.MustParse("5c1b8f0e-3d2a-4f6b-9a7e-0c4d2e8b1f63")
 
 // maxJobID is the longest job ID, in bytes.
@@ -62,14 +67,40 @@ type jobLine struct {
 	Environment string      `json:"environment"`
 }
 
-// jobDefaults fill what a line leaves out.
-type jobDefaults struct{ tenant, user, model string }
+// jobDefaults fill what a line leaves out; batch is the batch's name.
+type jobDefaults struct{ tenant, user, model, batch string }
 
-// jobSession returns the session and request IDs of job id in tenant.
-// A tenant holds no newline, so tenant and id cannot run into each other.
-func jobSession(tenant, id string) (session, request uuid.UUID) {
-	session = uuid.NewSHA1(batchNamespace, []byte(tenant+"\n"+id))
+// jobSession returns the session and request IDs of job id of batch in
+// tenant. Neither a tenant nor a batch's name holds a newline, so the
+// three cannot run into each other.
+func jobSession(tenant, batch, id string) (session, request uuid.UUID) {
+	session = uuid.NewSHA1(batchNamespace, []byte(tenant+"\n"+batch+"\n"+id))
 	return session, uuid.NewSHA1(session, []byte("request"))
+}
+
+// maxBatchName is the longest batch name, in bytes.
+const maxBatchName = 128
+
+// defaultBatch is the name of file's batch when none is given: the file's
+// name, without its extension, and the day (UTC), so that a file submitted
+// again the same day goes on with its jobs, and the next day starts them
+// afresh.
+func defaultBatch(file string, now time.Time) string {
+	base := filepath.Base(file)
+	return strings.TrimSuffix(base, filepath.Ext(base)) + "-" + now.UTC().Format(time.DateOnly)
+}
+
+// checkBatchName says why name cannot name a batch.
+func checkBatchName(name string) error {
+	switch {
+	case strings.TrimSpace(name) == "":
+		return errors.New("--batch: a batch needs a name")
+	case len(name) > maxBatchName:
+		return fmt.Errorf("--batch: %d bytes; the limit is %d", len(name), maxBatchName)
+	case !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl):
+		return fmt.Errorf("--batch %q: a name is printable text on one line", name)
+	}
+	return nil
 }
 
 // readJobsFile reads a batch file; see [readJobs].
@@ -172,7 +203,7 @@ func parseJob(n int, raw []byte, d jobDefaults) (*job, error) {
 		return nil, fmt.Errorf("job %q: tenant: %v", l.ID, err)
 	}
 	var reqID uuid.UUID
-	j.session, reqID = jobSession(j.tenant, j.id)
+	j.session, reqID = jobSession(j.tenant, d.batch, j.id)
 	j.req = event.Request{
 		Header:      event.NewHeader(event.TypeRequest, j.tenant, j.session),
 		User:        cmp.Or(l.User, d.user),

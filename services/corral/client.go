@@ -1,8 +1,8 @@
 package main
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,7 +20,7 @@ func (e *env) connect(url string) (*nats.Conn, jetstream.JetStream, error) {
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	nc, err := bus.Connect(url, "corral", log, nats.Timeout(5*time.Second), bus.UserFromEnv(e.getenv))
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w\nIs Corral running? Start it with: corral dev (or set --nats / CORRAL_NATS_URL)", err)
+		return nil, nil, fmt.Errorf("%w\nIs Corral running at %s? Start it with: corral dev; if it runs elsewhere (corral dev --listen), set CORRAL_NATS_URL (or --nats) to the URL its banner prints", err, url)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -39,7 +39,7 @@ func checkPlatform(ctx context.Context, js jetstream.JetStream, url, tenant stri
 	case err == nil, errors.Is(err, jetstream.ErrMsgNotFound):
 		return nil
 	case errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("the NATS server at %s is not running Corral (no %s stream, or no JetStream); start Corral with: corral dev (on another --listen port if this one is taken)", url, bus.StreamEvents)
+		return fmt.Errorf("the NATS server at %s is not running Corral (no %s stream, or no JetStream): set CORRAL_NATS_URL (or --nats) to the URL corral dev's banner prints, or start Corral with corral dev --listen on another port and point CORRAL_NATS_URL at it", url, bus.StreamEvents)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return fmt.Errorf("no answer from Corral at %s about tenant %s: is CORRAL_NATS_USER a credential of that tenant? (%w)", url, tenant, err)
 	}
@@ -118,11 +118,12 @@ func follow(ctx context.Context, js jetstream.JetStream, l *sessionlog.Log, sess
 }
 
 // eventJSON is an accepted event as --json prints it, encoded again from
-// what was judged: for a large event, the event its stub stands for.
+// what was judged (for a large event, the event its stub stands for), as
+// [writeJSONLines] writes, without its line break.
 func eventJSON(e sessionlog.Entry) []byte {
-	b, err := json.Marshal(e.Event)
-	if err != nil {
+	var b bytes.Buffer
+	if err := writeJSONLines(&b, e.Event); err != nil {
 		return fmt.Appendf(nil, `{"error":%q}`, err.Error())
 	}
-	return b
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }

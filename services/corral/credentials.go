@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"text/tabwriter"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -13,6 +14,17 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
 )
+
+// credentialJSON is a credential as credentials ls --json prints it:
+// never its secret, nor the secret's hash.
+type credentialJSON struct {
+	ID      string    `json:"id"`
+	Tenant  string    `json:"tenant"`
+	Role    string    `json:"role"`
+	User    string    `json:"user"`
+	Label   string    `json:"label,omitempty"`
+	Created time.Time `json:"created"`
+}
 
 func (e *env) credentialsCmd() *cobra.Command {
 	var url string
@@ -41,7 +53,7 @@ CORRAL_NATS_USER=admin CORRAL_NATS_PASSWORD=... corral credentials ...`,
 			role := credential.RoleUser
 			switch {
 			case bot && reviewer, operator && (bot || reviewer):
-				return errors.New("--bot, --reviewer, --operator: pick one")
+				return usageError(errors.New("--bot, --reviewer, --operator: pick one"))
 			case operator:
 				role, tenant = credential.RoleOperator, credential.AllTenants
 			case bot:
@@ -50,7 +62,7 @@ CORRAL_NATS_USER=admin CORRAL_NATS_PASSWORD=... corral credentials ...`,
 				role = credential.RoleReviewer
 			}
 			if role == credential.RoleUser && user == "" {
-				return errors.New("--user: a user's credential names its user (or use --bot or --reviewer)")
+				return usageError(errors.New("--user: a user's credential names its user (or use --bot or --reviewer)"))
 			}
 			if user == "" {
 				user = label
@@ -118,13 +130,11 @@ CORRAL_NATS_USER=admin CORRAL_NATS_PASSWORD=... corral credentials ...`,
 			}
 			slices.SortFunc(out, func(a, b credential.Credential) int { return a.Created.Compare(b.Created) })
 			if asJSON {
-				enc := json.NewEncoder(e.stdout)
-				for _, c := range out {
-					if err := enc.Encode(&c); err != nil {
-						return err
-					}
+				lines := make([]credentialJSON, len(out))
+				for i, c := range out {
+					lines[i] = credentialJSON{ID: c.ID, Tenant: c.Tenant, Role: string(c.Role), User: c.User, Label: c.Label, Created: c.Created}
 				}
-				return nil
+				return writeJSONLines(e.stdout, lines...)
 			}
 			w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tTENANT\tROLE\tUSER\tLABEL\tCREATED")
@@ -135,7 +145,7 @@ CORRAL_NATS_USER=admin CORRAL_NATS_PASSWORD=... corral credentials ...`,
 		},
 	}
 	ls.Flags().StringVar(&only, "tenant", "", "only this tenant's")
-	ls.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line")
+	jsonFlag(ls, &asJSON)
 
 	revoke := &cobra.Command{
 		Use:   "revoke ID...",
@@ -149,7 +159,7 @@ CORRAL_NATS_USER=admin CORRAL_NATS_PASSWORD=... corral credentials ...`,
 			defer closeKV()
 			for _, id := range ids {
 				if !credential.IsID(id) {
-					return fmt.Errorf("%q is not a credential ID", id)
+					return usageError(fmt.Errorf("%q is not a credential ID", id))
 				}
 				if _, err := kv.Get(cmd.Context(), id); errors.Is(err, jetstream.ErrKeyNotFound) {
 					return fmt.Errorf("no credential %s", id)

@@ -25,6 +25,7 @@ import (
 	"corral.dev/pkg/logger"
 	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/process"
+	"corral.dev/pkg/version"
 	"corral.dev/services/approval"
 	"corral.dev/services/auth"
 	"corral.dev/services/egress"
@@ -80,7 +81,7 @@ reviewers).`,
 	cmd.Flags().StringVar(&approvals, "approvals", cmp.Or(e.getenv("CORRAL_APPROVAL_LISTEN"), "127.0.0.1:7480"), "HOST:PORT for the reviewers' web page (CORRAL_APPROVAL_LISTEN); empty serves none")
 	cmd.Flags().StringVar(&metricsAddr, "metrics", cmp.Or(e.getenv("CORRAL_METRICS_LISTEN"), "127.0.0.1:7481"), "HOST:PORT for every service's Prometheus metrics (/metrics) and health (/healthz) (CORRAL_METRICS_LISTEN); empty serves none")
 	cmd.Flags().StringVar(&api, "api", e.getenv("CORRAL_GATEWAY_LISTEN"), "HOST:PORT for the Managed Agents API over HTTP, such as 127.0.0.1:7483 (CORRAL_GATEWAY_LISTEN); empty serves none")
-	cmd.Flags().StringVar(&level, "log-level", cmp.Or(e.getenv("CORRAL_LOG_LEVEL"), "info"), "debug, info, warn or error")
+	cmd.Flags().StringVar(&level, "log-level", cmp.Or(e.getenv("CORRAL_LOG_LEVEL"), "warn"), "debug, info, warn or error (each service's start, and each sandbox's, is logged at info)")
 	return cmd
 }
 
@@ -290,7 +291,7 @@ func (e *env) dev(ctx context.Context, o devOpts) error {
 			return metrics.Serve(ctx, o.metrics, env.Metrics, env.Healthy, log)
 		})
 	}
-	e.devBanner(o, url, creds, keys["CORRAL_REVIEWER_TOKENS"], bcfg)
+	e.devBanner(o, url, creds, keys["CORRAL_REVIEWER_TOKENS"], bcfg, modelNote(getenv))
 	err = services.wait(ctx)
 	log.Info("corral dev stopped")
 	return err
@@ -321,12 +322,13 @@ Stop that server, or run Corral on another port and point the clients at it:
 // devBanner tells the person who started corral dev how to use it: where
 // the server and the pages are, and how clients and reviewers sign in
 // (reviewer is the one reviewer corral dev made, "name=token", if any).
-func (e *env) devBanner(o devOpts, url string, creds *devAuth, reviewer string, bcfg *slackbridge.Config) {
+func (e *env) devBanner(o devOpts, url string, creds *devAuth, reviewer string, bcfg *slackbridge.Config, models string) {
 	where := "the embedded store"
 	if o.dbURL != "" {
 		where = "PostgreSQL"
 	}
-	fmt.Fprintf(e.stderr, "Corral is running: NATS on %s, state in %s, memories in %s. Ctrl-C stops it.\n", url, o.data, where)
+	fmt.Fprintf(e.stderr, "Corral %s is running: NATS on %s, state in %s, memories in %s. Ctrl-C stops it.\n", version.String(), url, o.data, where)
+	fmt.Fprintln(e.stderr, models)
 	fmt.Fprintf(e.stderr, "Clients sign in as operator %q, of every tenant (kept in %s; the corral CLI finds it there):\n",
 		creds.Client.User, filepath.Join(o.data, clientEnvFile))
 	fmt.Fprintf(e.stderr, "    export CORRAL_NATS_URL=%s CORRAL_NATS_USER=%s CORRAL_NATS_PASSWORD=%s\n", url, creds.Client.ID, creds.Secret)
@@ -350,7 +352,35 @@ func (e *env) devBanner(o devOpts, url string, creds *devAuth, reviewer string, 
 	if o.metrics != "" {
 		fmt.Fprintf(e.stderr, "Metrics at http://%s/metrics, health at http://%s/healthz\n", o.metrics, o.metrics)
 	}
-	fmt.Fprintln(e.stderr, `Try: corral run "list the files in /workspace"`)
+	try := `corral run "list the files in /workspace"`
+	if d, err := sandboxmanager.DefaultDataDir(); err != nil || filepath.Clean(d) != filepath.Clean(o.data) {
+		// The client finds corral dev's credentials in the default
+		// data directory only: elsewhere, it needs the line above.
+		try = fmt.Sprintf("CORRAL_NATS_URL=%s CORRAL_NATS_USER=%s CORRAL_NATS_PASSWORD=%s %s", url, creds.Client.ID, creds.Secret, try)
+	}
+	fmt.Fprintln(e.stderr, "Try: "+try)
+}
+
+// modelNote says which model a session that names none runs, and which
+// providers the harness can reach, as the harness configured from getenv
+// does: the default depends on the keys corral dev was started with.
+func modelNote(getenv func(string) string) string {
+	cfg, err := harness.LoadConfig(getenv)
+	if err != nil {
+		return "Models: " + err.Error()
+	}
+	var on []string
+	p := cfg.Providers()
+	if p.Anthropic != nil {
+		on = append(on, "anthropic")
+	}
+	if p.OpenAI != nil {
+		on = append(on, "openai")
+	}
+	if len(on) == 0 {
+		return "No model provider is configured: sessions fail until ANTHROPIC_API_KEY or OPENAI_API_KEY (or OPENAI_BASE_URL) is set in corral dev's environment and corral dev is restarted."
+	}
+	return fmt.Sprintf("Models: %s by default (CORRAL_MODEL sets it; a session may name another); providers: %s.", cfg.DefaultModel, strings.Join(on, ", "))
 }
 
 // checkListeners returns an error saying what to do when an address

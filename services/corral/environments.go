@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/environment"
 	"corral.dev/pkg/environment/envfile"
 	"corral.dev/pkg/environmentapi"
 )
@@ -22,6 +23,8 @@ import (
 // environments.
 type environmentFlags struct {
 	url, tenant, user string
+	// asJSON is --json, of the commands that list and show.
+	asJSON bool
 }
 
 func (e *env) addEnvironmentFlags(cmd *cobra.Command, f *environmentFlags) {
@@ -80,6 +83,7 @@ reviewer's or an operator's credential.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return e.listEnvironments(cmd, &f) },
 	}
 	e.addEnvironmentFlags(cmd, &f)
+	jsonFlag(cmd, &f.asJSON)
 	var lf environmentFlags
 	ls := &cobra.Command{
 		Use:   "ls",
@@ -88,6 +92,7 @@ reviewer's or an operator's credential.`,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return e.listEnvironments(cmd, &lf) },
 	}
 	e.addEnvironmentFlags(ls, &lf)
+	jsonFlag(ls, &lf.asJSON)
 	cmd.AddCommand(ls, e.environmentCreateCmd(), e.environmentShowCmd(), e.environmentRemoveCmd(), e.environmentDefaultCmd())
 	return cmd
 }
@@ -95,10 +100,41 @@ reviewer's or an operator's credential.`,
 // shortVersion is how a version is shown in a listing.
 func shortVersion(v string) string { return v[:min(len(v), 12)] }
 
+// environmentJSON is an environment as environments ls --json and
+// environments show --json print it: its definition as create takes it
+// (in JSON), and its build.
+type environmentJSON struct {
+	Name        string           `json:"name"`
+	Description string           `json:"description"`
+	Version     string           `json:"version"`
+	Default     bool             `json:"default"`
+	Built       bool             `json:"built"`
+	BuiltAt     time.Time        `json:"built_at,omitzero"`
+	SetupMS     int64            `json:"setup_ms,omitempty"`
+	UpdatedAt   time.Time        `json:"updated_at"`
+	Spec        environment.Spec `json:"spec"`
+}
+
+func newEnvironmentJSON(en *environmentapi.Environment) environmentJSON {
+	out := environmentJSON{Name: en.Spec.Name, Description: en.Spec.Description, Version: en.Version, Default: en.Default,
+		Built: en.IsBuilt(), UpdatedAt: en.UpdatedAt, Spec: en.Spec}
+	if out.Built {
+		out.BuiltAt, out.SetupMS = en.Built.At, en.Built.SetupMS
+	}
+	return out
+}
+
 func (e *env) listEnvironments(cmd *cobra.Command, f *environmentFlags) error {
 	resp, err := f.ask(cmd.Context(), e, environmentapi.OpList, environmentapi.Request{})
 	if err != nil {
 		return err
+	}
+	if f.asJSON {
+		out := make([]environmentJSON, len(resp.Environments))
+		for i := range resp.Environments {
+			out[i] = newEnvironmentJSON(&resp.Environments[i])
+		}
+		return writeJSONLines(e.stdout, out...)
 	}
 	if len(resp.Environments) == 0 {
 		fmt.Fprintln(e.stdout, "No environments: corral environments create FILE.yaml makes one.")
@@ -186,6 +222,9 @@ func (e *env) environmentShowCmd() *cobra.Command {
 				return err
 			}
 			en := resp.Environment
+			if f.asJSON {
+				return writeJSONLines(e.stdout, newEnvironmentJSON(en))
+			}
 			out, err := envfile.Format(en.Spec)
 			if err != nil {
 				return err
@@ -206,6 +245,7 @@ func (e *env) environmentShowCmd() *cobra.Command {
 		},
 	}
 	e.addEnvironmentFlags(cmd, &f)
+	jsonFlag(cmd, &f.asJSON)
 	return cmd
 }
 

@@ -25,7 +25,8 @@ import (
 
 // gatewayScript answers by the last prompt: "greet" writes a file and
 // reads it back, "slow" runs a command that sleeps, "clean" a command the
-// default policy holds for a reviewer; anything else is answered at once.
+// default policy holds for a reviewer, "tidy" one it does not hold;
+// anything else is answered at once.
 func gatewayScript(c modeltest.Conversation) (modeltest.Turn, error) {
 	prompt, after, last := "", 0, ""
 	for _, m := range c.Messages {
@@ -53,6 +54,12 @@ func gatewayScript(c modeltest.Conversation) (modeltest.Turn, error) {
 		return bash("sleep 120"), nil
 	case strings.Contains(prompt, "clean") && after == 0:
 		return bash("rm -rf /workspace/scratch"), nil
+	case strings.Contains(prompt, "tidy") && after == 0:
+		return bash("ls /workspace"), nil
+	case strings.Contains(prompt, "tidy"):
+		// Says what it was asked with: the agent's instructions, and the
+		// tools it was offered.
+		return modeltest.Turn{Text: fmt.Sprintf("Tidied (pirate: %v; tools: %s)", strings.Contains(c.System, "Talk like a pirate."), strings.Join(c.Tools, ","))}, nil
 	}
 	return modeltest.Turn{Text: "done"}, nil
 }
@@ -179,6 +186,7 @@ func TestGatewayWithTheSDK(t *testing.T) {
 	ada := sdkClient(api, key("acme", "ada", credential.RoleUser))
 	rita := sdkClient(api, key("acme", "rita", credential.RoleReviewer))
 	ivan := sdkClient(api, key("initech", "ivan", credential.RoleUser))
+	irene := sdkClient(api, key("initech", "irene", credential.RoleReviewer))
 	ctx := context.Background()
 
 	// An environment: a reviewer's to make, anyone's of the tenant to use.
@@ -199,9 +207,30 @@ func TestGatewayWithTheSDK(t *testing.T) {
 	}
 
 	// An agent: what Corral cannot honour is refused, never dropped.
-	_, err = ada.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{Name: "pirate", Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "openai:gpt-test"}, System: anthropic.String("Talk like a pirate.")})
-	if ae := wantAPIError(t, "an agent with a system prompt", err, http.StatusBadRequest, "invalid_request_error"); !strings.Contains(ae.RawJSON(), "not supported") {
+	_, err = ada.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{Name: "auto", Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "openai:gpt-test"},
+		Tools: []anthropic.BetaAgentNewParamsToolUnion{{OfAgentToolset20260401: &anthropic.BetaManagedAgentsAgentToolset20260401Params{Type: "agent_toolset_20260401",
+			Configs: []anthropic.BetaManagedAgentsAgentToolConfigParamsUnion{{OfBash: &anthropic.BetaManagedAgentsBashToolConfigParams{
+				PermissionPolicy: anthropic.BetaManagedAgentsBashToolConfigParamsPermissionPolicyUnion{OfAuto: &anthropic.BetaManagedAgentsAutoPolicyParam{Type: "auto"}}}}}}}},
+	})
+	if ae := wantAPIError(t, "an agent with an auto permission policy", err, http.StatusBadRequest, "invalid_request_error"); !strings.Contains(ae.RawJSON(), "not supported") {
 		t.Errorf("the refusal says %s, want it to say what is not supported", ae.RawJSON())
+	}
+	// One with its own instructions, Write disabled, and a reviewer asked
+	// about every Bash call (see below).
+	pirate, err := ada.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{Name: "pirate", Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "openai:gpt-test"}, System: anthropic.String("Talk like a pirate."),
+		Tools: []anthropic.BetaAgentNewParamsToolUnion{{OfAgentToolset20260401: &anthropic.BetaManagedAgentsAgentToolset20260401Params{Type: "agent_toolset_20260401",
+			Configs: []anthropic.BetaManagedAgentsAgentToolConfigParamsUnion{
+				{OfBash: &anthropic.BetaManagedAgentsBashToolConfigParams{PermissionPolicy: anthropic.BetaManagedAgentsBashToolConfigParamsPermissionPolicyUnion{OfAlwaysAsk: &anthropic.BetaManagedAgentsAlwaysAskPolicyParam{Type: "always_ask"}}}},
+				{OfWrite: &anthropic.BetaManagedAgentsWriteToolConfigParams{Enabled: anthropic.Bool(false)}},
+			}}}},
+	})
+	if err != nil {
+		t.Fatalf("make an agent with a system prompt and always_ask: %v", err)
+	}
+	for _, want := range []string{`"system":"Talk like a pirate."`, `{"type":"bash","name":"bash","enabled":true,"permission_policy":{"type":"always_ask"}}`, `{"type":"write","name":"write","enabled":false,`} {
+		if !strings.Contains(pirate.RawJSON(), want) {
+			t.Errorf("the agent shows %s, want %s", pirate.RawJSON(), want)
+		}
 	}
 	agent, err := ada.Beta.Agents.New(ctx, anthropic.BetaAgentNewParams{
 		Name: "greeter", Model: anthropic.BetaManagedAgentsModelConfigParams{ID: "openai:gpt-test"},
@@ -210,17 +239,23 @@ func TestGatewayWithTheSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("make an agent: %v", err)
 	}
-	_, err = ada.Beta.Vaults.List(ctx, anthropic.BetaVaultListParams{})
-	wantAPIError(t, "listing vaults", err, http.StatusBadRequest, "invalid_request_error")
+	vault, cred := sdkVault(t, ada, rita)
 
 	// A session, its stream opened before its first message.
 	sess, err := ada.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
 		Agent:         anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)},
-		EnvironmentID: env.ID, Title: anthropic.String("greetings"),
+		EnvironmentID: env.ID, Title: anthropic.String("greetings"), VaultIDs: []string{vault.ID},
 	})
 	if err != nil {
 		t.Fatalf("create a session: %v", err)
 	}
+	if !slices.Equal(sess.VaultIDs, []string{vault.ID}) {
+		t.Errorf("the session's vaults: %v, want %s", sess.VaultIDs, vault.ID)
+	}
+	_, err = ada.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)}, VaultIDs: []string{"vlt_none"},
+	})
+	wantAPIError(t, "a session naming no vault of the tenant", err, http.StatusNotFound, "not_found_error")
 	if sess.Status != "idle" || sess.Agent.ID != agent.ID {
 		t.Errorf("new session: status %s agent %s, want idle, %s", sess.Status, sess.Agent.ID, agent.ID)
 	}
@@ -266,6 +301,7 @@ func TestGatewayWithTheSDK(t *testing.T) {
 	if !strings.Contains(answer, "hello") {
 		t.Errorf("answer %q, want the greeting read back", answer)
 	}
+	requestedVaults(t, admin, sess.ID, vault.ID)
 
 	// Its events, three a page, are those the stream showed.
 	var listed []string
@@ -387,7 +423,12 @@ func TestGatewayWithTheSDK(t *testing.T) {
 			_, err := ivan.Beta.Environments.Get(ctx, env.ID, anthropic.BetaEnvironmentGetParams{})
 			return err
 		}},
+		{"start a session with the vault", func() error {
+			_, err := ivan.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{Agent: anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(agent.ID)}, VaultIDs: []string{vault.ID}})
+			return err
+		}},
 	}
+	other = append(other, otherTenantsVaultCalls(ctx, ivan, irene, vault.ID, cred.ID)...)
 	for _, o := range other {
 		wantAPIError(t, "initech's key: "+o.what, o.call(), http.StatusNotFound, "not_found_error")
 	}
@@ -398,6 +439,10 @@ func TestGatewayWithTheSDK(t *testing.T) {
 		},
 		"agents": func() (int, error) {
 			p, err := ivan.Beta.Agents.List(ctx, anthropic.BetaAgentListParams{})
+			return len(p.Data), err
+		},
+		"vaults": func() (int, error) {
+			p, err := irene.Beta.Vaults.List(ctx, anthropic.BetaVaultListParams{IncludeArchived: anthropic.Bool(true)})
 			return len(p.Data), err
 		},
 	} {
@@ -429,6 +474,51 @@ func TestGatewayWithTheSDK(t *testing.T) {
 	}
 	if out := p.corralOK(t, "sessions", "--tenant", "acme", "--user", "ada"); !strings.Contains(out, sess.ID) || !strings.Contains(out, "greet the world") {
 		t.Errorf("corral sessions --user ada:\n%s", out)
+	}
+
+	// A session of the pirate, with a budget: its Bash call, which the
+	// tenant's policy allows, waits for a reviewer because the agent
+	// always asks; the model reads the agent's instructions and is not
+	// offered Write.
+	careful, err := ada.Beta.Sessions.New(ctx, anthropic.BetaSessionNewParams{
+		Agent:  anthropic.BetaSessionNewParamsAgentUnion{OfString: anthropic.String(pirate.ID)},
+		Budget: anthropic.BetaManagedAgentsBudgetLimitParam{Type: "limit", MaxListCost: anthropic.BetaMonetaryAmountParam{Amount: "500", Currency: "USD"}},
+	})
+	if err != nil {
+		t.Fatalf("create a session of the pirate: %v", err)
+	}
+	if careful.Budget.MaxListCost.Amount != "500" || careful.Agent.System != "Talk like a pirate." {
+		t.Errorf("the pirate's session: budget %+v, system %q", careful.Budget.MaxListCost, careful.Agent.System)
+	}
+	cst := openStream(t, ada, careful.ID)
+	if _, err := ada.Beta.Sessions.Events.Send(ctx, careful.ID, anthropic.BetaSessionEventSendParams{Events: []anthropic.BetaManagedAgentsEventParamsUnion{say("tidy up")}}); err != nil {
+		t.Fatalf("send the pirate a message: %v", err)
+	}
+	asked := cst.until(t, 30*time.Second, idle("requires_action"))
+	askedFor := asked[len(asked)-1].AsSessionStatusIdle().StopReason.EventIDs
+	if len(askedFor) != 1 {
+		t.Fatalf("waiting for %v, want the Bash call", askedFor)
+	}
+	confirmAsked := anthropic.BetaSessionEventSendParams{Events: []anthropic.BetaManagedAgentsEventParamsUnion{
+		anthropic.BetaManagedAgentsEventParamsOfUserToolConfirmation("allow", askedFor[0], "user.tool_confirmation"),
+	}}
+	_, err = ada.Beta.Sessions.Events.Send(ctx, careful.ID, confirmAsked)
+	wantAPIError(t, "a user confirming an always_ask call", err, http.StatusForbidden, "permission_error")
+	if _, err := rita.Beta.Sessions.Events.Send(ctx, careful.ID, confirmAsked); err != nil {
+		t.Fatalf("a reviewer confirming the always_ask call: %v", err)
+	}
+	tidied := cst.until(t, 30*time.Second, idle("end_turn"))
+	var tidyAnswer string
+	for _, ev := range tidied {
+		if ev.Type == "agent.tool_result" && ev.ToolUseID == askedFor[0] && ev.IsError {
+			t.Errorf("the confirmed call's result is an error")
+		}
+		if m, ok := ev.AsAny().(anthropic.BetaManagedAgentsAgentMessageEvent); ok && len(m.Content) > 0 {
+			tidyAnswer = m.Content[0].Text
+		}
+	}
+	if want := "Tidied (pirate: true; tools: Bash,Read,Edit,Glob,Grep)"; tidyAnswer != want {
+		t.Errorf("the pirate answered %q, want %q", tidyAnswer, want)
 	}
 
 	// corral run interrupted says the session goes on, and how to follow,

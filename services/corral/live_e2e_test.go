@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -137,9 +138,9 @@ func TestRunShowsOutputAsItComes(t *testing.T) {
 	}
 	run.wait(t)
 	got := run.stderr.String()
-	want := "second\"}\n" + outputPrefix + "first\n" + outputPrefix + "second\n" + "← first second\n"
-	if !strings.Contains(got, want) {
-		t.Errorf("stderr:\n%s\nwant it to hold:\n%s", got, want)
+	want := regexp.MustCompile(`second"}\n` + regexp.QuoteMeta(outputPrefix) + `first\n` + regexp.QuoteMeta(outputPrefix) + `second\n← Bash \[[0-9a-f]{6}\] first second\n`)
+	if !want.MatchString(got) {
+		t.Errorf("stderr:\n%s\nwant it to match:\n%s", got, want)
 	}
 	wantIn(t, "stdout", run.stdout.String(), "done: first\nsecond\n")
 }

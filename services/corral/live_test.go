@@ -85,10 +85,11 @@ func TestDurableLinesArePrintable(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder
 	v := newLiveView(&out)
-	v.line(progress(&event.ToolDispatched{Name: "Bash", Summary: "printf '\x1b]0;owned\x07'"}))
-	v.line(progress(&event.ToolCompleted{Output: "\x1b[2J\u009b31mcleared"}))
-	want := "→ Bash printf '\uFFFD]0;owned\uFFFD'\n" +
-		"← \uFFFD[2J\uFFFD31mcleared\n"
+	call := uuid.MustParse("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")
+	v.line(progress(&event.ToolDispatched{Call: call, Name: "Bash", Summary: "printf '\x1b]0;owned\x07'"}))
+	v.line(progress(&event.ToolCompleted{Call: call, Name: "Bash", Output: "\x1b[2J\u009b31mcleared"}))
+	want := "→ Bash [3f4a5b] printf '\uFFFD]0;owned\uFFFD'\n" +
+		"← Bash [3f4a5b] \uFFFD[2J\uFFFD31mcleared\n"
 	if got := out.String(); got != want {
 		t.Errorf("shown %q, want %q", got, want)
 	}

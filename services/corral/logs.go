@@ -1,50 +1,54 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"corral.dev/pkg/callview"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/sessionlog"
 )
 
 func (e *env) logsCmd() *cobra.Command {
-	var url, tenant string
+	var url string
+	var tenant sessionTenant
 	var followFlag, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "logs [flags] SESSION",
 		Short: "Show a session's full event log; -f follows it until the session ends",
-		Args:  cobra.ExactArgs(1),
+		Long: `Shows a session's full event log; -f follows it until the session ends.
+SESSION is its ID or the first 4 or more of its hex digits.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			session, err := uuid.Parse(args[0])
-			if err != nil {
-				return &exitError{2, fmt.Errorf("session %q is not a session ID", args[0])}
+			if _, err := parseIDPrefix("session", args[0]); err != nil {
+				return err
 			}
-			if err := event.CheckTenant(tenant); err != nil {
-				return &exitError{2, err}
-			}
-			return e.logs(cmd.Context(), url, tenant, session, followFlag, asJSON)
+			return e.logs(cmd.Context(), url, tenant.chosen(cmd), args[0], followFlag, asJSON)
 		},
 	}
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform (CORRAL_NATS_URL)")
-	cmd.Flags().StringVar(&tenant, "tenant", cmp.Or(e.getenv("CORRAL_TENANT"), "default"), "the session's tenant (CORRAL_TENANT)")
+	e.sessionTenantFlag(cmd, &tenant)
 	cmd.Flags().BoolVarP(&followFlag, "follow", "f", false, "keep printing new events until the session completes, fails or is stopped (through a pause over a budget, until a raise lets it go on)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print events as JSON lines")
 	return cmd
 }
 
-func (e *env) logs(ctx context.Context, url, tenant string, session uuid.UUID, followFlag, asJSON bool) error {
+// logs shows the log of the session arg names, of tenant chosen (""
+// for the one it is found in).
+func (e *env) logs(ctx context.Context, url, chosen, arg string, followFlag, asJSON bool) error {
 	nc, js, err := e.connect(url)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	tenant, session, err := findSession(ctx, js, arg, chosen)
+	if err != nil {
+		return err
+	}
 	if err := checkPlatform(ctx, js, url, tenant); err != nil {
 		return err
 	}
@@ -152,7 +156,7 @@ func describe(ev any) string {
 			body += fmt.Sprintf(" refusal=%q", oneLine(ev.Refusal, 200))
 		}
 	case *event.ToolDispatched:
-		body = fmt.Sprintf("call=%s %s %s", ev.Call, ev.Name, oneLine(ev.Summary, 200))
+		body = fmt.Sprintf("call=%s %s %s", ev.Call, ev.Name, oneLine(callview.Unescaped(ev.Summary), 200))
 	case *event.ToolCompleted:
 		body = fmt.Sprintf("call=%s %s error=%t %dms output=%q", ev.Call, ev.Name, ev.IsError, ev.DurationMS, oneLine(ev.Output, 200))
 	case *event.SessionCompleted:
@@ -171,7 +175,7 @@ func describe(ev any) string {
 	case *event.SessionResumed:
 		body = fmt.Sprintf("raise=%s reviewer=%s", ev.Raise, ev.Reviewer)
 	case *event.ApprovalRequested:
-		body = fmt.Sprintf("call=%s %s rule=%s input=%s", ev.Call, ev.Tool, ev.Rule, oneLine(string(ev.Input), 200))
+		body = fmt.Sprintf("call=%s %s rule=%s input=%s", ev.Call, ev.Tool, ev.Rule, oneLine(callview.Plain(ev.Input), 200))
 	case *event.ApprovalDecided:
 		body = fmt.Sprintf("call=%s approved=%t reviewer=%s reason=%q", ev.Call, ev.Approved, ev.Reviewer, ev.Reason)
 	case *event.ContextCompacted:
@@ -179,7 +183,7 @@ func describe(ev any) string {
 			ev.SummarizedThrough, ev.TokensBefore, ev.TokensAfter, oneLine(ev.Summary, 200))
 	default:
 		raw, _ := json.Marshal(ev)
-		body = string(raw)
+		body = callview.Plain(raw)
 	}
 	line := fmt.Sprintf("%s %-26s %s", h.Time.Format("2006-01-02 15:04:05.000"), event.Kind(h.Type), body)
 	if r, ok := ev.(*event.ModelResponded); ok {

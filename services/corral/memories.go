@@ -91,7 +91,7 @@ func ask(ctx context.Context, nc *nats.Conn, service, subject string, req, resp 
 		msg, err = nc.RequestWithContext(ctx, subject, data)
 	}
 	if errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("the %s is not running (start Corral with: corral dev)", service)
+		return fmt.Errorf("the %s is not running on the server at CORRAL_NATS_URL (start Corral with: corral dev, or set CORRAL_NATS_URL to the server that runs it)", service)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", service, bus.Refusal(ctx, err))
@@ -113,6 +113,30 @@ func (e *env) printFiles(files []memoryapi.APIFile) {
 	w.Flush()
 }
 
+// fileJSON is a file as memories ls --json and skills ls --json print it.
+type fileJSON struct {
+	Path string `json:"path"`
+	// Skill is the skill a file under /skills is of.
+	Skill string `json:"skill,omitempty"`
+	// Owner is the user whose private memory it is.
+	Owner     string    `json:"owner,omitempty"`
+	Size      int       `json:"size"`
+	Version   int64     `json:"version"`
+	UpdatedBy string    `json:"updated_by"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+func filesJSON(files []memoryapi.APIFile) []fileJSON {
+	out := make([]fileJSON, len(files))
+	for i, f := range files {
+		out[i] = fileJSON{Path: f.Path, Owner: f.Owner, Size: f.Size, Version: f.Version, UpdatedBy: f.UpdatedBy, UpdatedAt: f.UpdatedAt}
+		if rest, ok := strings.CutPrefix(f.Path, tool.Skills+"/"); ok {
+			out[i].Skill, _, _ = strings.Cut(rest, "/")
+		}
+	}
+	return out
+}
+
 func (e *env) memoriesCmd() *cobra.Command {
 	var o memOpts
 	cmd := &cobra.Command{
@@ -122,7 +146,8 @@ func (e *env) memoriesCmd() *cobra.Command {
 write with its file tools; /memories/private/... is the --user's own.`,
 	}
 	e.memFlags(cmd, &o)
-	cmd.AddCommand(&cobra.Command{
+	var asJSON bool
+	ls := &cobra.Command{
 		Use:   "ls [PATH]",
 		Short: "List the files under PATH (default /memories)",
 		Args:  cobra.MaximumNArgs(1),
@@ -135,10 +160,15 @@ write with its file tools; /memories/private/... is the --user's own.`,
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return writeJSONLines(e.stdout, filesJSON(resp.Files)...)
+			}
 			e.printFiles(resp.Files)
 			return nil
 		},
-	}, &cobra.Command{
+	}
+	jsonFlag(ls, &asJSON)
+	cmd.AddCommand(ls, &cobra.Command{
 		Use:   "cat PATH",
 		Short: "Print a file",
 		Args:  cobra.ExactArgs(1),
@@ -239,7 +269,8 @@ its system prompt, reads the files with its file tools, and finds them
 read-only at /skills in its sandbox.`,
 	}
 	e.memFlags(cmd, &o)
-	cmd.AddCommand(&cobra.Command{
+	var asJSON bool
+	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List the skills and their files",
 		Args:  cobra.NoArgs,
@@ -248,10 +279,15 @@ read-only at /skills in its sandbox.`,
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return writeJSONLines(e.stdout, filesJSON(resp.Files)...)
+			}
 			e.printFiles(resp.Files)
 			return nil
 		},
-	}, &cobra.Command{
+	}
+	jsonFlag(ls, &asJSON)
+	cmd.AddCommand(ls, &cobra.Command{
 		Use:   "push DIR",
 		Short: "Upload the skill in DIR (its SKILL.md names it), replacing what was there",
 		Args:  cobra.ExactArgs(1),

@@ -24,6 +24,11 @@ func (e *env) policyCmd() *cobra.Command {
 	check := &cobra.Command{
 		Use:   "check",
 		Short: "Print what the policy decides for one tool call or one request out of a sandbox, and the rule that decided it",
+		Long: `Print what the policy decides for one tool call or one request out of a
+sandbox, and the rule that decided it. It exits 0 when the policy allows it,
+3 when it waits for a reviewer's approval, 1 when it is denied, and 2 when
+the command line, the call or the policy file is wrong: so that scripts can
+ask, as with kubectl auth can-i.`,
 		Example: `  corral policy check --tool Bash --args '{"command":"rm -rf build"}'
   corral policy check --file deploy/policy.yaml --tenant acme --tool Write --args '{"file_path":"/skills/x/SKILL.md","content":"..."}'
   corral policy check --tenant acme --url https://github.com/acme/app.git/git-receive-pack --method POST`,
@@ -61,7 +66,7 @@ func (e *env) policyCmd() *cobra.Command {
 			default:
 				fmt.Fprintf(e.stdout, "%s by rule %s: %s\n", d.Decision, d.Rule, d.Reason)
 			}
-			return nil
+			return checkStatus(d.Decision)
 		},
 	}
 	f := check.Flags()
@@ -87,6 +92,24 @@ func (e *env) policyCmd() *cobra.Command {
 	}
 	cmd.AddCommand(check, presets)
 	return cmd
+}
+
+// Exit statuses of corral policy check, as kubectl auth can-i's: 0 only
+// when the call would run without a person.
+const (
+	exitDenied   = 1
+	exitApproval = 3
+)
+
+// checkStatus is corral policy check's exit status for decision.
+func checkStatus(decision string) error {
+	switch decision {
+	case policy.Allow:
+		return nil
+	case policy.Approve:
+		return &exitError{code: exitApproval}
+	}
+	return &exitError{code: exitDenied}
 }
 
 // egressRequest is the request to target with method, as egress judges it.

@@ -28,11 +28,11 @@ tenants:
 		code int
 		want string
 	}{
-		{[]string{"--tool", "Bash", "--args", `{"command":"rm -rf build"}`}, 0, "approve by rule risky-shell: the command deletes recursively or opens a remote shell"},
-		{[]string{"--tool", "Bash", "--args", `{"command":"ssh build.example uptime"}`}, 0, "approve by rule risky-shell"},
-		{[]string{"--tool", "Write", "--args", `{"file_path":"/skills/x/SKILL.md","content":"x"}`}, 0, "approve by rule skill-changes"},
+		{[]string{"--tool", "Bash", "--args", `{"command":"rm -rf build"}`}, 3, "approve by rule risky-shell: the command deletes recursively or opens a remote shell"},
+		{[]string{"--tool", "Bash", "--args", `{"command":"ssh build.example uptime"}`}, 3, "approve by rule risky-shell"},
+		{[]string{"--tool", "Write", "--args", `{"file_path":"/skills/x/SKILL.md","content":"x"}`}, 3, "approve by rule skill-changes"},
 		{[]string{"--tool", "Read", "--args", `{"file_path":"notes.md"}`}, 0, "allow (no rule matched)"},
-		{[]string{"--file", file, "--tenant", "acme", "--tool", "Bash", "--args", `{"command":"make all"}`}, 0, "deny by rule no-make: acme builds in CI only"},
+		{[]string{"--file", file, "--tenant", "acme", "--tool", "Bash", "--args", `{"command":"make all"}`}, 1, "deny by rule no-make: acme builds in CI only"},
 		{[]string{"--file", file, "--tenant", "other", "--tool", "Bash", "--args", `{"command":"make all"}`}, 0, "allow (no rule matched)"},
 		{[]string{"--tool", "Bash", "--args", `{"cmd":"x"}`}, 2, `unknown field "cmd"`},
 		{[]string{"--file", "/nonexistent.yaml", "--tool", "Bash"}, 2, "no such file"},

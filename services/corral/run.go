@@ -5,13 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/callview"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/sessionlog"
 )
@@ -21,9 +25,25 @@ func (e *env) runCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run [flags] PROMPT",
 		Short: "Start a session, show its progress on stderr and print its answer on stdout",
-		Args:  cobra.ExactArgs(1),
+		Long: `Start a session, show its progress on stderr and print its answer on stdout.
+PROMPT "-" reads the prompt from standard input.`,
+		Example: `  corral run "fix the failing test"
+  git diff | corral run -`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.prompt = args[0]
+			if o.prompt == "-" {
+				var err error
+				if o.prompt, err = readPrompt(cmd.InOrStdin()); err != nil {
+					return err
+				}
+			}
+			// Named by neither, the tenant of --session or --fork is
+			// the session's.
+			o.findTenant = !cmd.Flags().Changed("tenant") && e.getenv("CORRAL_TENANT") == ""
+			if err := o.checkIDs(); err != nil {
+				return err
+			}
 			return e.run(cmd.Context(), o)
 		},
 	}
@@ -43,6 +63,28 @@ func (e *env) runCmd() *cobra.Command {
 	return cmd
 }
 
+// maxPrompt is the most of a prompt corral run reads from standard input.
+const maxPrompt = 1 << 20
+
+// readPrompt reads corral run's prompt from r, which must hold one of at
+// most maxPrompt bytes; trailing white space is dropped.
+func readPrompt(r io.Reader) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxPrompt+1))
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("read the prompt from standard input: %w", err)
+	case len(b) > maxPrompt:
+		return "", usageError(fmt.Errorf("the prompt on standard input is over %d bytes", maxPrompt))
+	case !utf8.Valid(b):
+		return "", usageError(errors.New("the prompt on standard input is not UTF-8 text"))
+	}
+	prompt := strings.TrimRightFunc(string(b), unicode.IsSpace)
+	if strings.TrimSpace(prompt) == "" {
+		return "", usageError(errors.New("PROMPT is - but standard input is empty"))
+	}
+	return prompt, nil
+}
+
 // acceptWait is how long `corral run --session` waits for the harness to
 // take its request.
 const acceptWait = 30 * time.Second
@@ -52,6 +94,9 @@ type runOpts struct {
 	repo, ref, environment                           string
 	depth                                            int
 	json                                             bool
+	// findTenant says the tenant was not chosen: --session's or --fork's
+	// is the one the session is found in.
+	findTenant bool
 	// dir is a folder or archive to upload for the workspace to start
 	// from.
 	dir string
@@ -66,14 +111,12 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		return err
 	}
 	defer nc.Close()
-	if err := checkPlatform(ctx, js, o.nats, o.tenant); err != nil {
+	session, fork, err := o.findSessions(ctx, js)
+	if err != nil {
 		return err
 	}
-	session := uuid.Must(uuid.NewV7())
-	if o.session != "" {
-		if session, err = uuid.Parse(o.session); err != nil {
-			return &exitError{2, fmt.Errorf("--session %q is not a session ID", o.session)}
-		}
+	if err := checkPlatform(ctx, js, o.nats, o.tenant); err != nil {
+		return err
 	}
 	req := event.Request{
 		Header: event.NewHeader(event.TypeRequest, o.tenant, session),
@@ -81,14 +124,7 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 		Model:  o.model,
 		Prompt: o.prompt,
 	}
-	if o.fork != "" {
-		if o.session != "" {
-			return &exitError{2, errors.New("--fork starts a new session: it cannot go with --session")}
-		}
-		if req.Fork, err = uuid.Parse(o.fork); err != nil {
-			return &exitError{2, fmt.Errorf("--fork %q is not a session ID", o.fork)}
-		}
-	}
+	req.Fork = fork
 	if err := o.startFrom(&req); err != nil {
 		return err
 	}
@@ -324,13 +360,13 @@ func progress(ev any) string {
 		}
 		return strings.Join(lines, "\n")
 	case *event.ToolDispatched:
-		return fmt.Sprintf("→ %s %s", ev.Name, oneLine(ev.Summary, 120))
+		return fmt.Sprintf("→ %s %s %s", ev.Name, callTag(ev.Call), oneLine(callview.Unescaped(ev.Summary), 120))
 	case *event.ToolCompleted:
-		mark := "←"
+		mark := ""
 		if ev.IsError {
-			mark = "← error:"
+			mark = "error: "
 		}
-		return fmt.Sprintf("%s %s", mark, oneLine(ev.Output, 120))
+		return fmt.Sprintf("← %s %s %s%s", ev.Name, callTag(ev.Call), mark, oneLine(ev.Output, 120))
 	case *event.SessionFailed:
 		return fmt.Sprintf("✗ %s: %s", ev.Code, ev.Reason)
 	case *event.SessionStopped:
@@ -355,6 +391,14 @@ func progress(ev any) string {
 		return fmt.Sprintf("▶ %s by %s%s", verdict, ev.Reviewer, prefixed(": ", ev.Reason))
 	}
 	return ""
+}
+
+// callTag names a call in progress lines, so that the result of one of
+// calls run side by side shows whose it is: the end of its ID, which is
+// random (the start of a time-ordered one is shared by calls made at once).
+func callTag(call uuid.UUID) string {
+	s := call.String()
+	return "[" + s[len(s)-6:] + "]"
 }
 
 func prefixed(prefix, s string) string {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -76,13 +75,9 @@ held (the calls waiting for a reviewer), requests and seq.`,
 			}
 			listed := sessionindex.Select(all, f)
 			if asJSON {
-				enc := json.NewEncoder(e.stdout)
-				for _, s := range listed {
-					if err := enc.Encode(s); err != nil {
-						return err
-					}
-				}
-				return nil
+				// An index entry's fields are stable, and documented as
+				// what this prints.
+				return writeJSONLines(e.stdout, listed...)
 			}
 			if len(listed) == 0 {
 				fmt.Fprintf(e.stderr, "No sessions of tenant %s%s.\n", tenant, prefixed(" for ", filterText(f)))
@@ -107,7 +102,7 @@ held (the calls waiting for a reviewer), requests and seq.`,
 	f.StringVar(&statuses, "status", "", "only sessions of these statuses, comma separated: running, waiting, paused, completed, failed, stopped")
 	f.StringVar(&since, "since", "", "only sessions with an event since then: a duration back from now (24h, 30m) or a time (2026-11-23, 2026-11-23T10:00:00Z)")
 	f.IntVar(&limit, "limit", 50, "at most this many sessions, the latest (0: all)")
-	f.BoolVar(&asJSON, "json", false, "print one JSON object a line")
+	jsonFlag(cmd, &asJSON)
 	return cmd
 }
 

@@ -66,12 +66,17 @@ CORRAL_NATS_WORKSPACES_BYTES (default 10 GiB) and CORRAL_NATS_SKILLS_BYTES
 			if err != nil {
 				return err
 			}
-			// The gateway's: the session index and the API's records,
-			// which clients write.
+			// The gateway's: the session index, the API's records,
+			// which clients write, and the webhooks.
 			if err := gateway.Setup(ctx, js); err != nil {
 				return err
 			}
-			for _, b := range []string{bus.BucketSessions, bus.BucketGateway} {
+			if n != 0 {
+				if err := replicateStream(ctx, js, bus.StreamWebhooks, n); err != nil {
+					return err
+				}
+			}
+			for _, b := range []string{bus.BucketSessions, bus.BucketGateway, bus.BucketWebhooks} {
 				if kv, err = js.KeyValue(ctx, b); err == nil && n != 0 {
 					err = replicate(ctx, js, kv, n)
 				}
@@ -86,6 +91,23 @@ CORRAL_NATS_WORKSPACES_BYTES (default 10 GiB) and CORRAL_NATS_SKILLS_BYTES
 	cmd.Flags().StringVar(&url, "nats", e.natsURL(), "NATS URL of the platform, or a cluster's URLs separated by commas (CORRAL_NATS_URL)")
 	cmd.Flags().IntVar(&replicas, "replicas", 0, "copies of each stream and bucket, on as many servers of a NATS cluster (default: CORRAL_NATS_REPLICAS, else 1 for new ones and existing ones unchanged)")
 	return cmd
+}
+
+// replicateStream gives stream n replicas, changing nothing else.
+func replicateStream(ctx context.Context, js jetstream.JetStream, stream string, n int) error {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", stream, err)
+	}
+	cfg := st.CachedInfo().Config
+	if cfg.Replicas == n {
+		return nil
+	}
+	cfg.Replicas = n
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("stream %s: %d replicas: %w", stream, n, err)
+	}
+	return nil
 }
 
 // replicate gives the KV bucket kv n replicas. Its stream is changed in

@@ -19,9 +19,25 @@ import (
 	"corral.dev/pkg/policy"
 )
 
+// usageJSON is a row of usage --json: one user's day, or the tenant's
+// whole day for an empty user.
+type usageJSON struct {
+	Day              string  `json:"day"`
+	Tenant           string  `json:"tenant"`
+	User             string  `json:"user"`
+	Steps            int     `json:"steps"`
+	InputTokens      int64   `json:"input_tokens"`
+	CacheReadTokens  int64   `json:"cache_read_tokens"`
+	CacheWriteTokens int64   `json:"cache_write_tokens"`
+	OutputTokens     int64   `json:"output_tokens"`
+	CostUSD          float64 `json:"cost_usd"`
+	SandboxSeconds   float64 `json:"sandbox_seconds"`
+}
+
 func (e *env) usageCmd() *cobra.Command {
 	var url, tenant, user, day string
 	var days int
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "usage",
 		Short: "Report what tenants and users spent, per day",
@@ -58,9 +74,7 @@ budgets are checked against.`,
 			if err != nil {
 				return fmt.Errorf("usage: %w", err)
 			}
-			w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintln(w, "DAY\tTENANT\tUSER\tSTEPS\tINPUT TOKENS\tCACHE HIT\tOUTPUT TOKENS\tCOST USD\tSANDBOX S\t")
-			rows := 0
+			var rows []usageJSON
 			for i := days - 1; i >= 0; i-- {
 				d := last.AddDate(0, 0, -i).Format(time.DateOnly)
 				var ks []string
@@ -77,18 +91,27 @@ budgets are checked against.`,
 						return fmt.Errorf("usage %s: %w", k, err)
 					}
 					parts := strings.SplitN(k, ".", 4)
-					who := "(all)"
+					r := usageJSON{Day: d, Tenant: parts[0], Steps: u.Steps, InputTokens: u.InputTokens, CacheReadTokens: u.CacheReadTokens,
+						CacheWriteTokens: u.CacheWriteTokens, OutputTokens: u.OutputTokens, CostUSD: u.CostUSD, SandboxSeconds: u.SandboxSeconds}
 					if len(parts) == 4 {
 						b, _ := base64.RawURLEncoding.DecodeString(parts[3])
-						who = string(b)
+						r.User = string(b)
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%.4f\t%.1f\t\n", d, parts[0], who, u.Steps, u.InputTokens, cacheHit(u), u.OutputTokens, u.CostUSD, u.SandboxSeconds)
-					rows++
+					rows = append(rows, r)
 				}
 			}
-			if rows == 0 {
+			if asJSON {
+				return writeJSONLines(e.stdout, rows...)
+			}
+			if len(rows) == 0 {
 				fmt.Fprintln(e.stdout, "No usage recorded for that.")
 				return nil
+			}
+			w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(w, "DAY\tTENANT\tUSER\tSTEPS\tINPUT TOKENS\tCACHE HIT\tOUTPUT TOKENS\tCOST USD\tSANDBOX S\t")
+			for _, r := range rows {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%.4f\t%.1f\t\n", r.Day, r.Tenant, cmp.Or(printable(r.User), "(all)"), r.Steps, r.InputTokens,
+					cacheHit(policy.Usage{InputTokens: r.InputTokens, CacheReadTokens: r.CacheReadTokens}), r.OutputTokens, r.CostUSD, r.SandboxSeconds)
 			}
 			return w.Flush()
 		},
@@ -98,6 +121,7 @@ budgets are checked against.`,
 	cmd.Flags().StringVar(&user, "user", "", "only this user")
 	cmd.Flags().StringVar(&day, "day", "", "the (last) day to report, YYYY-MM-DD in UTC (default: today)")
 	cmd.Flags().IntVar(&days, "days", 1, "how many days to report, ending with --day")
+	jsonFlag(cmd, &asJSON)
 	return cmd
 }
 

@@ -18,6 +18,8 @@ import (
 type vaultFlags struct {
 	url, tenant, user string
 	tenantWide        bool
+	// asJSON is a listing's --json.
+	asJSON bool
 }
 
 func (e *env) addVaultFlags(cmd *cobra.Command, f *vaultFlags) {
@@ -56,6 +58,7 @@ never shows a secret. The secret is read from standard input, or from
 		RunE: func(cmd *cobra.Command, _ []string) error { return e.listVaults(cmd, &f) },
 	}
 	e.addVaultFlags(cmd, &f)
+	jsonFlag(cmd, &f.asJSON)
 	var lf vaultFlags
 	ls := &cobra.Command{
 		Use:   "ls",
@@ -64,14 +67,39 @@ never shows a secret. The secret is read from standard input, or from
 		RunE:  func(cmd *cobra.Command, _ []string) error { return e.listVaults(cmd, &lf) },
 	}
 	e.addVaultFlags(ls, &lf)
+	jsonFlag(ls, &lf.asJSON)
 	cmd.AddCommand(ls, e.vaultCreateCmd(), e.vaultRotateCmd(), e.vaultRemoveCmd())
 	return cmd
+}
+
+// vaultJSON is a vault as vaults ls --json prints it: never its secret.
+type vaultJSON struct {
+	Name string `json:"name"`
+	// User is the user whose sessions use it, "" for the tenant's.
+	User  string   `json:"user"`
+	Hosts []string `json:"hosts"`
+	Paths []string `json:"paths"`
+	// Header and Prefix, or BasicUser, say how it is injected.
+	Header    string    `json:"header,omitempty"`
+	Prefix    string    `json:"prefix,omitempty"`
+	BasicUser string    `json:"basic_user,omitempty"`
+	Version   int       `json:"version"`
+	CreatedAt time.Time `json:"created_at"`
+	RotatedAt time.Time `json:"rotated_at,omitzero"`
 }
 
 func (e *env) listVaults(cmd *cobra.Command, f *vaultFlags) error {
 	var resp egressapi.VaultReply
 	if err := e.request(cmd.Context(), f.url, "egress service", f.subject(egressapi.OpList), egressapi.VaultRequest{}, &resp); err != nil {
 		return err
+	}
+	if f.asJSON {
+		out := make([]vaultJSON, len(resp.Vaults))
+		for i, v := range resp.Vaults {
+			out[i] = vaultJSON{Name: v.Name, User: v.User, Hosts: v.Hosts, Paths: v.Paths, Header: v.Inject.Header, Prefix: v.Inject.Prefix,
+				BasicUser: v.Inject.BasicUser, Version: v.Version, CreatedAt: v.CreatedAt, RotatedAt: v.RotatedAt}
+		}
+		return writeJSONLines(e.stdout, out...)
 	}
 	if len(resp.Vaults) == 0 {
 		fmt.Fprintln(e.stdout, "No vaults: corral vaults create NAME --host HOST ... makes one.")

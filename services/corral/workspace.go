@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"text/tabwriter"
 
@@ -30,6 +31,7 @@ type wsOpts struct {
 
 func (e *env) workspaceCmd() *cobra.Command {
 	var o wsOpts
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "workspace SESSION ls [PATH] | cat PATH | get PATH|--all -o FILE | diff [--stat]",
 		Short: "List, print and download the files of a session's workspace",
@@ -49,18 +51,20 @@ and after the node that ran it died, without starting a sandbox. PATH is in
                                                  as a patch git apply takes (.git left
                                                  out); --stat: files and lines only
 
--o - writes to standard output. Exit status: 0 done, 1 failed (no such
-session, file or snapshot), 2 usage.`,
+SESSION is its ID or the first 4 or more of its hex digits. -o - writes to
+standard output. Exit status: 0 done, 1 failed (no such session, file or
+snapshot), 2 usage.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 2 {
 				return &exitError{2, fmt.Errorf("usage: corral %s", cmd.Use)}
 			}
-			session, err := uuid.Parse(args[0])
-			if err != nil {
-				return &exitError{2, fmt.Errorf("session %q: want a session ID, as corral run prints it", args[0])}
+			if _, err := parseIDPrefix("session", args[0]); err != nil {
+				return err
 			}
-			if err := event.CheckTenant(o.tenant); err != nil {
-				return &exitError{2, err}
+			// Named by neither, the tenant is the session's.
+			chosen := ""
+			if cmd.Flags().Changed("tenant") || e.getenv("CORRAL_TENANT") != "" {
+				chosen = o.tenant
 			}
 			op, rest := args[1], args[2:]
 			p := "."
@@ -73,6 +77,9 @@ session, file or snapshot), 2 usage.`,
 			default:
 				return &exitError{2, fmt.Errorf("usage: corral %s", cmd.Use)}
 			}
+			if asJSON && op != "ls" {
+				return usageError(fmt.Errorf("--json goes with ls (usage: corral %s)", cmd.Use))
+			}
 			rel, err := workspaceapi.Clean(p)
 			if err != nil {
 				return &exitError{2, err}
@@ -80,14 +87,21 @@ session, file or snapshot), 2 usage.`,
 			if op == "get" && o.out == "" {
 				return &exitError{2, errNoOutput}
 			}
-			nc, _, err := e.connect(o.nats)
+			nc, js, err := e.connect(o.nats)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
+			var session uuid.UUID
+			if o.tenant, session, err = findSession(cmd.Context(), js, args[0], chosen); err != nil {
+				return err
+			}
 			ws := &wsClient{nc: nc, o: &o, session: session}
 			switch op {
 			case "ls":
+				if asJSON {
+					return ws.lsJSON(cmd.Context(), e.stdout, rel)
+				}
 				return ws.ls(cmd.Context(), e.stdout, rel)
 			case "cat":
 				_, err := ws.cat(cmd.Context(), e.stdout, rel, 0)
@@ -106,6 +120,7 @@ session, file or snapshot), 2 usage.`,
 	f.BoolVar(&o.all, "all", false, "get: the whole workspace, as a .tar.gz")
 	f.BoolVarP(&o.recursive, "recursive", "R", false, "ls: every entry below PATH, not only its own")
 	f.BoolVar(&o.stat, "stat", false, "diff: the files changed and their lines inserted and deleted, not the patch")
+	f.BoolVar(&asJSON, "json", false, "ls: one JSON object a line (JSON Lines; the README lists the fields)")
 	return cmd
 }
 
@@ -185,6 +200,38 @@ func (c *wsClient) ls(ctx context.Context, w io.Writer, rel string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Mode, size, name)
 	}
 	return tw.Flush()
+}
+
+// wsEntryJSON is an entry as workspace SESSION ls --json prints it.
+type wsEntryJSON struct {
+	Path string `json:"path"`
+	// Type is file, dir or symlink.
+	Type string `json:"type"`
+	// Mode is the permission bits, in octal as chmod takes them.
+	Mode   string `json:"mode"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256,omitempty"`
+	Link   string `json:"link,omitempty"`
+}
+
+// lsJSON prints the entries under rel as JSON lines.
+func (c *wsClient) lsJSON(ctx context.Context, w io.Writer, rel string) error {
+	r, err := c.list(ctx, rel, c.o.recursive)
+	if err != nil {
+		return err
+	}
+	out := make([]wsEntryJSON, len(r.Entries))
+	for i, e := range r.Entries {
+		typ := "file"
+		switch {
+		case e.Mode.IsDir():
+			typ = "dir"
+		case e.Mode&fs.ModeSymlink != 0 || e.Link != "":
+			typ = "symlink"
+		}
+		out[i] = wsEntryJSON{Path: e.Path, Type: typ, Mode: fmt.Sprintf("%04o", e.Mode.Perm()), Size: e.Size, SHA256: e.SHA256, Link: e.Link}
+	}
+	return writeJSONLines(w, out...)
 }
 
 // cat writes the file at rel of snapshot seq (0: the last one) to w, read
