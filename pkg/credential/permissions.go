@@ -126,6 +126,9 @@ func (c Credential) Permissions() Permissions {
 		p.Publish = append(p.Publish, bucketKeys(bus.BucketGateway, true, t)...)
 	}
 	p.Publish = append(p.Publish, UserInfoSubject)
+	// The sessions console's stops, which the approval service alone
+	// sends (a bot's or a reviewer's wildcard would match it).
+	p.Deny = append(p.Deny, "requests."+t+".*."+bus.ConsoleToken)
 	for _, d := range bus.EventDurables() {
 		p.Deny = append(p.Deny,
 			"$JS.API.CONSUMER.*."+bus.StreamEvents+"."+d,

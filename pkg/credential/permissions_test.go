@@ -192,3 +192,31 @@ func TestGatewayBucketPermissions(t *testing.T) {
 		}
 	}
 }
+
+// The sessions console's stops (requests.<tenant>.<session>.console) are
+// the approval service's alone: no client may send one, whatever its
+// role, though each still sends its own requests.
+func TestConsoleStopsAreTheApprovalServicesAlone(t *testing.T) {
+	t.Parallel()
+	session := "0190a4b2-0000-7000-8000-000000000000"
+	for _, c := range []Credential{
+		{Tenant: "acme", User: "ada", Role: RoleUser},
+		{Tenant: "acme", User: "bridge", Role: RoleBot},
+		{Tenant: "acme", User: "rita", Role: RoleReviewer},
+		{Tenant: AllTenants, User: "olga", Role: RoleOperator},
+	} {
+		p := c.Permissions()
+		if p.mayPublish("requests.acme." + session + "." + bus.ConsoleToken) {
+			t.Errorf("%s's credential (%s) may send the console's stops", c.User, c.Role)
+		}
+		if !p.mayPublish("requests.acme." + session + "." + bus.UserToken("ada")) {
+			t.Errorf("%s's credential (%s) may not send ada's requests", c.User, c.Role)
+		}
+	}
+	for _, s := range Services() {
+		want := s.User == UserApproval
+		if got := s.Permissions.mayPublish("requests.acme." + session + "." + bus.ConsoleToken); got != want {
+			t.Errorf("%s: send the console's stops allowed = %v, want %v", s.User, got, want)
+		}
+	}
+}

@@ -20,8 +20,8 @@ func echoResults(seen []string) string { return "results: " + strings.Join(seen,
 func TestUnknownModelFailsTheSession(t *testing.T) {
 	p := startDev(t, steps(echoResults), map[string]string{"ANTHROPIC_API_KEY": "", "ANTHROPIC_BASE_URL": ""})
 	code, _, stderr := p.corral(t, "run", "--model", "anthropic:claude-x", "hello")
-	if code != 1 || !strings.Contains(stderr, "unknown_model") || !strings.Contains(stderr, "ANTHROPIC_API_KEY") {
-		t.Errorf("exit %d, stderr %q; want 1, and unknown_model with the reason", code, stderr)
+	if code != 1 || !strings.Contains(stderr, "provider_not_configured") || !strings.Contains(stderr, "ANTHROPIC_API_KEY in the harness's environment") {
+		t.Errorf("exit %d, stderr %q; want 1, and provider_not_configured with the reason", code, stderr)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,6 +126,17 @@ func startDevAt(t testing.TB, addr, data string, script modeltest.Script, env ma
 		}
 		if devClientEnv(p.data) == nil {
 			return fmt.Errorf("no %s yet", clientEnvFile)
+		}
+		// The pages and the API serve once their services run, a moment
+		// after the server: a test's first request must not beat them.
+		for _, k := range []string{"CORRAL_GATEWAY_LISTEN", "CORRAL_APPROVAL_LISTEN"} {
+			if addr := vars[k]; addr != "" {
+				c, err := net.DialTimeout("tcp", addr, time.Second)
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", k, addr, err)
+				}
+				c.Close()
+			}
 		}
 		return nil
 	})

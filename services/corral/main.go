@@ -81,7 +81,7 @@ func runIn(ctx context.Context, args []string, getenv func(string) string, stdin
 		// cobra's own, before any command's arguments are checked.
 		return exitUsage
 	}
-	return 1
+	return exitFailed
 }
 
 // Exit statuses, as gh and kubectl use them: 0 success, exitFailed when

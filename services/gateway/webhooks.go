@@ -151,6 +151,9 @@ func newHooks(kv jetstream.KeyValue) *hooks {
 func (h *hooks) watch(ctx context.Context) error {
 	w, err := h.kv.WatchAll(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while the watch started
+		}
 		return fmt.Errorf("watch kv %s: %w", bus.BucketWebhooks, err)
 	}
 	defer func() { _ = w.Stop() }()
