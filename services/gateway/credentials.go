@@ -71,6 +71,19 @@ func hostAuth(raw json.RawMessage) (hostAuthBody, error) {
 	return a, nil
 }
 
+// askVault asks the vault API for op, which answers with the vault it
+// made or changed.
+func askVault(ctx context.Context, c *caller, op string, req egressapi.VaultRequest) (egressapi.Vault, error) {
+	reply, err := askVaults(ctx, c, op, req)
+	if err != nil {
+		return egressapi.Vault{}, err
+	}
+	if reply.Vault == nil {
+		return egressapi.Vault{}, errors.New("the vault API answered with no vault")
+	}
+	return *reply.Vault, nil
+}
+
 // askVaults sends req for op to the egress service's vault API as c's
 // client: changes on the tenant's own subject, which only a reviewer's or
 // an operator's credential may publish on, and lists as c's user (who
@@ -188,14 +201,11 @@ func (s *Service) createCredential(ctx context.Context, c *caller, w http.Respon
 		Group: g.ID, Label: deref(body.DisplayName), Metadata: md, Hosts: a.AllowedHosts, Paths: a.PathPrefixes,
 		Inject: egressapi.Injection{Header: a.Header, Prefix: a.Prefix, BasicUser: a.BasicUser},
 	}
-	reply, err := askVaults(ctx, c, egressapi.OpCreate, egressapi.VaultRequest{Vault: v, Secret: a.SecretValue})
+	made, err := askVault(ctx, c, egressapi.OpCreate, egressapi.VaultRequest{Vault: v, Secret: a.SecretValue})
 	if err != nil {
 		return err
 	}
-	if reply.Vault == nil {
-		return errors.New("the vault API answered with no vault")
-	}
-	writeJSON(w, http.StatusOK, credentialJSON(*reply.Vault))
+	writeJSON(w, http.StatusOK, credentialJSON(made))
 	return nil
 }
 
@@ -265,14 +275,11 @@ func (s *Service) updateCredential(ctx context.Context, c *caller, w http.Respon
 	if v.Metadata, err = patchMetadata(v.Metadata, body.Metadata); err != nil {
 		return err
 	}
-	reply, err := askVaults(ctx, c, egressapi.OpUpdate, egressapi.VaultRequest{Vault: egressapi.Vault{Name: v.Name, Label: v.Label, Metadata: v.Metadata}, Secret: secret})
+	changed, err := askVault(ctx, c, egressapi.OpUpdate, egressapi.VaultRequest{Vault: egressapi.Vault{Name: v.Name, Label: v.Label, Metadata: v.Metadata}, Secret: secret})
 	if err != nil {
 		return err
 	}
-	if reply.Vault == nil {
-		return errors.New("the vault API answered with no vault")
-	}
-	writeJSON(w, http.StatusOK, credentialJSON(*reply.Vault))
+	writeJSON(w, http.StatusOK, credentialJSON(changed))
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"corral.dev/pkg/netaddr"
 	"corral.dev/pkg/webhookapi"
 )
 
@@ -21,33 +22,9 @@ import (
 // private addresses are not allowed.
 var errPrivate = errors.New("not a public address (CORRAL_WEBHOOK_ALLOW_PRIVATE=on allows it)")
 
-// nonPublic are the ranges IsPrivate and the like leave out that no
-// outside receiver is at: shared address space (carrier-grade NAT),
-// "this network", IETF protocol assignments, benchmarking, reserved and
-// NAT64 (which could embed any IPv4 address).
-var nonPublic = []netip.Prefix{
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b::/96"),
-}
-
-// public reports whether a is an address an outside receiver may have.
-func public(a netip.Addr) bool {
-	a = a.Unmap()
-	if !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
-		a.IsMulticast() || a.IsInterfaceLocalMulticast() || a.IsUnspecified() {
-		return false
-	}
-	for _, p := range nonPublic {
-		if p.Contains(a) {
-			return false
-		}
-	}
-	return true
-}
+// public reports whether a is an address an outside receiver may have
+// (see [netaddr.Internal]).
+func public(a netip.Addr) bool { return !netaddr.Internal(a) }
 
 // checkURL checks a webhook's URL as it is added: http or https, a host,
 // no credentials (the signature says the POST is Corral's), and, unless

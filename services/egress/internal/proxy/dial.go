@@ -8,39 +8,17 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"corral.dev/pkg/netaddr"
 )
 
 // errInternal marks a dial refused because the host's addresses are the
 // node's own network's.
 var errInternal = errors.New("egress never reaches internal addresses")
 
-// internalPrefixes are ranges netip's predicates miss: "this network",
-// carrier-grade NAT (often a cluster's or a VPN's), IETF protocol
-// assignments, benchmarking, and the reserved block with broadcast.
-var internalPrefixes = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-}
-
 // internal reports whether a is an address of the node's own network
-// rather than the Internet's: loopback, private, link-local, multicast,
-// unspecified, or one of [internalPrefixes].
-func internal(a netip.Addr) bool {
-	a = a.Unmap()
-	if a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
-		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() {
-		return true
-	}
-	for _, p := range internalPrefixes {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
+// rather than the Internet's (see [netaddr.Internal]).
+func internal(a netip.Addr) bool { return netaddr.Internal(a) }
 
 // dialer dials upstreams with the proxy's own name resolution.
 type dialer struct {
