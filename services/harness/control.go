@@ -67,7 +67,9 @@ func (s *Service) handleControl(ctx context.Context, tenant string, session uuid
 	h.Time = h.Time.UTC()
 	switch e := ev.(type) {
 	case *event.SessionStopped:
-		if e.By == "" {
+		// On a user's subject, the stop is that user's whatever its
+		// body says; only the console's names the person it signed in.
+		if user != "" {
 			e.By = user
 		}
 	case *event.BudgetRaise:
