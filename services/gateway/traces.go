@@ -50,7 +50,7 @@ func tracesEndpoint(getenv func(string) string) (string, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("%s=%q: want an http or https URL (http://collector:4318)", name, raw)
+		return "", fmt.Errorf("%s: want an http or https URL (http://collector:4318), not %s", name, redactURL(raw))
 	}
 	if name == "OTEL_EXPORTER_OTLP_ENDPOINT" {
 		u.Path = path.Join("/", u.Path, "v1/traces")
@@ -93,7 +93,7 @@ func newTracer(ctx context.Context, endpoint string) (*tracer, error) {
 	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(endpoint),
 		otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: false}))
 	if err != nil {
-		return nil, fmt.Errorf("traces to %s: %w", endpoint, err)
+		return nil, fmt.Errorf("traces to %s: %w", redactURL(endpoint), err)
 	}
 	res, err := resource.New(ctx, resource.WithAttributes(semconv.ServiceName("corral")), resource.WithFromEnv())
 	if err != nil {
@@ -115,7 +115,7 @@ func newTracer(ctx context.Context, endpoint string) (*tracer, error) {
 // export is retried, with the consumer's backoff, for as long as it
 // fails: it holds up no other session, and gives up on none.
 func (s *Service) exportTraces(ctx context.Context) error {
-	s.log.InfoContext(ctx, "exporting traces", "endpoint", s.cfg.TracesEndpoint)
+	s.log.InfoContext(ctx, "exporting traces", "endpoint", redactURL(s.cfg.TracesEndpoint))
 	defer func() {
 		sctx, cancel := bus.Bound(context.WithoutCancel(ctx))
 		defer cancel()

@@ -188,7 +188,7 @@ func (w *webhooks) add(ctx context.Context, tenant string, req webhookapi.Reques
 	// Taken in at once, not when the watch brings it: an event right
 	// after is posted to it.
 	w.hooks.apply(hookKey(tenant, h.ID), jetstream.KeyValuePut, b)
-	w.log.InfoContext(ctx, "webhook added", "tenant", tenant, "webhook", h.ID, "url", h.URL, "events", h.Events)
+	w.log.InfoContext(ctx, "webhook added", "tenant", tenant, "webhook", h.ID, "url", redactURL(h.URL), "events", h.Events)
 	return webhookapi.Reply{Webhook: &h.Webhook, Secret: h.Secret}, nil
 }
 

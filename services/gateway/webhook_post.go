@@ -26,6 +26,22 @@ var errPrivate = errors.New("not a public address (CORRAL_WEBHOOK_ALLOW_PRIVATE=
 // (see [netaddr.Internal]).
 func public(a netip.Addr) bool { return !netaddr.Internal(a) }
 
+// redactURL is raw as logs and recorded errors show it: its scheme and
+// host alone. A receiver's path or query often is its secret (a chat
+// service's incoming webhook, a token parameter), and a URL's user
+// information always is.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(an unreadable URL)"
+	}
+	r := u.Scheme + "://" + u.Host
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+		r += "/…"
+	}
+	return r
+}
+
 // checkURL checks a webhook's URL as it is added: http or https, a host,
 // no credentials (the signature says the POST is Corral's), and, unless
 // allowPrivate, no host that is plainly not public. A name that resolves
@@ -122,6 +138,10 @@ func (p *poster) post(ctx context.Context, h *hookRecord, msgID string, now time
 	req.Header.Set("webhook-signature", sig)
 	resp, err := p.client.Do(req)
 	if err != nil {
+		// Recorded with the delivery and logged: without the URL's path.
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			ue.URL = redactURL(ue.URL)
+		}
 		return 0, err
 	}
 	defer resp.Body.Close()

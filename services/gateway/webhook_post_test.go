@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -62,11 +63,17 @@ func TestWebhookPostDialsPublicAddressesOnly(t *testing.T) {
 	h := &hookRecord{Secret: newSecret()}
 	ctx := context.Background()
 
-	h.URL = srv.URL + "/hook"
+	h.URL = srv.URL + "/hook/T0123/s3cr3t-path?token=s3cr3t-query"
 	_, err := newPoster(WebhookConfig{Timeout: 5 * time.Second}).post(ctx, h, "msg_1", time.Now(), []byte("{}"))
 	if !errors.Is(err, errPrivate) {
 		t.Errorf("a post to loopback: %v, want it refused as not public", err)
 	}
+	// The error is recorded and logged: the URL's path and query, often
+	// the receiver's secret, are not in it.
+	if err != nil && strings.Contains(err.Error(), "s3cr3t") {
+		t.Errorf("a failed post's error shows the URL's secret parts: %v", err)
+	}
+	h.URL = srv.URL + "/hook"
 	allowed := newPoster(WebhookConfig{Timeout: 5 * time.Second, AllowPrivate: true})
 	if status, err := allowed.post(ctx, h, "msg_2", time.Now(), []byte("{}")); err != nil || status != http.StatusOK {
 		t.Errorf("a post to loopback, allowed: %d %v", status, err)
