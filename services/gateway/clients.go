@@ -170,7 +170,10 @@ func (cs *clients) connect(c *client, h [sha256.Size]byte, id, secret, addr stri
 		// Forgotten at once: the next request signs in again.
 		delete(cs.conns, h)
 	}
-	if errors.Is(err, errKeyRefused) {
+	switch {
+	case err == nil:
+		cs.gate.succeeded(h)
+	case errors.Is(err, errKeyRefused):
 		cs.gate.failed(h, addr)
 	}
 	close(c.ready)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -117,6 +118,37 @@ func TestRefusedKeysCostNoSignIn(t *testing.T) {
 	}
 	if n := signIns.Load(); n != failBurst+1 {
 		t.Errorf("%d sign-ins, want %d", n, failBurst+1)
+	}
+}
+
+// TestSignInsOfKeysTakenLatelyAreNotHeldBack checks that an address
+// waiting for its refused sign-ins holds back no key the server took
+// lately: the clients behind one proxy are not locked out by one of them
+// guessing keys. A key refused since is held back again.
+func TestSignInsOfKeysTakenLatelyAreNotHeldBack(t *testing.T) {
+	t.Parallel()
+	g := newSignInGate()
+	now := time.Now()
+	g.now = func() time.Time { return now }
+	key := func(s string) [sha256.Size]byte { return sha256.Sum256([]byte(s)) }
+	good := key("c-good:secret")
+	g.succeeded(good)
+	for i := range failBurst {
+		g.failed(key(fmt.Sprint("guess", i)), "192.0.2.1")
+	}
+	if err := g.check(key("c-other:secret"), "192.0.2.1"); !errors.Is(err, errSignInRate) {
+		t.Fatalf("a key never taken, from the waiting address: %v, want %v", err, errSignInRate)
+	}
+	if err := g.check(good, "192.0.2.1"); err != nil {
+		t.Fatalf("a key taken lately, from the waiting address: %v, want it tried", err)
+	}
+	g.failed(good, "192.0.2.3") // revoked since
+	now = now.Add(refusalTTL)
+	for i := range failBurst {
+		g.failed(key(fmt.Sprint("again", i)), "192.0.2.1")
+	}
+	if err := g.check(good, "192.0.2.1"); !errors.Is(err, errSignInRate) {
+		t.Fatalf("a key refused since it was taken: %v, want %v", err, errSignInRate)
 	}
 }
 

@@ -16,7 +16,10 @@ import (
 // make the gateway pay that at the rate it sends requests, with keys made
 // up or one key guessed at. The gate bounds it twice: a key refused is
 // refused again without asking for a while, and a client address whose
-// sign-ins keep failing waits before it may try another.
+// sign-ins keep failing waits before it may try another. The address's
+// wait holds back no key the server took lately: behind a proxy or a
+// NAT, many clients share an address, and one of them guessing keys must
+// not lock the others out.
 
 // errSignInRate: the client's address has had too many refused sign-ins.
 var errSignInRate = errors.New("too many refused API keys from this address: wait a minute and try again with a key corral credentials issue printed")
@@ -31,23 +34,31 @@ const (
 	// each failEvery.
 	failBurst = 10
 	failEvery = 6 * time.Second
+	// trustedFor is how long a key the server took may sign in again
+	// from an address that is waiting.
+	trustedFor = time.Hour
 	// maxGated bounds the keys and addresses the gate remembers: past it,
 	// the oldest are forgotten first, so that no flood of new ones grows
 	// the gateway's memory.
 	maxGated = 1 << 16
 )
 
-// signInGate remembers the keys the server refused (by the hash of the
-// key, never the key) and the refused sign-ins of each client address.
+// signInGate remembers the keys the server refused and those it took
+// lately (by the hash of the key, never the key), and the refused
+// sign-ins of each client address.
 type signInGate struct {
 	mu      sync.Mutex
 	refused map[[sha256.Size]byte]time.Time // until when
+	taken   map[[sha256.Size]byte]time.Time // until when
 	byAddr  map[string]*rate.Limiter
 	now     func() time.Time
 }
 
 func newSignInGate() *signInGate {
-	return &signInGate{refused: make(map[[sha256.Size]byte]time.Time), byAddr: make(map[string]*rate.Limiter), now: time.Now}
+	return &signInGate{
+		refused: make(map[[sha256.Size]byte]time.Time), taken: make(map[[sha256.Size]byte]time.Time),
+		byAddr: make(map[string]*rate.Limiter), now: time.Now,
+	}
 }
 
 // check returns why a sign-in of the key hashed h, from addr, is refused
@@ -62,10 +73,24 @@ func (g *signInGate) check(h [sha256.Size]byte, addr string) error {
 		}
 		delete(g.refused, h)
 	}
+	if until, ok := g.taken[h]; ok && now.Before(until) {
+		return nil
+	}
 	if l := g.byAddr[addr]; l != nil && l.TokensAt(now) < 1 {
 		return errSignInRate
 	}
 	return nil
+}
+
+// succeeded notes that the server took the key hashed h.
+func (g *signInGate) succeeded(h [sha256.Size]byte) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	if len(g.taken) >= maxGated {
+		g.forget(now)
+	}
+	g.taken[h] = now.Add(trustedFor)
 }
 
 // failed notes that the server refused the key hashed h, tried from addr.
@@ -77,6 +102,7 @@ func (g *signInGate) failed(h [sha256.Size]byte, addr string) {
 		g.forget(now)
 	}
 	g.refused[h] = now.Add(refusalTTL)
+	delete(g.taken, h) // revoked since
 	l := g.byAddr[addr]
 	if l == nil {
 		if len(g.byAddr) >= maxGated {
@@ -88,7 +114,7 @@ func (g *signInGate) failed(h [sha256.Size]byte, addr string) {
 	l.AllowN(now, 1)
 }
 
-// sweep forgets what no longer refuses anything: refusals past their
+// sweep forgets what no longer counts: refusals and taken keys past their
 // time, and addresses whose allowance is whole again.
 func (g *signInGate) sweep() {
 	g.mu.Lock()
@@ -105,6 +131,11 @@ func (g *signInGate) forget(now time.Time) {
 			delete(g.refused, h)
 		}
 	}
+	for h, until := range g.taken {
+		if !now.Before(until) {
+			delete(g.taken, h)
+		}
+	}
 	for addr, l := range g.byAddr {
 		if l.TokensAt(now) >= failBurst {
 			delete(g.byAddr, addr)
@@ -112,6 +143,9 @@ func (g *signInGate) forget(now time.Time) {
 	}
 	if len(g.refused) >= maxGated {
 		clear(g.refused)
+	}
+	if len(g.taken) >= maxGated {
+		clear(g.taken)
 	}
 	if len(g.byAddr) >= maxGated {
 		clear(g.byAddr)
