@@ -161,6 +161,24 @@ const (
 	CodeInternal   = "500"
 )
 
+// Error is the API's answer to a request it refuses or cannot answer with
+// a reply: Code is one of the codes above, Message says why. The service
+// sends them as the Nats-Service-Error-Code and Nats-Service-Error
+// headers; a reader of snapshots in process (package snapshot) returns
+// them as an *Error, which callers tell from a failure with errors.As.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Errorf returns an [*Error] of code, its message formatted as
+// [fmt.Sprintf] formats it.
+func Errorf(code, format string, args ...any) error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
 // ErrBadPath is wrapped by [Clean]'s errors.
 var ErrBadPath = errors.New("not a path in /workspace")
 

@@ -33,6 +33,8 @@ func (w *web) console(mux *http.ServeMux) {
 	mux.HandleFunc("GET /sessions/{tenant}/{session}", w.signedIn(w.sessionPage))
 	mux.HandleFunc("GET /sessions/{tenant}/{session}/live", w.signedIn(w.sessionLive))
 	mux.HandleFunc("POST /sessions/{tenant}/{session}/stop", w.signedIn(w.checkCSRF(w.stop)))
+	mux.HandleFunc("GET /sessions/{tenant}/{session}/workspace", w.signedIn(w.workspacePage))
+	mux.HandleFunc("GET /sessions/{tenant}/{session}/workspace/file", w.signedIn(w.filePage))
 }
 
 // sessionPath is a session's page.

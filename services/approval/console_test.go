@@ -145,8 +145,11 @@ func TestConsoleShowsEachTheirSessions(t *testing.T) {
 				}
 			}
 			for _, v := range tc.visits {
-				if code, _ := get(t, c, page(v.tenant, v.session)); code != v.want {
-					t.Errorf("GET the page of %s/%s: %d, want %d", v.tenant, v.session, code, v.want)
+				// The session's page, and its workspace's.
+				for _, u := range []string{"", "/workspace", "/workspace/file?path=app.txt"} {
+					if code, _ := get(t, c, page(v.tenant, v.session)+u); code != v.want {
+						t.Errorf("GET the page %s of %s/%s: %d, want %d", u, v.tenant, v.session, code, v.want)
+					}
 				}
 			}
 		})

@@ -28,6 +28,7 @@ import (
 	"corral.dev/pkg/policy"
 	"corral.dev/pkg/process"
 	"corral.dev/pkg/sessionlog"
+	"corral.dev/pkg/snapshot"
 	"corral.dev/pkg/version"
 )
 
@@ -47,6 +48,9 @@ type Service struct {
 	// logs is, but a rejected event is only left out (the consumers
 	// dead-letter it), not dead-lettered again on every page view.
 	console *sessionlog.Log
+	// snapshots reads the sessions' workspace snapshots, for the
+	// console; nil when the deployment keeps none.
+	snapshots *snapshot.Reader
 	// index is the session index as last watched, for the console; nil
 	// when the server has no index (no gateway was ever set up).
 	index *index
@@ -107,6 +111,12 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		s.cfg.Prices = policy.Default()
 	}
 	if s.index, err = openIndex(ctx, js); err != nil {
+		return nil, err
+	}
+	switch s.snapshots, err = snapshot.NewReader(ctx, js, s.console); {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		s.snapshots = nil
+	case err != nil:
 		return nil, err
 	}
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -59,13 +60,21 @@ func innerText(t *testing.T, ctx context.Context, sel string) string {
 // live, its Write and Edit shown with their diffs, its held call approved
 // in place (the page is not loaded again), and its end.
 func TestConsoleFollowsASessionInTheBrowser(t *testing.T) {
-	p := startDev(t, longSession(5, byPrompt(map[string][]modeltest.Call{
+	demo := byPrompt(map[string][]modeltest.Call{
 		"console demo": {
 			write("/workspace/app.txt", "hello\nworld\n"),
 			edit("/workspace/app.txt", "world", "corral"),
 			bash("echo rm -rf went through"),
 		},
-	})), nil)
+	})
+	// A session from uploaded files, whose first message says what they are.
+	wsDemo := steps(echoResults, edit("/workspace/app.txt", "world", "corral"), write("/workspace/notes.md", "# notes\n"))
+	p := startDev(t, longSession(5, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		if strings.Contains(c.Messages[0].Text, "workspace demo") {
+			return wsDemo(c)
+		}
+		return demo(c)
+	}), nil)
 	ctx := browser(t)
 	page := "http://" + p.getenv("CORRAL_APPROVAL_LISTEN")
 	dir := screenshots(t)
@@ -129,11 +138,46 @@ func TestConsoleFollowsASessionInTheBrowser(t *testing.T) {
 	shoot(t, ctx, dir, "session-done", 390)
 	shoot(t, ctx, dir, "session-done", 1280)
 
+	// A session's workspace, from its last snapshot: its files, each
+	// readable, and its diff against the files it started from.
+	start := t.TempDir()
+	if err := os.WriteFile(filepath.Join(start, "app.txt"), []byte("hello\nworld\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := p.corral(t, "run", "--tenant", "acme", "--user", "ada", "--dir", start, "workspace demo")
+	if code != 0 {
+		t.Fatalf("corral run --dir exited %d:\n%s", code, stderr)
+	}
+	ws := sessionOf(t, stderr)
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(page+"/sessions/acme/"+ws.String()),
+		chromedp.Click(chromedp.CSS("#workspace summary")),
+		chromedp.Click(chromedp.CSS("#workspace-link")),
+		chromedp.WaitVisible(chromedp.CSS("#patch")),
+	)
+	if err != nil {
+		t.Fatalf("open the session's workspace: %v", err)
+	}
+	wantIn(t, "the workspace's diff", innerText(t, ctx, "#patch"), "app.txt", "-world", "+corral", "notes.md", "+# notes")
+	wantIn(t, "the workspace's files", innerText(t, ctx, "#files"), "app.txt", "notes.md")
+	shoot(t, ctx, dir, "workspace", 390)
+	shoot(t, ctx, dir, "workspace", 1280)
+	err = chromedp.Do(ctx,
+		chromedp.Click(chromedp.Search(`//table//a[code[text()="app.txt"]]`)),
+		chromedp.WaitVisible(chromedp.CSS("#content")),
+	)
+	if err != nil {
+		t.Fatalf("open a file of the workspace: %v", err)
+	}
+	if got := innerText(t, ctx, "#content"); got != "hello\ncorral" && got != "hello\ncorral\n" {
+		t.Errorf("app.txt shows %q, want its edited content", got)
+	}
+
 	// A session of about 1,000 events renders within 200 ms, from the
 	// start of its navigation to DOMContentLoaded (the median of three
 	// loads), but under the race detector, which slows the server many
 	// times over: the figure is logged then.
-	code, _, stderr := p.corral(t, "run", "--tenant", "acme", "--user", "ada", "a long session")
+	code, _, stderr = p.corral(t, "run", "--tenant", "acme", "--user", "ada", "a long session")
 	if code != 0 {
 		t.Fatalf("corral run of the long session exited %d:\n%s", code, stderr)
 	}

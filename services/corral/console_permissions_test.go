@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"crypto/sha256"
 	"fmt"
 	"testing"
 	"time"
@@ -9,7 +11,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/sessionlog"
+	"corral.dev/pkg/snapshot"
+	"corral.dev/pkg/workspaceapi"
 )
 
 // Under deploy/nats.conf, the approval service's sessions console hears
@@ -64,5 +70,35 @@ func TestDeployedConsolePermissions(t *testing.T) {
 	}
 	if av.seen(stop) || av.seen("live.acme") {
 		t.Errorf("the approval service was refused a stop or a session's output: %v", av.all())
+	}
+
+	// It reads the sessions' workspace snapshots, as the sandbox-manager
+	// stores them, for the console's workspace pages.
+	ctx := context.Background()
+	admin, _ := connectAs(t, url, credential.UserAdmin)
+	if err := bus.Setup(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	sjs, _ := connectAs(t, url, "sandbox-manager")
+	store, err := sjs.ObjectStore(ctx, bus.BucketWorkspaces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := []byte("hello\n")
+	hash := sha256.Sum256(content)
+	manifest := fmt.Sprintf(`{"seq":7,"files":[{"path":"app.txt","mode":420,"hash":"%x","size":%d}]}`, hash, len(content))
+	if _, err := store.PutBytes(ctx, fmt.Sprintf("b.%x", hash), content); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.PutBytes(ctx, snapshot.ManifestName("acme", session), []byte(manifest)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := snapshot.NewReader(ctx, ajs, sessionlog.New(ajs, sessionlog.Options{Reader: "approval-console"}))
+	if err != nil {
+		t.Fatalf("the approval service opens the snapshots: %v", err)
+	}
+	got, err := r.Read(ctx, "acme", &workspaceapi.ReadRequest{Session: session, Path: "app.txt"})
+	if err != nil || string(got.Data) != string(content) || got.Seq != 7 {
+		t.Errorf("the approval service reads a snapshot's file: %+v, %v (violations %v)", got, err, av.all())
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"corral.dev/pkg/environmentapi"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/lock"
+	"corral.dev/pkg/snapshot"
 	"corral.dev/services/sandbox-manager/internal/sandbox"
 )
 
@@ -198,7 +199,7 @@ func (s *Service) restoreLayer(ctx context.Context, tenant, version, layer strin
 	if err != nil {
 		return false, fmt.Errorf("restore the layer %s of %s: %w", version, tenant, err)
 	}
-	m, err := decodeManifest(data)
+	m, err := snapshot.DecodeManifest(data)
 	if err != nil {
 		return false, fmt.Errorf("restore the layer %s of %s: %w", version, tenant, err)
 	}
@@ -296,7 +297,7 @@ func (s *Service) storeLayer(ctx context.Context, tenant, name, version, dir str
 		// The sweep may not have kept what the manifest would name.
 		return fmt.Errorf("store the layer of environment %s: took %v, over half the blob grace period (CORRAL_SANDBOX_BLOB_GRACE)", name, time.Since(start).Round(time.Second))
 	}
-	data, err := json.Marshal(&manifest{Files: c.files})
+	data, err := json.Marshal(&snapshot.Manifest{Files: c.files})
 	if err != nil {
 		return err
 	}

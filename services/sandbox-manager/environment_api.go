@@ -26,6 +26,18 @@ import (
 // operator's credential reach: an environment decides what its sessions
 // may reach on the network.
 
+// apiError is an error the API answers with its code.
+type apiError struct {
+	code string
+	msg  string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func apiErrorf(code, format string, args ...any) error {
+	return &apiError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
 // serveEnvironments answers the environment API until ctx is done.
 func (s *Service) serveEnvironments(ctx context.Context) error {
 	svc, err := micro.AddService(s.js.Conn(), micro.Config{

@@ -19,6 +19,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/egressapi"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/snapshot"
 	"corral.dev/pkg/tool"
 )
 
@@ -307,12 +308,6 @@ func describePrepared(in event.PrepareInput, p *event.Prepared) string {
 	return b.String()
 }
 
-// baseName is the name in the store of the manifest of the workspace a
-// session was prepared with.
-func baseName(tenant string, session uuid.UUID) string {
-	return "p." + tenant + "." + session.String()
-}
-
 // keepBase keeps the session's last snapshot, just taken of the workspace
 // call prepared, as its base, with what the call laid out: p, whose Files
 // and Bytes it counts from the snapshot's manifest (a repository's .git
@@ -320,17 +315,17 @@ func baseName(tenant string, session uuid.UUID) string {
 func (s *snapshots) keepBase(ctx context.Context, tenant string, session, call uuid.UUID, p *event.Prepared) error {
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
-	data, err := s.store.GetBytes(rctx, manifestName(tenant, session))
+	data, err := s.store.GetBytes(rctx, snapshot.ManifestName(tenant, session))
 	if err != nil {
 		return fmt.Errorf("keep the base of %s: %w", session, err)
 	}
-	m, err := decodeManifest(data)
+	m, err := snapshot.DecodeManifest(data)
 	if err != nil {
 		return fmt.Errorf("keep the base of %s: %w", session, err)
 	}
 	p.Files, p.Bytes = 0, 0
 	for _, f := range m.Files {
-		if f.Hash != "" && !inGit(f.Path) {
+		if f.Hash != "" && !snapshot.InGit(f.Path) {
 			p.Files++
 			p.Bytes += f.Size
 		}
@@ -340,7 +335,7 @@ func (s *snapshots) keepBase(ctx context.Context, tenant string, session, call u
 		return err
 	}
 	_, err = s.store.Put(rctx, jetstream.ObjectMeta{
-		Name:     baseName(tenant, session),
+		Name:     snapshot.BaseName(tenant, session),
 		Metadata: map[string]string{"call": call.String(), "prepared": string(meta)},
 	}, bytes.NewReader(data))
 	if err != nil {
@@ -354,7 +349,7 @@ func (s *snapshots) keepBase(ctx context.Context, tenant string, session, call u
 func (s *snapshots) base(ctx context.Context, tenant string, session, call uuid.UUID) (*event.Prepared, error) {
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
-	info, err := s.store.GetInfo(rctx, baseName(tenant, session))
+	info, err := s.store.GetInfo(rctx, snapshot.BaseName(tenant, session))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, nil
 	}
@@ -384,17 +379,11 @@ func countFiles(dir string, b bounds) (n int, size int64, err error) {
 		if all += info.Size(); b.bytes > 0 && all > b.bytes {
 			return tooManyBytes(b.bytes)
 		}
-		if !inGit(rel) {
+		if !snapshot.InGit(rel) {
 			n++
 			size += info.Size()
 		}
 		return nil
 	})
 	return n, size, err
-}
-
-// inGit reports whether the workspace path rel is a repository's .git or
-// in it.
-func inGit(rel string) bool {
-	return rel == ".git" || strings.HasPrefix(rel, ".git/")
 }

@@ -18,6 +18,7 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
+	"corral.dev/pkg/snapshot"
 )
 
 // A sandbox-manager starting over a data directory its predecessor left
@@ -71,7 +72,7 @@ func TestReaperCleansUpWhatAPredecessorLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.PutBytes(ctx, manifestName("acme", sessions["unknown"]), []byte(`{"seq":1}`)); err != nil {
+	if _, err := store.PutBytes(ctx, snapshot.ManifestName("acme", sessions["unknown"]), []byte(`{"seq":1}`)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -85,7 +86,7 @@ func TestReaperCleansUpWhatAPredecessorLeft(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := store.GetInfo(ctx, manifestName("acme", sessions["unknown"])); !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if _, err := store.GetInfo(ctx, snapshot.ManifestName("acme", sessions["unknown"])); !errors.Is(err, jetstream.ErrObjectNotFound) {
 		t.Errorf("the unknown session's snapshot: %v, want it gone", err)
 	}
 	// Ended sessions of the last hour are also destroyed as their stops

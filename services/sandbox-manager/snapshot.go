@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/snapshot"
 )
 
 // Snapshots: after every call that may have changed files, the session's
@@ -31,23 +31,9 @@ import (
 // the snapshot's sequence. Before a call, a node whose workspace is older
 // than the last snapshot (or missing: another node ran the session, and
 // died) restores it from there; the node that took the snapshot has it
-// already. A node's death so loses at most the call in flight.
-
-// manifest lists a workspace's files.
-type manifest struct {
-	Seq   uint64      `json:"seq"`
-	Files []fileEntry `json:"files"`
-}
-
-type fileEntry struct {
-	Path string      `json:"path"` // relative, slash-separated
-	Mode fs.FileMode `json:"mode"`
-	Hash string      `json:"hash,omitempty"` // regular files
-	// Size is a regular file's length; manifests of older versions lack
-	// it, and the workspace API asks the store for the blob's instead.
-	Size int64  `json:"size,omitempty"`
-	Link string `json:"link,omitempty"` // symlinks: the target
-}
+// already. A node's death so loses at most the call in flight. Package
+// snapshot holds the manifests' format, and reads snapshots back for the
+// workspace API.
 
 // snapshots keeps what a node knows of its sessions' snapshots.
 type snapshots struct {
@@ -78,7 +64,7 @@ type snapshots struct {
 	taken *lru.Cache[string, [32]byte]
 	// bases caches the base of each session (see prepare.go), nil for a
 	// session that has none.
-	bases *lru.Cache[string, *manifest]
+	bases *lru.Cache[string, *snapshot.Manifest]
 	// counted caches the lines a change of one content to another
 	// inserts and deletes: a session's next calls count again only the
 	// files that changed since.
@@ -119,7 +105,7 @@ type cachedHash struct {
 // workspaces, <tenant>/<session>, for the notes of an older version.
 // Blobs no manifest names are kept for grace (see the sweep).
 func newSnapshots(ctx context.Context, js jetstream.JetStream, dir, workspaces string, grace time.Duration) (*snapshots, error) {
-	store, stream, err := openWorkspaces(ctx, js)
+	store, stream, err := snapshot.OpenStore(ctx, js)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +151,7 @@ func newSnapshots(ctx context.Context, js jetstream.JetStream, dir, workspaces s
 		stored:      mustLRU[string, time.Time](1 << 17),
 		used:        mustLRU[string, usage](1 << 16),
 		taken:       mustLRU[string, [32]byte](1 << 16),
-		bases:       mustLRU[string, *manifest](1 << 10),
+		bases:       mustLRU[string, *snapshot.Manifest](1 << 10),
 		counted:     mustLRU[string, event.ChangedFile](1 << 14),
 		lastChanges: mustLRU[string, seqChanges](1 << 10),
 		dirty:       dirty,
@@ -208,24 +194,6 @@ func moveOldNotes(dir, workspaces string) error {
 }
 
 // mustLRU returns an LRU cache of size entries; size is a constant above 0.
-// openWorkspaces opens the snapshots' object store, and its stream for
-// what the store's API does not offer.
-func openWorkspaces(ctx context.Context, js jetstream.JetStream) (jetstream.ObjectStore, jetstream.Stream, error) {
-	store, err := js.ObjectStore(ctx, bus.BucketWorkspaces)
-	if err != nil {
-		return nil, nil, fmt.Errorf("open object store %s: %w", bus.BucketWorkspaces, err)
-	}
-	stream, err := js.Stream(ctx, "OBJ_"+bus.BucketWorkspaces)
-	if err != nil {
-		return nil, nil, fmt.Errorf("open the stream of object store %s: %w", bus.BucketWorkspaces, err)
-	}
-	return store, stream, nil
-}
-
-// chunkSubject is where the object store keeps the chunks of the object
-// with NUID nuid.
-func chunkSubject(nuid string) string { return "$O." + bus.BucketWorkspaces + ".C." + nuid }
-
 func mustLRU[K comparable, V any](size int) *lru.Cache[K, V] {
 	c, err := lru.New[K, V](size)
 	if err != nil {
@@ -234,22 +202,21 @@ func mustLRU[K comparable, V any](size int) *lru.Cache[K, V] {
 	return c
 }
 
-func manifestName(tenant string, session uuid.UUID) string {
-	return "m." + tenant + "." + session.String()
-}
-
-// latest returns the sequence of the session's last snapshot; 0 if none.
-func (s *snapshots) latest(ctx context.Context, tenant string, session uuid.UUID) (uint64, error) {
+// latest returns the sequence of the session's last snapshot, 0 if none,
+// and when it was written (a snapshot of a workspace that did not change
+// since the one before is not written again).
+func (s *snapshots) latest(ctx context.Context, tenant string, session uuid.UUID) (uint64, time.Time, error) {
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
-	info, err := s.store.GetInfo(rctx, manifestName(tenant, session))
+	info, err := s.store.GetInfo(rctx, snapshot.ManifestName(tenant, session))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return 0, nil
+		return 0, time.Time{}, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("look up the snapshot of %s: %w", session, err)
+		return 0, time.Time{}, fmt.Errorf("look up the snapshot of %s: %w", session, err)
 	}
-	return strconv.ParseUint(info.Metadata["seq"], 10, 64)
+	seq, err := strconv.ParseUint(info.Metadata["seq"], 10, 64)
+	return seq, info.ModTime, err
 }
 
 // current reports whether the local workspace matches the snapshot seq.
@@ -397,11 +364,11 @@ func (s *snapshots) known(tenant string, session uuid.UUID) bool {
 
 // restore replaces the workspace dir with the session's last snapshot.
 func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUID, dir string) (uint64, error) {
-	data, err := s.store.GetBytes(ctx, manifestName(tenant, session))
+	data, err := s.store.GetBytes(ctx, snapshot.ManifestName(tenant, session))
 	if err != nil {
 		return 0, fmt.Errorf("restore %s: %w", session, err)
 	}
-	m, err := decodeManifest(data)
+	m, err := snapshot.DecodeManifest(data)
 	if err != nil {
 		return 0, fmt.Errorf("restore %s: %w", session, err)
 	}
@@ -431,7 +398,7 @@ func (s *snapshots) restore(ctx context.Context, tenant string, session uuid.UUI
 
 // layOut makes files, a manifest's, in the directory dir, which exists
 // and is empty, fetching each file's content from the store.
-func (s *snapshots) layOut(ctx context.Context, dir string, files []fileEntry) error {
+func (s *snapshots) layOut(ctx context.Context, dir string, files []snapshot.File) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
@@ -454,7 +421,7 @@ func (s *snapshots) layOut(ctx context.Context, dir string, files []fileEntry) e
 	return nil
 }
 
-func (s *snapshots) fetch(ctx context.Context, root *os.Root, p string, f fileEntry) error {
+func (s *snapshots) fetch(ctx context.Context, root *os.Root, p string, f snapshot.File) error {
 	obj, err := s.store.Get(ctx, "b."+f.Hash)
 	if err != nil {
 		return err
@@ -477,14 +444,14 @@ func (s *snapshots) fetch(ctx context.Context, root *os.Root, p string, f fileEn
 func (s *snapshots) fork(ctx context.Context, tenant string, from, to uuid.UUID) (uint64, error) {
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
-	data, err := s.store.GetBytes(rctx, manifestName(tenant, from))
+	data, err := s.store.GetBytes(rctx, snapshot.ManifestName(tenant, from))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("fork %s: %w", from, err)
 	}
-	m, err := decodeManifest(data)
+	m, err := snapshot.DecodeManifest(data)
 	if err != nil {
 		return 0, fmt.Errorf("fork %s: %w", from, err)
 	}
@@ -493,7 +460,7 @@ func (s *snapshots) fork(ctx context.Context, tenant string, from, to uuid.UUID)
 		return 0, err
 	}
 	_, err = s.store.Put(rctx, jetstream.ObjectMeta{
-		Name:     manifestName(tenant, to),
+		Name:     snapshot.ManifestName(tenant, to),
 		Metadata: map[string]string{"seq": "1", "fork": from.String()},
 	}, bytes.NewReader(data))
 	if err != nil {
@@ -515,8 +482,8 @@ func (s *snapshots) mark(tenant string, session uuid.UUID, seq uint64) {
 func (s *snapshots) drop(ctx context.Context, tenant string, session uuid.UUID) {
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
-	_ = s.store.Delete(rctx, manifestName(tenant, session))
-	_ = s.store.Delete(rctx, baseName(tenant, session))
+	_ = s.store.Delete(rctx, snapshot.ManifestName(tenant, session))
+	_ = s.store.Delete(rctx, snapshot.BaseName(tenant, session))
 	s.mu.Lock()
 	s.clean(tenant, session)
 	s.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/snapshot"
 )
 
 // The sweep collects the blobs (b.<hash>) no manifest names: what calls
@@ -136,7 +137,7 @@ func (s *snapshots) sweep(ctx context.Context) (int, error) {
 			if err != nil {
 				return 0, fmt.Errorf("read %s: %w", o.Name, err)
 			}
-			var m manifest
+			var m snapshot.Manifest
 			if err := json.Unmarshal(data, &m); err != nil {
 				return 0, fmt.Errorf("read %s: %w", o.Name, err)
 			}
@@ -184,7 +185,7 @@ func (s *snapshots) collect(ctx context.Context, hash string, cutoff time.Time) 
 		return false, fmt.Errorf("delete blob %s: %w", hash, err)
 	}
 	s.stored.Remove(hash)
-	if err := s.stream.Purge(rctx, jetstream.WithPurgeSubject(chunkSubject(nuid))); err != nil {
+	if err := s.stream.Purge(rctx, jetstream.WithPurgeSubject(snapshot.ChunkSubject(nuid))); err != nil {
 		return true, fmt.Errorf("purge blob %s: %w", hash, err)
 	}
 	return true, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/snapshot"
 )
 
 // Taking a snapshot: the workspace is walked (see scan.go), each file
@@ -48,7 +49,7 @@ type usage struct {
 // capture is a directory as the store is to keep it: the entries of its
 // manifest, and what must be uploaded first.
 type capture struct {
-	files []fileEntry
+	files []snapshot.File
 	// keys are the hash cache's keys of the files named.
 	keys []string
 	// uploads are the paths of the contents the store lacks, by hash, and
@@ -74,7 +75,7 @@ func (s *snapshots) capture(ctx context.Context, dir string, b bounds) (c *captu
 	c = &capture{uploads: make(map[string]string)}
 	sure := make(map[string]bool)
 	err = walk(dir, b, func(r *os.Root, name, rel string, info fs.FileInfo) error {
-		f := fileEntry{Path: rel, Mode: info.Mode()}
+		f := snapshot.File{Path: rel, Mode: info.Mode()}
 		switch {
 		case info.Mode().IsRegular():
 			c.size += info.Size()
@@ -151,7 +152,7 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	if err != nil {
 		return 0, size, fmt.Errorf("snapshot %s: %w", session, err)
 	}
-	m := manifest{Files: c.files}
+	m := snapshot.Manifest{Files: c.files}
 	files, err := json.Marshal(m.Files)
 	if err != nil {
 		return 0, size, err
@@ -197,7 +198,7 @@ func (s *snapshots) take(ctx context.Context, tenant string, session uuid.UUID, 
 	rctx, cancel := bus.Bound(ctx)
 	defer cancel()
 	_, err = s.store.Put(rctx, jetstream.ObjectMeta{
-		Name: manifestName(tenant, session),
+		Name: snapshot.ManifestName(tenant, session),
 		Metadata: map[string]string{
 			"seq":          strconv.FormatUint(m.Seq, 10),
 			"stored_since": strconv.FormatInt(used.since.Unix(), 10),
@@ -231,7 +232,7 @@ func (s *snapshots) usage(ctx context.Context, tenant string, session uuid.UUID,
 	u, ok := s.used.Get(key)
 	if !ok {
 		rctx, cancel := bus.Bound(ctx)
-		info, err := s.store.GetInfo(rctx, manifestName(tenant, session))
+		info, err := s.store.GetInfo(rctx, snapshot.ManifestName(tenant, session))
 		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrObjectNotFound):

@@ -204,6 +204,9 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 	}
 	res.Truncated, res.TimedOut, res.DurationMS = r.Truncated, r.TimedOut, r.Duration.Milliseconds()
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", r.IsError, "duration", r.Duration)
+	if moved == "" && r.NewSandbox {
+		moved = newSandboxNote
+	}
 	return s.record(ctx, c, &res, moved)
 }
 
@@ -319,7 +322,7 @@ func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, at place
 	if s.snaps == nil || !at.fresh && s.snaps.known(c.Tenant, c.Session) {
 		return "", nil
 	}
-	seq, err := s.snaps.latest(ctx, c.Tenant, c.Session)
+	seq, taken, err := s.snaps.latest(ctx, c.Tenant, c.Session)
 	if err != nil {
 		return "", err
 	}
@@ -365,8 +368,32 @@ func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, at place
 	if note != "" {
 		return note, nil
 	}
-	return fmt.Sprintf("Note: this session's sandbox moved to another node, or its node restarted: /workspace was restored from its last snapshot (after %d calls that changed files); whatever ran after that snapshot, and everything outside /workspace, is gone.", seq), nil
+	return restoredNote(taken), nil
 }
+
+// restoredNote is what the model is told with the first result after its
+// session's sandbox was rebuilt from the workspace's last snapshot, which
+// was written at taken. It names no one cause, since this node does not
+// know which it was: the workspace here was removed (idle past
+// CORRAL_SANDBOX_WORKSPACE_TTL, or its session was stopped or failed), the
+// session moved from another node, or this node restarted.
+func restoredNote(taken time.Time) string {
+	from := "its last snapshot"
+	if !taken.IsZero() {
+		from += ", written at " + taken.UTC().Format("2006-01-02 15:04:05 UTC")
+	}
+	return "Note: this session's sandbox was rebuilt since its last call (its workspace had been removed while idle or when the session was stopped, " +
+		"or the session moved to another node, or its node restarted): /workspace was restored from " + from + ". " +
+		"Whatever changed in /workspace after that snapshot is gone, and so is everything outside /workspace (/tmp, /home/sandbox)."
+}
+
+// newSandboxNote is what the model is told with the result of a Bash call
+// that ran in a new sandbox on its session's workspace, the one before
+// being gone: nothing of /workspace was lost, but the rest of the
+// sandbox's files were.
+const newSandboxNote = "Note: this command ran in a new sandbox: this session's previous one was stopped since its last command " +
+	"(idle for a while, its request done, or lost). /workspace is as the last call left it, " +
+	"but /tmp, /dev/shm and /home/sandbox started empty again: whatever was put there before is gone."
 
 // unreachable reports whether err is the bus being out of reach (a server
 // restarting, a connection lost), not anything about the workspace.

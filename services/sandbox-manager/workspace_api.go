@@ -8,11 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/micro"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/snapshot"
 	"corral.dev/pkg/workspaceapi"
 )
 
@@ -22,21 +22,9 @@ import (
 // a snapshot is the same from any node, and reading one starts no sandbox
 // and touches no workspace on disk.
 
-// apiError is an error the API answers with its code.
-type apiError struct {
-	code string
-	msg  string
-}
-
-func (e *apiError) Error() string { return e.msg }
-
-func apiErrorf(code, format string, args ...any) error {
-	return &apiError{code: code, msg: fmt.Sprintf(format, args...)}
-}
-
 // serveWorkspaces answers the workspace API until ctx is done.
 func (s *Service) serveWorkspaces(ctx context.Context) error {
-	w, err := newSnapshotReader(ctx, s.js, s.logs)
+	w, err := snapshot.NewReader(ctx, s.js, s.logs)
 	if err != nil {
 		return fmt.Errorf("workspace api: %w", err)
 	}
@@ -55,7 +43,7 @@ func (s *Service) serveWorkspaces(ctx context.Context) error {
 			if err := decodeRequest(data, tenant, &req, &req.Tenant); err != nil {
 				return nil, err
 			}
-			return w.list(ctx, tenant, &req)
+			return w.List(ctx, tenant, &req)
 		},
 		workspaceapi.OpRead: func(ctx context.Context, tenant string, data []byte) (any, error) {
 			var req workspaceapi.ReadRequest
@@ -68,7 +56,7 @@ func (s *Service) serveWorkspaces(ctx context.Context) error {
 			if req.Length <= 0 || req.Length > limit {
 				req.Length = limit
 			}
-			return w.read(ctx, tenant, &req)
+			return w.Read(ctx, tenant, &req)
 		},
 		workspaceapi.OpDiff: func(ctx context.Context, tenant string, data []byte) (any, error) {
 			var req workspaceapi.DiffRequest
@@ -77,7 +65,7 @@ func (s *Service) serveWorkspaces(ctx context.Context) error {
 			}
 			// Half a read's length: the reply's changes, and JSON's
 			// escapes of the patch's text, fit in the rest.
-			return w.diff(ctx, tenant, &req, int(workspaceapi.ReadLength(s.js.Conn().MaxPayload()))/2)
+			return w.Diff(ctx, tenant, &req, int(workspaceapi.ReadLength(s.js.Conn().MaxPayload()))/2)
 		},
 	} {
 		err := svc.AddEndpoint(op, micro.HandlerFunc(func(r micro.Request) {
@@ -97,10 +85,10 @@ func (s *Service) serveWorkspaces(ctx context.Context) error {
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
 			resp, err := h(rctx, tenant, r.Data())
-			var ae *apiError
+			var ae *workspaceapi.Error
 			switch {
 			case errors.As(err, &ae):
-				_ = r.Error(ae.code, ae.msg, nil)
+				_ = r.Error(ae.Code, ae.Message, nil)
 			case err != nil:
 				s.log.WarnContext(rctx, "workspace api", "subject", r.Subject(), "err", err)
 				_ = r.Error(workspaceapi.CodeInternal, err.Error(), nil)
@@ -139,16 +127,10 @@ func tenantOf(subject string) (string, error) {
 // sender may not have, and answering it as the subject's would hide that.
 func decodeRequest(data []byte, tenant string, req any, named *string) error {
 	if err := json.Unmarshal(data, req); err != nil {
-		return apiErrorf(workspaceapi.CodeBadRequest, "malformed request: %v", err)
+		return workspaceapi.Errorf(workspaceapi.CodeBadRequest, "malformed request: %v", err)
 	}
 	if *named != "" && *named != tenant {
-		return apiErrorf(workspaceapi.CodeBadRequest, "the request names tenant %q, but its subject is tenant %q's: a client reads only its own tenant's workspaces", *named, tenant)
+		return workspaceapi.Errorf(workspaceapi.CodeBadRequest, "the request names tenant %q, but its subject is tenant %q's: a client reads only its own tenant's workspaces", *named, tenant)
 	}
 	return nil
-}
-
-// noSnapshot is the error of a request for the snapshot of a session
-// that has none.
-func noSnapshot(session uuid.UUID) error {
-	return apiErrorf(workspaceapi.CodeNotFound, "no snapshot of session %s yet: its workspace is saved after a call that changes it", session)
 }

@@ -2,7 +2,6 @@ package sandboxmanager
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io/fs"
 	"os"
@@ -12,9 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
-	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/sessionlog"
@@ -158,36 +155,6 @@ func TestWorkspaceAPI(t *testing.T) {
 					t.Errorf("got %q %q (reply %s), want %s ...%s...", code, desc, resp, tc.code, tc.want)
 				}
 			})
-		}
-	})
-
-	// A manifest of an older version names no sizes: they come from the
-	// store.
-	t.Run("old manifest", func(t *testing.T) {
-		store, err := js.ObjectStore(context.Background(), bus.BucketWorkspaces)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := store.GetBytes(context.Background(), manifestName("acme", session))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := decodeManifest(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range m.Files {
-			m.Files[i].Size = 0
-		}
-		old := uuid.Must(uuid.NewV7())
-		data, _ = json.Marshal(&m)
-		if _, err := store.Put(context.Background(), jetstream.ObjectMeta{Name: manifestName("acme", old), Metadata: map[string]string{"seq": "1"}}, bytes.NewReader(data)); err != nil {
-			t.Fatal(err)
-		}
-		var r workspaceapi.ListReply
-		ask(t, nc, "acme", workspaceapi.OpList, workspaceapi.ListRequest{Session: old, Path: "big"}, &r)
-		if len(r.Entries) != 1 || r.Entries[0].Size != 5000000 {
-			t.Errorf("ls big of an old manifest = %+v, want its size 5000000", r.Entries)
 		}
 	})
 }

@@ -49,10 +49,14 @@ type Driver struct {
 	locks    lock.Keyed
 	mu       sync.Mutex
 	sessions map[string]*session // by workspace path
-	pool     map[string][]pooled // by tenant: see pool.go
-	filling  map[string]int      // pooled sandboxes starting, by tenant
-	closed   bool
-	idle     sync.WaitGroup // idle timers and pool fills that are running
+	// hadBox holds the workspaces, by path, whose session started a
+	// sandbox on them here since they were made: a new sandbox on one of
+	// them replaces one that is gone (see [Result].NewSandbox).
+	hadBox  map[string]struct{}
+	pool    map[string][]pooled // by tenant: see pool.go
+	filling map[string]int      // pooled sandboxes starting, by tenant
+	closed  bool
+	idle    sync.WaitGroup // idle timers and pool fills that are running
 }
 
 // Result is what the model gets back from one call.
@@ -75,6 +79,13 @@ type Result struct {
 	// had refused, as the egress service summed it up; nil when nothing
 	// went out or was refused, or the summary could not be had.
 	Egress *egressapi.Summary
+	// NewSandbox reports that a Bash call ran in a new sandbox where its
+	// session had one before on the same workspace, which is gone (stopped
+	// when idle or by [Driver.Stop], lost, or ended by a timeout): the
+	// workspace is as it was, but /tmp, /dev/shm and HOME started empty
+	// again. It is false for a session's first sandbox on a workspace,
+	// for a suspended sandbox thawed, and after [Driver.Destroy].
+	NewSandbox bool
 }
 
 // New returns a Driver for cfg, with defaults filled in. It creates cfg.Dir
@@ -137,6 +148,7 @@ func New(cfg Config) (*Driver, error) {
 		owner:         own,
 		starter:       newStarter(),
 		sessions:      make(map[string]*session),
+		hadBox:        make(map[string]struct{}),
 		pool:          make(map[string][]pooled),
 		filling:       make(map[string]int),
 	}
@@ -288,9 +300,11 @@ func (d *Driver) RunWithOutput(ctx context.Context, id egressapi.Identity, args 
 		}
 	}
 	s.id = id
+	s.replaced = false
 	start := time.Now()
 	res, err := call(ctx, s)
 	res.Duration = time.Since(start)
+	res.NewSandbox = s.replaced
 	if s.refill {
 		s.refill = false
 		d.refill(tenant, s.skills)
@@ -351,6 +365,7 @@ func (d *Driver) Destroy(ctx context.Context, tenant string, session uuid.UUID) 
 	d.mu.Lock()
 	b := s.box
 	s.box = nil
+	delete(d.hadBox, dir)
 	d.mu.Unlock()
 	if b != nil {
 		b.stop()

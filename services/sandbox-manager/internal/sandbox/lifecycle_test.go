@@ -283,6 +283,9 @@ func TestIdleSandboxSuspendedThenStopped(t *testing.T) {
 	if res.IsError || res.Output != "x\ny\n" {
 		t.Errorf("call after the suspension = %+v, want output %q", res, "x\ny\n")
 	}
+	if res.NewSandbox {
+		t.Error("the call that thawed the suspended sandbox reports a new one")
+	}
 	if b, x := sandboxPids(t, d, session); b != bwrap || x != executor {
 		t.Errorf("resumed in bwrap %d, executor %d; want the suspended %d and %d", b, x, bwrap, executor)
 	}
@@ -299,6 +302,9 @@ func TestIdleSandboxSuspendedThenStopped(t *testing.T) {
 	res = bash(t, d, session, "cat kept; ls -A /tmp")
 	if res.IsError || res.Output != "x\n" {
 		t.Errorf("call after the stop = %+v, want output %q", res, "x\n")
+	}
+	if !res.NewSandbox {
+		t.Error("the call after the stop does not report a new sandbox")
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -427,6 +433,45 @@ func TestStopEndsSandboxKeepsWorkspace(t *testing.T) {
 	if res.IsError || res.Output != "x\n" {
 		t.Errorf("call after Stop = %+v, want output %q", res, "x\n")
 	}
+}
+
+// A Bash call reports a new sandbox when its session had one on the same
+// workspace that is gone (stopped, or killed), and only then: not for the
+// session's first sandbox, even on a workspace a Write made, not for a
+// warm call, and not for the first after Destroy, which removed the
+// workspace with it.
+func TestNewSandboxReported(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{IdleTimeout: time.Hour})
+	session := uuid.New()
+	step := func(what string, want bool, command string) {
+		t.Helper()
+		res := bash(t, d, session, command)
+		if res.IsError {
+			t.Fatalf("%s: %+v", what, res)
+		}
+		if res.NewSandbox != want {
+			t.Errorf("%s: NewSandbox = %t, want %t", what, res.NewSandbox, want)
+		}
+	}
+	if res := run(t, d, session, &tool.WriteArgs{FilePath: "/workspace/f", Content: "x"}); res.IsError || res.NewSandbox {
+		t.Fatalf("Write: %+v", res)
+	}
+	step("the first sandbox", false, "cat f")
+	step("a warm call", false, "echo y > /tmp/y")
+	d.Stop(tenant, session)
+	step("after Stop", true, "cat f")
+	step("a warm call after", false, "true")
+	bwrap, executor := sandboxPids(t, d, session)
+	if err := syscall.Kill(executor, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 5*time.Second, gone(bwrap, executor))
+	step("after the executor was killed", true, "true")
+	if err := d.Destroy(t.Context(), tenant, session); err != nil {
+		t.Fatal(err)
+	}
+	step("after Destroy", false, "true")
 }
 
 // Started by hand outside a sandbox, the executor refuses to run: as

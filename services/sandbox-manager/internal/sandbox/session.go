@@ -19,9 +19,11 @@ type session struct {
 	key string // the workspace path
 	// id is set by the holder of the lock, for the sandbox it starts and
 	// the egress service; resumable, whether its workspace was there
-	// before the call.
+	// before the call; replaced, whether the call started a new sandbox
+	// in place of one that is gone (see [Result].NewSandbox).
 	id        egressapi.Identity
 	resumable bool
+	replaced  bool
 	// refill asks the holder of the lock to fill the pool for tenant and
 	// skills once its call is done.
 	refill bool
@@ -251,6 +253,10 @@ func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *
 	closed := d.closed
 	if !closed {
 		s.box = b
+		if _, had := d.hadBox[workspace]; had {
+			s.replaced = true
+		}
+		d.hadBox[workspace] = struct{}{}
 	}
 	d.mu.Unlock()
 	if closed {

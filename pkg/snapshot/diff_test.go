@@ -1,4 +1,4 @@
-package sandboxmanager
+package snapshot
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"corral.dev/pkg/event"
 )
 
@@ -20,11 +22,21 @@ import (
 type memBlobs map[string][]byte
 
 // file returns the entry of a file holding content, which m keeps.
-func (m memBlobs) file(path, content string, mode fs.FileMode) fileEntry {
+func (m memBlobs) file(path, content string, mode fs.FileMode) File {
 	sum := sha256.Sum256([]byte(content))
 	h := hex.EncodeToString(sum[:])
 	m[h] = []byte(content)
-	return fileEntry{Path: path, Mode: mode, Hash: h, Size: int64(len(content))}
+	return File{Path: path, Mode: mode, Hash: h, Size: int64(len(content))}
+}
+
+// counts returns an empty cache of line counts.
+func counts(t *testing.T) *lru.Cache[string, event.ChangedFile] {
+	t.Helper()
+	c, err := lru.New[string, event.ChangedFile](16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func (m memBlobs) read(_ context.Context, hash string) ([]byte, bool, error) {
@@ -42,7 +54,7 @@ func (m memBlobs) read(_ context.Context, hash string) ([]byte, bool, error) {
 func TestDiff(t *testing.T) {
 	blobs := memBlobs{}
 	odd := "odd\nname.txt"
-	base := []fileEntry{
+	base := []File{
 		{Path: ".git", Mode: fs.ModeDir | 0o755},
 		blobs.file(".git/HEAD", "ref: refs/heads/main\n", 0o644),
 		blobs.file("a.txt", "one\ntwo\nthree\n", 0o644),
@@ -51,7 +63,7 @@ func TestDiff(t *testing.T) {
 		blobs.file(odd, "x\n", 0o644),
 		blobs.file("bin.dat", "\x00\x01", 0o644),
 	}
-	now := []fileEntry{
+	now := []File{
 		{Path: ".git", Mode: fs.ModeDir | 0o755},
 		blobs.file(".git/HEAD", "ref: refs/heads/other\n", 0o644),
 		blobs.file("a.txt", "one\n2\nthree\nfour\n", 0o644),
@@ -69,7 +81,7 @@ func TestDiff(t *testing.T) {
 	if got := strings.Join(paths, " "); got != want {
 		t.Errorf("changes: %q, want %q", got, want)
 	}
-	stat, err := diffStat(context.Background(), blobs.read, changes, mustLRU[string, event.ChangedFile](16))
+	stat, err := diffStat(context.Background(), blobs.read, changes, counts(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,11 +131,11 @@ func TestDiff(t *testing.T) {
 	}
 
 	// Past the limit, files are counted, not listed.
-	var many []fileEntry
+	var many []File
 	for i := range event.MaxChangedFiles + 5 {
 		many = append(many, blobs.file(fmt.Sprintf("f%03d", i), fmt.Sprint(i, "\n"), 0o644))
 	}
-	stat, err = diffStat(context.Background(), blobs.read, compare(nil, many), mustLRU[string, event.ChangedFile](16))
+	stat, err = diffStat(context.Background(), blobs.read, compare(nil, many), counts(t))
 	if err != nil || len(stat.Files) != event.MaxChangedFiles || stat.More != 5 || stat.Insertions != event.MaxChangedFiles {
 		t.Errorf("a large stat: %d files, %d more, %d insertions, %v", len(stat.Files), stat.More, stat.Insertions, err)
 	}

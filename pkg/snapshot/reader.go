@@ -1,4 +1,4 @@
-package sandboxmanager
+package snapshot
 
 import (
 	"bytes"
@@ -18,9 +18,9 @@ import (
 	"corral.dev/pkg/workspaceapi"
 )
 
-// snapshotReader reads sessions' last snapshots for the workspace API,
-// from the store alone: it needs no workspace on disk and no sandbox.
-type snapshotReader struct {
+// Reader reads sessions' last snapshots from the store alone: it needs no
+// workspace on disk and no sandbox. It is safe for concurrent use.
+type Reader struct {
 	store  jetstream.ObjectStore
 	stream jetstream.Stream // the store's: a blob is read from a chunk on
 	logs   *sessionlog.Log
@@ -28,7 +28,8 @@ type snapshotReader struct {
 	// in pieces, or a workspace read file by file, decodes its manifest
 	// once, however large.
 	manifests *lru.Cache[string, readManifest]
-	// counted is [snapshots].counted, for the diffs read here.
+	// counted caches the lines changes insert and delete, for the diffs
+	// read here (see [Changes]).
 	counted *lru.Cache[string, event.ChangedFile]
 }
 
@@ -36,27 +37,37 @@ type snapshotReader struct {
 // new manifest of the session changes), indexed by path.
 type readManifest struct {
 	nuid  string
-	m     manifest
+	m     Manifest
 	index map[string]int
 }
 
-// newSnapshotReader returns a reader of the snapshots in js's object store
-// [bus.BucketWorkspaces]; logs tells a session with no snapshot yet from
-// one that does not exist.
-func newSnapshotReader(ctx context.Context, js jetstream.JetStream, logs *sessionlog.Log) (*snapshotReader, error) {
-	store, stream, err := openWorkspaces(ctx, js)
+// NewReader returns a reader of the snapshots in js's object store
+// [bus.BucketWorkspaces], which must exist; logs, whose events it reads,
+// tells a session with no snapshot yet from one that does not exist. ctx
+// bounds the opening of the store alone.
+func NewReader(ctx context.Context, js jetstream.JetStream, logs *sessionlog.Log) (*Reader, error) {
+	store, stream, err := OpenStore(ctx, js)
 	if err != nil {
 		return nil, err
 	}
 	// A few: a manifest may list tens of thousands of files, and what the
 	// cache is for is reading one workspace, or one file in pieces.
-	return &snapshotReader{store: store, stream: stream, logs: logs, manifests: mustLRU[string, readManifest](16), counted: mustLRU[string, event.ChangedFile](1 << 12)}, nil
+	manifests, err := lru.New[string, readManifest](16)
+	if err != nil {
+		return nil, err
+	}
+	counted, err := lru.New[string, event.ChangedFile](1 << 12)
+	if err != nil {
+		return nil, err
+	}
+	return &Reader{store: store, stream: stream, logs: logs, manifests: manifests, counted: counted}, nil
 }
 
 // manifest returns the last snapshot of session of tenant. A session
-// without one is an [apiError]: not found, or no snapshot yet.
-func (r *snapshotReader) manifest(ctx context.Context, tenant string, session uuid.UUID) (readManifest, error) {
-	name := manifestName(tenant, session)
+// without one is a [*workspaceapi.Error] of [workspaceapi.CodeNotFound]:
+// no such session, or no snapshot yet.
+func (r *Reader) manifest(ctx context.Context, tenant string, session uuid.UUID) (readManifest, error) {
+	name := ManifestName(tenant, session)
 	info, err := r.store.GetInfo(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		_, found, lerr := r.logs.Last(ctx, tenant, session, event.TypeSessionRequested)
@@ -64,7 +75,7 @@ func (r *snapshotReader) manifest(ctx context.Context, tenant string, session uu
 		case lerr != nil:
 			return readManifest{}, fmt.Errorf("look up session %s: %w", session, lerr)
 		case !found:
-			return readManifest{}, apiErrorf(workspaceapi.CodeNotFound, "no session %s in tenant %s", session, tenant)
+			return readManifest{}, workspaceapi.Errorf(workspaceapi.CodeNotFound, "no session %s in tenant %s", session, tenant)
 		}
 		return readManifest{}, noSnapshot(session)
 	}
@@ -82,7 +93,7 @@ func (r *snapshotReader) manifest(ctx context.Context, tenant string, session uu
 	if err != nil {
 		return readManifest{}, fmt.Errorf("read the snapshot of %s: %w", session, err)
 	}
-	m, err := decodeManifest(data)
+	m, err := DecodeManifest(data)
 	if err != nil {
 		return readManifest{}, fmt.Errorf("read the snapshot of %s: %w", session, err)
 	}
@@ -96,7 +107,7 @@ func (r *snapshotReader) manifest(ctx context.Context, tenant string, session uu
 
 // entry returns f as the API shows it, asking the store for the size of
 // a file a manifest of an older version names without one.
-func (r *snapshotReader) entry(ctx context.Context, f fileEntry) (workspaceapi.Entry, error) {
+func (r *Reader) entry(ctx context.Context, f File) (workspaceapi.Entry, error) {
 	e := workspaceapi.Entry{Path: f.Path, Mode: f.Mode, Size: f.Size, SHA256: f.Hash, Link: f.Link}
 	if f.Hash != "" && f.Size == 0 {
 		info, err := r.store.GetInfo(ctx, "b."+f.Hash)
@@ -108,13 +119,23 @@ func (r *snapshotReader) entry(ctx context.Context, f fileEntry) (workspaceapi.E
 	return e, nil
 }
 
-// list answers [workspaceapi.OpList].
-func (r *snapshotReader) list(ctx context.Context, tenant string, req *workspaceapi.ListRequest) (*workspaceapi.ListReply, error) {
-	rel, err := workspaceapi.Clean(req.Path)
+// lookup returns the workspace path p, as [workspaceapi.Clean] returns it,
+// and the last snapshot of session of tenant.
+func (r *Reader) lookup(ctx context.Context, tenant string, session uuid.UUID, p string) (string, readManifest, error) {
+	rel, err := workspaceapi.Clean(p)
 	if err != nil {
-		return nil, apiErrorf(workspaceapi.CodeBadRequest, "%v", err)
+		return "", readManifest{}, workspaceapi.Errorf(workspaceapi.CodeBadRequest, "%v", err)
 	}
-	c, err := r.manifest(ctx, tenant, req.Session)
+	c, err := r.manifest(ctx, tenant, session)
+	return rel, c, err
+}
+
+// List answers a [workspaceapi.ListRequest] for tenant (req.Tenant is
+// not looked at: the caller checks it). A request the API refuses (a bad
+// path; no such session, snapshot or path) is a [*workspaceapi.Error]; any
+// other error is the store's or the log's.
+func (r *Reader) List(ctx context.Context, tenant string, req *workspaceapi.ListRequest) (*workspaceapi.ListReply, error) {
+	rel, c, err := r.lookup(ctx, tenant, req.Session, req.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -149,8 +170,14 @@ func (r *snapshotReader) list(ctx context.Context, tenant string, req *workspace
 	return out, nil
 }
 
+// noSnapshot is the error of a request for the snapshot of a session
+// that has none.
+func noSnapshot(session uuid.UUID) error {
+	return workspaceapi.Errorf(workspaceapi.CodeNotFound, "no snapshot of session %s yet: its workspace is saved after a call that changes it", session)
+}
+
 func notInSnapshot(rel string, session uuid.UUID, seq uint64) error {
-	return apiErrorf(workspaceapi.CodeNotFound, "no %s in the last snapshot of session %s (snapshot %d)", path.Join(workspaceapi.Root, rel), session, seq)
+	return workspaceapi.Errorf(workspaceapi.CodeNotFound, "no %s in the last snapshot of session %s (snapshot %d)", path.Join(workspaceapi.Root, rel), session, seq)
 }
 
 // maxLinks bounds the symlinks a read follows, as the kernel's
@@ -159,11 +186,11 @@ const maxLinks = 40
 
 // resolve returns the entry at rel, following symlinks to their targets
 // within the workspace.
-func (c readManifest) resolve(rel string, session uuid.UUID) (fileEntry, error) {
+func (c readManifest) resolve(rel string, session uuid.UUID) (File, error) {
 	for range maxLinks {
 		i, ok := c.index[rel]
 		if !ok {
-			return fileEntry{}, notInSnapshot(rel, session, c.m.Seq)
+			return File{}, notInSnapshot(rel, session, c.m.Seq)
 		}
 		f := c.m.Files[i]
 		if f.Link == "" {
@@ -175,35 +202,33 @@ func (c readManifest) resolve(rel string, session uuid.UUID) (fileEntry, error) 
 		}
 		next, err := workspaceapi.Clean(target)
 		if err != nil || next == "." {
-			return fileEntry{}, apiErrorf(workspaceapi.CodeBadRequest, "%s is a symlink to %s, outside the workspace's files", path.Join(workspaceapi.Root, rel), f.Link)
+			return File{}, workspaceapi.Errorf(workspaceapi.CodeBadRequest, "%s is a symlink to %s, outside the workspace's files", path.Join(workspaceapi.Root, rel), f.Link)
 		}
 		rel = next
 	}
-	return fileEntry{}, apiErrorf(workspaceapi.CodeBadRequest, "%s: too many levels of symlinks", path.Join(workspaceapi.Root, rel))
+	return File{}, workspaceapi.Errorf(workspaceapi.CodeBadRequest, "%s: too many levels of symlinks", path.Join(workspaceapi.Root, rel))
 }
 
-// read answers [workspaceapi.OpRead]: req.Length (which the caller
-// bounds) bytes of a file from req.Offset, read from the chunks of its
-// blob from the one holding the offset, which req.Cursor names when it
-// continues a read of the same blob.
-func (r *snapshotReader) read(ctx context.Context, tenant string, req *workspaceapi.ReadRequest) (*workspaceapi.ReadReply, error) {
-	rel, err := workspaceapi.Clean(req.Path)
-	if err != nil {
-		return nil, apiErrorf(workspaceapi.CodeBadRequest, "%v", err)
-	}
-	c, err := r.manifest(ctx, tenant, req.Session)
+// Read answers a [workspaceapi.ReadRequest] for tenant, as [Reader.List]
+// does: up to req.Length bytes (0 or more than [workspaceapi.MaxRead]:
+// MaxRead) of a file from req.Offset, read from the chunks of its blob from
+// the one holding the offset, which req.Cursor names when it continues a
+// read of the same blob. A snapshot taken since req.Seq (when set) is
+// refused with [workspaceapi.CodeChanged].
+func (r *Reader) Read(ctx context.Context, tenant string, req *workspaceapi.ReadRequest) (*workspaceapi.ReadReply, error) {
+	rel, c, err := r.lookup(ctx, tenant, req.Session, req.Path)
 	if err != nil {
 		return nil, err
 	}
 	if req.Seq != 0 && req.Seq != c.m.Seq {
-		return nil, apiErrorf(workspaceapi.CodeChanged, "session %s's workspace was snapshotted again (snapshot %d, was %d) while it was read", req.Session, c.m.Seq, req.Seq)
+		return nil, workspaceapi.Errorf(workspaceapi.CodeChanged, "session %s's workspace was snapshotted again (snapshot %d, was %d) while it was read", req.Session, c.m.Seq, req.Seq)
 	}
 	f, err := c.resolve(rel, req.Session)
 	if err != nil {
 		return nil, err
 	}
 	if f.Mode.IsDir() {
-		return nil, apiErrorf(workspaceapi.CodeBadRequest, "%s is a directory", path.Join(workspaceapi.Root, f.Path))
+		return nil, workspaceapi.Errorf(workspaceapi.CodeBadRequest, "%s is a directory", path.Join(workspaceapi.Root, f.Path))
 	}
 	blob, err := r.store.GetInfo(ctx, "b."+f.Hash)
 	if err != nil {
@@ -211,17 +236,21 @@ func (r *snapshotReader) read(ctx context.Context, tenant string, req *workspace
 	}
 	size := int64(blob.Size)
 	if req.Offset < 0 || req.Offset > size {
-		return nil, apiErrorf(workspaceapi.CodeBadRequest, "offset %d: %s holds %d bytes", req.Offset, path.Join(workspaceapi.Root, f.Path), size)
+		return nil, workspaceapi.Errorf(workspaceapi.CodeBadRequest, "offset %d: %s holds %d bytes", req.Offset, path.Join(workspaceapi.Root, f.Path), size)
 	}
 	e := workspaceapi.Entry{Path: f.Path, Mode: f.Mode, Size: size, SHA256: f.Hash}
-	want := min(req.Length, size-req.Offset)
+	length := req.Length
+	if length <= 0 || length > workspaceapi.MaxRead {
+		length = workspaceapi.MaxRead
+	}
+	want := min(length, size-req.Offset)
 	out := &workspaceapi.ReadReply{Seq: c.m.Seq, Entry: e, Data: make([]byte, 0, want)}
 	// at is where the chunk at or after seq starts in the file.
 	seq, at := uint64(1), int64(0)
 	if cur := req.Cursor; cur != nil && cur.Object == blob.NUID && cur.Seq > 0 && cur.At >= 0 && cur.At <= req.Offset {
 		seq, at = cur.Seq, cur.At
 	}
-	chunks := chunkSubject(blob.NUID)
+	chunks := ChunkSubject(blob.NUID)
 	for pos := req.Offset; int64(len(out.Data)) < want; {
 		msg, err := r.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(chunks))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -247,18 +276,25 @@ func (r *snapshotReader) read(ctx context.Context, tenant string, req *workspace
 	return out, nil
 }
 
-// diff answers [workspaceapi.OpDiff], with a patch of at most limit bytes.
-func (r *snapshotReader) diff(ctx context.Context, tenant string, req *workspaceapi.DiffRequest, limit int) (*workspaceapi.DiffReply, error) {
+// Diff answers a [workspaceapi.DiffRequest] for tenant, as [Reader.List]
+// does, with a patch of at most limit bytes (0 or less: half of
+// [workspaceapi.MaxRead]), cut there and then Truncated. A session that
+// started from no repository or uploaded files has nothing to compare
+// with: [workspaceapi.CodeNotFound].
+func (r *Reader) Diff(ctx context.Context, tenant string, req *workspaceapi.DiffRequest, limit int) (*workspaceapi.DiffReply, error) {
+	if limit <= 0 {
+		limit = workspaceapi.MaxRead / 2
+	}
 	c, err := r.manifest(ctx, tenant, req.Session)
 	if err != nil {
 		return nil, err
 	}
-	base, err := readBase(ctx, r.store, tenant, req.Session)
+	base, err := ReadBase(ctx, r.store, tenant, req.Session)
 	if err != nil {
 		return nil, err
 	}
 	if base == nil {
-		return nil, apiErrorf(workspaceapi.CodeNotFound, "session %s did not start from a repository or uploaded files: there is nothing to compare its workspace with (corral workspace ls and get show what it holds)", req.Session)
+		return nil, workspaceapi.Errorf(workspaceapi.CodeNotFound, "session %s did not start from a repository or uploaded files: there is nothing to compare its workspace with (corral workspace ls and get show what it holds)", req.Session)
 	}
 	changes := compare(base.Files, c.m.Files)
 	read := storeBlobs(r.store)

@@ -1,4 +1,4 @@
-package sandboxmanager
+package snapshot
 
 import (
 	"bytes"
@@ -9,19 +9,19 @@ import (
 	"testing"
 )
 
-// FuzzDecodeManifest checks that a manifest decodeManifest accepts only
+// FuzzDecodeManifest checks that a manifest DecodeManifest accepts only
 // names places inside the workspace, each once and after its directory,
 // and reads back the same once written again.
 func FuzzDecodeManifest(f *testing.F) {
 	hash := strings.Repeat("ab", 32)
-	for _, m := range []manifest{
-		{Seq: 3, Files: []fileEntry{{Path: "src", Mode: fs.ModeDir | 0o755}, {Path: "src/a.go", Mode: 0o644, Hash: hash}, {Path: "link", Mode: fs.ModeSymlink | 0o777, Link: "src/a.go"}}},
-		{Seq: 1, Files: []fileEntry{{Path: "../escape", Mode: 0o644, Hash: hash}}},
-		{Seq: 1, Files: []fileEntry{{Path: "/etc/passwd", Mode: 0o644, Hash: hash}}},
-		{Seq: 1, Files: []fileEntry{{Path: "a/b", Mode: 0o644, Hash: hash}}},
-		{Seq: 1, Files: []fileEntry{{Path: "a", Mode: 0o644, Hash: "../../m.acme.x"}}},
-		{Seq: 1, Files: []fileEntry{{Path: "p", Mode: fs.ModeNamedPipe | 0o644}}},
-		{Seq: 1, Files: []fileEntry{{Path: "l", Mode: fs.ModeSymlink, Link: "/etc"}, {Path: "l/x", Mode: 0o644, Hash: hash}}},
+	for _, m := range []Manifest{
+		{Seq: 3, Files: []File{{Path: "src", Mode: fs.ModeDir | 0o755}, {Path: "src/a.go", Mode: 0o644, Hash: hash}, {Path: "link", Mode: fs.ModeSymlink | 0o777, Link: "src/a.go"}}},
+		{Seq: 1, Files: []File{{Path: "../escape", Mode: 0o644, Hash: hash}}},
+		{Seq: 1, Files: []File{{Path: "/etc/passwd", Mode: 0o644, Hash: hash}}},
+		{Seq: 1, Files: []File{{Path: "a/b", Mode: 0o644, Hash: hash}}},
+		{Seq: 1, Files: []File{{Path: "a", Mode: 0o644, Hash: "../../m.acme.x"}}},
+		{Seq: 1, Files: []File{{Path: "p", Mode: fs.ModeNamedPipe | 0o644}}},
+		{Seq: 1, Files: []File{{Path: "l", Mode: fs.ModeSymlink, Link: "/etc"}, {Path: "l/x", Mode: 0o644, Hash: hash}}},
 	} {
 		data, err := json.Marshal(&m)
 		if err != nil {
@@ -30,7 +30,7 @@ func FuzzDecodeManifest(f *testing.F) {
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := decodeManifest(data)
+		m, err := DecodeManifest(data)
 		if err != nil {
 			return
 		}
@@ -50,7 +50,7 @@ func FuzzDecodeManifest(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := decodeManifest(once)
+		again, err := DecodeManifest(once)
 		if err != nil {
 			t.Fatalf("manifest %q written again as %s is refused: %v", data, once, err)
 		}
