@@ -12,9 +12,10 @@ func WebhookAPI(tenant, user, op string) string {
 }
 
 // BucketWebhooks holds each tenant's webhooks, <tenant>.<id>: where to
-// send which session events, and the secret that signs them. Only the
-// gateway reads or writes it (deploy/nats.conf): a webhook's secret is
-// shown once, to whoever added it. The gateway's package sets it up.
+// send which session events, and the secret that signs them, sealed
+// with the gateway's key (CORRAL_GATEWAY_WEBHOOK_KEY). Only the gateway
+// reads or writes it (deploy/nats.conf): a webhook's secret is shown
+// once, to whoever added it. The gateway's package sets it up.
 const BucketWebhooks = "webhooks"
 
 // StreamWebhooks records every attempt to deliver a webhook,

@@ -29,6 +29,7 @@ import (
 
 	"corral.dev/pkg/credential"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/seal"
 	"corral.dev/services/approval"
 	"corral.dev/services/auth"
 	"corral.dev/services/egress"
@@ -81,6 +82,7 @@ func deployEnv(t *testing.T) map[string]string {
 		"CORRAL_CALL_SIGNING_KEY":     event.EncodeKey(callKey),
 		"CORRAL_CALL_PUBLIC_KEY":      event.EncodeKey(callPub),
 		"CORRAL_EGRESS_VAULT_KEY":     base64.StdEncoding.EncodeToString(vaultKey),
+		"CORRAL_GATEWAY_WEBHOOK_KEY":  seal.NewKey(),
 		"CORRAL_REVIEWER_TOKENS":      "grace=" + rand.Text(),
 		"CORRAL_SLACK_SIGNING_SECRET": rand.Text(),
 		"CORRAL_SLACK_BOT_TOKEN":      "xoxb-" + rand.Text(),

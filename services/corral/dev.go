@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -25,6 +24,7 @@ import (
 	"corral.dev/pkg/logger"
 	"corral.dev/pkg/metrics"
 	"corral.dev/pkg/process"
+	"corral.dev/pkg/seal"
 	"corral.dev/pkg/version"
 	"corral.dev/services/approval"
 	"corral.dev/services/auth"
@@ -406,9 +406,10 @@ func checkListeners(o devOpts, bcfg *slackbridge.Config) error {
 // devKeys returns the signing settings `corral dev` makes unless the
 // environment gives them: the approval service's key and its public half
 // for the harness, the harness's key for calls and its public half for
-// the tool services, and one reviewer's token. They are kept in data, so
-// that a restart keeps decisions and queued calls verifiable and the
-// reviewer signed in.
+// the tool services, the keys that seal the vaults' and the webhooks'
+// secrets, and one reviewer's token. They are kept in data, so that a
+// restart keeps decisions and queued calls verifiable, the secrets
+// readable and the reviewer signed in.
 func devKeys(data string, getenv func(string) string) (map[string]string, error) {
 	out := make(map[string]string)
 	if err := os.MkdirAll(data, 0o700); err != nil {
@@ -443,17 +444,20 @@ func devKeys(data string, getenv func(string) string) (map[string]string, error)
 			out[public] = event.EncodeKey(key.Public().(ed25519.PublicKey))
 		}
 	}
-	// The key that seals the vaults' secrets.
-	if getenv("CORRAL_EGRESS_VAULT_KEY") == "" && getenv("CORRAL_EGRESS_VAULT_KEY_FILE") == "" {
-		k, err := keepSecret(filepath.Join(data, "egress-vault.key"), func() string {
-			key := make([]byte, 32)
-			rand.Read(key)
-			return base64.StdEncoding.EncodeToString(key)
-		})
+	// The keys that seal secrets at rest: egress's for the vaults', the
+	// gateway's for the webhooks'.
+	for name, file := range map[string]string{
+		"CORRAL_EGRESS_VAULT_KEY":    "egress-vault.key",
+		"CORRAL_GATEWAY_WEBHOOK_KEY": "gateway-webhook.key",
+	} {
+		if getenv(name) != "" || getenv(name+"_FILE") != "" {
+			continue
+		}
+		k, err := keepSecret(filepath.Join(data, file), seal.NewKey)
 		if err != nil {
 			return nil, err
 		}
-		out["CORRAL_EGRESS_VAULT_KEY"] = k
+		out[name] = k
 	}
 	if getenv("CORRAL_REVIEWER_TOKENS") == "" && getenv("CORRAL_REVIEWER_HEADER") == "" {
 		token, err := keepSecret(filepath.Join(data, "reviewer.token"), func() string { return rand.Text() })

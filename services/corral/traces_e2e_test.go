@@ -18,6 +18,7 @@ import (
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
 	"corral.dev/pkg/process"
+	"corral.dev/pkg/seal"
 	"corral.dev/services/gateway"
 	"corral.dev/services/gateway/otlptest"
 )
@@ -146,7 +147,7 @@ func TestTracesAcrossAGatewayRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	rcv := otlptest.New(t)
-	vars := map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.URL, "CORRAL_NATS_URL": d.url}
+	vars := map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.URL, "CORRAL_NATS_URL": d.url, "CORRAL_GATEWAY_WEBHOOK_KEY": seal.NewKey()}
 	getenv := func(k string) string {
 		if v, ok := vars[k]; ok {
 			return v

@@ -171,7 +171,7 @@ func (e *env) webhookTestCmd() *cobra.Command {
 			}
 			d := reply.Deliveries[0]
 			if d.Outcome != webhookapi.Delivered {
-				return &exitError{1, fmt.Errorf("test %s to webhook %s failed after %s: %s", d.MessageID, d.Webhook, d.Duration.Round(time.Millisecond), d.Error)}
+				return &exitError{1, fmt.Errorf("test %s to webhook %s failed after %s: %s", d.MessageID, d.Webhook, d.Duration.Round(time.Millisecond), oneLine(printable(d.Error), 500))}
 			}
 			fmt.Fprintf(e.stdout, "test %s delivered to webhook %s: %d in %s\n", d.MessageID, d.Webhook, d.Status, d.Duration.Round(time.Millisecond))
 			return nil
@@ -230,7 +230,7 @@ func (e *env) printDeliveries(ds []webhookapi.Delivery, asJSON bool) error {
 			status = fmt.Sprint(d.Status)
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Time.Local().Format(time.DateTime), d.Webhook, d.Event, session, d.MessageID,
-			d.Attempt, status, d.Outcome, d.Error)
+			d.Attempt, status, d.Outcome, oneLine(printable(d.Error), 500))
 	}
 	return w.Flush()
 }

@@ -25,6 +25,7 @@ import (
 	"corral.dev/pkg/credentialtest"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/seal"
 	"corral.dev/pkg/webhookapi"
 	"corral.dev/services/gateway"
 )
@@ -119,10 +120,14 @@ func TestWebhooksSurviveAGatewayKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The same key across restarts: the webhooks' secrets are sealed with
+	// it.
+	hookKey := seal.NewKey()
 	startGateway := func() *exec.Cmd {
 		cmd := exec.Command(bin)
 		cmd.Env = append(os.Environ(), "CORRAL_NATS_URL="+d.url, "CORRAL_LOG_LEVEL=debug",
 			"CORRAL_NATS_USER="+credential.UserGateway, "CORRAL_NATS_PASSWORD="+password(credential.UserGateway),
+			"CORRAL_GATEWAY_WEBHOOK_KEY="+hookKey,
 			// The receiver is on loopback.
 			"CORRAL_WEBHOOK_ALLOW_PRIVATE=on", "CORRAL_WEBHOOK_RETRY_DELAY=200ms")
 		cmd.Stdout, cmd.Stderr = logFile, logFile

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"crypto/ed25519"
 	"crypto/x509"
-	"encoding/base64"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"corral.dev/pkg/envconf"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/policy"
+	"corral.dev/pkg/seal"
 )
 
 // Config is the egress service's configuration, read from the environment
@@ -89,7 +89,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	if cfg.Policy, err = policy.FromEnv(getenv); err != nil {
 		return Config{}, err
 	}
-	if cfg.VaultKey, err = loadKey(getenv, "CORRAL_EGRESS_VAULT_KEY"); err != nil {
+	if cfg.VaultKey, err = seal.Load(getenv, "CORRAL_EGRESS_VAULT_KEY"); err != nil {
 		return Config{}, err
 	}
 	if cfg.VaultKey == nil {
@@ -132,18 +132,4 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("CORRAL_EGRESS_DIR=%s: want an absolute path", cfg.Dir)
 	}
 	return cfg, nil
-}
-
-// loadKey reads a 32-byte key in base64 from name, or from the file
-// name_FILE; nil when neither is set.
-func loadKey(getenv func(string) string, name string) ([]byte, error) {
-	s, err := envconf.Secret(getenv, name)
-	if err != nil || s == "" {
-		return nil, err
-	}
-	k, err := base64.StdEncoding.DecodeString(s)
-	if err != nil || len(k) != 32 {
-		return nil, fmt.Errorf("%s: want 32 bytes in base64", name)
-	}
-	return k, nil
 }

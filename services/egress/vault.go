@@ -2,9 +2,6 @@ package egress
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -19,13 +16,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/egressapi"
+	"corral.dev/pkg/seal"
 	"corral.dev/services/egress/internal/proxy"
 )
 
 // sealed is a vault as kept in the vaults bucket: its bindings in the
-// clear, its secret sealed with the service's key (AES-256-GCM), with the
-// key it is kept under as additional data, so that a sealed secret copied
-// under another tenant's key does not open.
+// clear, its secret sealed with the service's key ([seal.Sealer]), with
+// the key it is kept under as additional data, so that a sealed secret
+// copied under another tenant's key does not open.
 type sealed struct {
 	Vault  egressapi.Vault `json:"vault"`
 	Sealed []byte          `json:"sealed"`
@@ -34,9 +32,9 @@ type sealed struct {
 // vaults keeps every tenant's vaults as the bucket has them, watched, and
 // opens their secrets when a request needs one.
 type vaults struct {
-	kv   jetstream.KeyValue
-	aead cipher.AEAD
-	log  *slog.Logger
+	kv  jetstream.KeyValue
+	box *seal.Sealer
+	log *slog.Logger
 
 	mu     sync.Mutex
 	items  map[string]*sealed // by key
@@ -44,15 +42,11 @@ type vaults struct {
 }
 
 func newVaults(kv jetstream.KeyValue, key []byte, log *slog.Logger) (*vaults, error) {
-	block, err := aes.NewCipher(key)
+	box, err := seal.New(key)
 	if err != nil {
 		return nil, err
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, err
-	}
-	return &vaults{kv: kv, aead: aead, log: log, items: make(map[string]*sealed), synced: make(chan struct{})}, nil
+	return &vaults{kv: kv, box: box, log: log, items: make(map[string]*sealed), synced: make(chan struct{})}, nil
 }
 
 // vaultKey is where a vault is kept: <tenant>.t.<name> for the tenant's
@@ -64,24 +58,12 @@ func vaultKey(tenant, user, name string) string {
 	return tenant + ".u." + base64.RawURLEncoding.EncodeToString([]byte(user)) + "." + name
 }
 
-func (v *vaults) seal(key, secret string) ([]byte, error) {
-	nonce := make([]byte, v.aead.NonceSize())
-	if _, err := rand.Read(nonce); err != nil {
-		return nil, err
-	}
-	return v.aead.Seal(nonce, nonce, []byte(secret), []byte(key)), nil
-}
-
 func (v *vaults) open(key string, s *sealed) (string, error) {
-	n := v.aead.NonceSize()
-	if len(s.Sealed) < n {
-		return "", fmt.Errorf("vault %s: sealed secret too short", key)
-	}
-	plain, err := v.aead.Open(nil, s.Sealed[:n], s.Sealed[n:], []byte(key))
+	secret, err := v.box.Open(s.Sealed, key)
 	if err != nil {
-		return "", fmt.Errorf("vault %s: the secret does not open with this service's key", key)
+		return "", fmt.Errorf("vault %s: %w", key, err)
 	}
-	return string(plain), nil
+	return secret, nil
 }
 
 // watch keeps items in step with the bucket until ctx ends.

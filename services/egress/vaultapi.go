@@ -184,9 +184,7 @@ func (v *vaults) change(ctx context.Context, key string, edit func(*egressapi.Va
 	case !vault.ArchivedAt.IsZero():
 		next.Sealed = nil
 	case secret != "":
-		if next.Sealed, err = v.seal(key, secret); err != nil {
-			return egressapi.Vault{}, err
-		}
+		next.Sealed = v.box.Seal(secret, key)
 	}
 	data, err := json.Marshal(next)
 	if err != nil {
@@ -201,11 +199,7 @@ func (v *vaults) change(ctx context.Context, key string, edit func(*egressapi.Va
 
 // marshal seals secret into v as kept under key.
 func (v *vaults) marshal(key string, vault egressapi.Vault, secret string) ([]byte, error) {
-	sealedSecret, err := v.seal(key, secret)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(sealed{Vault: vault, Sealed: sealedSecret})
+	return json.Marshal(sealed{Vault: vault, Sealed: v.box.Seal(secret, key)})
 }
 
 // remember puts what was just written under key (nil: removed) in the

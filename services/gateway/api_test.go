@@ -50,7 +50,7 @@ func newAPI(t testing.TB) *testAPI {
 	if err := Setup(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(ctx, Config{Prices: policy.Default(), Heartbeat: time.Minute}, js, nil, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
+	s, err := New(ctx, Config{Prices: policy.Default(), Heartbeat: time.Minute, Webhooks: WebhookConfig{Key: testWebhookKey}}, js, nil, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

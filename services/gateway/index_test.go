@@ -31,7 +31,7 @@ func newIndexer(t *testing.T) (*Service, jetstream.JetStream, *sessionlog.Log) {
 	if err := Setup(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(ctx, Config{Prices: policy.Default(), Concurrency: 4}, js, nil, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
+	s, err := New(ctx, Config{Prices: policy.Default(), Concurrency: 4, Webhooks: WebhookConfig{Key: testWebhookKey}}, js, nil, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

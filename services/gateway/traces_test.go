@@ -28,7 +28,7 @@ import (
 func startTracing(t *testing.T, js jetstream.JetStream, rcv *otlptest.Receiver) (stop func()) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := New(ctx, Config{Prices: policy.Default(), Concurrency: 4, TracesEndpoint: rcv.URL}, js, nil, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
+	s, err := New(ctx, Config{Prices: policy.Default(), Concurrency: 4, TracesEndpoint: rcv.URL, Webhooks: WebhookConfig{Key: testWebhookKey}}, js, nil, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

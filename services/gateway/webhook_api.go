@@ -176,8 +176,11 @@ func (w *webhooks) add(ctx context.Context, tenant string, req webhookapi.Reques
 	}
 	h := hookRecord{
 		Webhook: webhookapi.Webhook{ID: "wh_" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", ""), URL: req.URL, Events: events, CreatedAt: time.Now().UTC()},
-		Tenant:  tenant, Secret: newSecret(),
+		Tenant:  tenant,
 	}
+	// Kept sealed, and answered this once: no later answer has it.
+	secret := newSecret()
+	h.Sealed = w.box.Seal(secret, h.key())
 	b, err := json.Marshal(h)
 	if err != nil {
 		return webhookapi.Reply{}, err
@@ -189,7 +192,7 @@ func (w *webhooks) add(ctx context.Context, tenant string, req webhookapi.Reques
 	// after is posted to it.
 	w.hooks.apply(hookKey(tenant, h.ID), jetstream.KeyValuePut, b)
 	w.log.InfoContext(ctx, "webhook added", "tenant", tenant, "webhook", h.ID, "url", redactURL(h.URL), "events", h.Events)
-	return webhookapi.Reply{Webhook: &h.Webhook, Secret: h.Secret}, nil
+	return webhookapi.Reply{Webhook: &h.Webhook, Secret: secret}, nil
 }
 
 // list returns tenant's webhooks as the bucket holds them now, oldest

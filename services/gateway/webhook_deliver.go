@@ -16,6 +16,7 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/lock"
+	"corral.dev/pkg/seal"
 	"corral.dev/pkg/sessionindex"
 	"corral.dev/pkg/sessionlog"
 	"corral.dev/pkg/webhookapi"
@@ -35,6 +36,7 @@ type webhooks struct {
 	cfg    WebhookConfig
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
+	box    *seal.Sealer // seals the webhooks' secrets
 	hooks  *hooks
 	poster *poster
 	logs   *sessionlog.Log
@@ -48,8 +50,15 @@ func newWebhooks(ctx context.Context, js jetstream.JetStream, cfg WebhookConfig,
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w (corral setup makes it)", bus.BucketWebhooks, err)
 	}
+	if cfg.Key == nil {
+		return nil, errNoWebhookKey
+	}
+	box, err := seal.New(cfg.Key)
+	if err != nil {
+		return nil, fmt.Errorf("CORRAL_GATEWAY_WEBHOOK_KEY: %w", err)
+	}
 	cfg = cfg.withDefaults()
-	return &webhooks{cfg: cfg, js: js, kv: kv, hooks: newHooks(kv), poster: newPoster(cfg), logs: logs, log: log}, nil
+	return &webhooks{cfg: cfg, js: js, kv: kv, box: box, hooks: newHooks(kv), poster: newPoster(cfg), logs: logs, log: log}, nil
 }
 
 // run keeps the webhooks up to date, delivers them and answers their API
@@ -59,6 +68,7 @@ func (w *webhooks) run(ctx context.Context) error {
 	g.Go(func() error { return w.hooks.watch(ctx) })
 	g.Go(func() error { return w.consume(ctx) })
 	g.Go(func() error { return w.serve(ctx) })
+	g.Go(func() error { w.reseal(ctx); return nil })
 	return g.Wait()
 }
 
@@ -168,7 +178,11 @@ func (w *webhooks) deliver(ctx context.Context, h *hookRecord, d webhookapi.Deli
 func (w *webhooks) attempt(ctx context.Context, h *hookRecord, d webhookapi.Delivery, body []byte) webhookapi.Delivery {
 	start := time.Now()
 	d.Time = start.UTC()
-	status, err := w.poster.post(ctx, h, d.MessageID, start, body)
+	secret, err := w.secret(h)
+	status := 0
+	if err == nil {
+		status, err = w.poster.post(ctx, h.URL, secret, d.MessageID, start, body)
+	}
 	d.Duration, d.Status, d.Outcome = time.Since(start), status, webhookapi.Delivered
 	if err != nil {
 		d.Error, d.Outcome = err.Error(), webhookapi.Retrying

@@ -119,15 +119,15 @@ func newPoster(cfg WebhookConfig) *poster {
 	}}
 }
 
-// post posts body to h as message msgID, signed at now, and returns the
-// receiver's status (0 for none) and why the attempt failed (nil for a
-// 2xx answer).
-func (p *poster) post(ctx context.Context, h *hookRecord, msgID string, now time.Time, body []byte) (int, error) {
-	sig, err := webhookapi.Sign(h.Secret, msgID, now, body)
+// post posts body to the webhook URL to, as message msgID signed at now
+// with secret, and returns the receiver's status (0 for none) and why the
+// attempt failed (nil for a 2xx answer).
+func (p *poster) post(ctx context.Context, to, secret, msgID string, now time.Time, body []byte) (int, error) {
+	sig, err := webhookapi.Sign(secret, msgID, now, body)
 	if err != nil {
 		return 0, fmt.Errorf("sign: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, to, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}

@@ -60,11 +60,10 @@ func TestWebhookPostDialsPublicAddressesOnly(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	h := &hookRecord{Secret: newSecret()}
+	secret := newSecret()
 	ctx := context.Background()
 
-	h.URL = srv.URL + "/hook/T0123/s3cr3t-path?token=s3cr3t-query"
-	_, err := newPoster(WebhookConfig{Timeout: 5 * time.Second}).post(ctx, h, "msg_1", time.Now(), []byte("{}"))
+	_, err := newPoster(WebhookConfig{Timeout: 5 * time.Second}).post(ctx, srv.URL+"/hook/T0123/s3cr3t-path?token=s3cr3t-query", secret, "msg_1", time.Now(), []byte("{}"))
 	if !errors.Is(err, errPrivate) {
 		t.Errorf("a post to loopback: %v, want it refused as not public", err)
 	}
@@ -73,13 +72,11 @@ func TestWebhookPostDialsPublicAddressesOnly(t *testing.T) {
 	if err != nil && strings.Contains(err.Error(), "s3cr3t") {
 		t.Errorf("a failed post's error shows the URL's secret parts: %v", err)
 	}
-	h.URL = srv.URL + "/hook"
 	allowed := newPoster(WebhookConfig{Timeout: 5 * time.Second, AllowPrivate: true})
-	if status, err := allowed.post(ctx, h, "msg_2", time.Now(), []byte("{}")); err != nil || status != http.StatusOK {
+	if status, err := allowed.post(ctx, srv.URL+"/hook", secret, "msg_2", time.Now(), []byte("{}")); err != nil || status != http.StatusOK {
 		t.Errorf("a post to loopback, allowed: %d %v", status, err)
 	}
-	h.URL = srv.URL + "/moved"
-	if status, err := allowed.post(ctx, h, "msg_3", time.Now(), []byte("{}")); err == nil || status != http.StatusFound {
+	if status, err := allowed.post(ctx, srv.URL+"/moved", secret, "msg_3", time.Now(), []byte("{}")); err == nil || status != http.StatusFound {
 		t.Errorf("a redirect: %d %v, want the 302 as a failure", status, err)
 	}
 	close(hits)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -115,10 +116,19 @@ func (r *receiver) ids() map[string]int {
 	return out
 }
 
+// testWebhookKey seals the webhooks' secrets of the tests' gateways.
+var testWebhookKey = bytes.Repeat([]byte{9}, 32)
+
 // webhookGateway starts a gateway on a fresh embedded server, private
 // addresses allowed (the receivers are on loopback), and returns it with
 // a Log that records events as the harness, and a way to start it again.
 func webhookGateway(t *testing.T, cfg WebhookConfig) (js jetstream.JetStream, harness *sessionlog.Log, start func() (stop func())) {
+	t.Helper()
+	return webhookGatewayLog(t, cfg, &logtest.Buffer{})
+}
+
+// webhookGatewayLog is [webhookGateway] logging to log, debug included.
+func webhookGatewayLog(t *testing.T, cfg WebhookConfig, log *logtest.Buffer) (js jetstream.JetStream, harness *sessionlog.Log, start func() (stop func())) {
 	t.Helper()
 	_, _, js = natstest.Run(t)
 	ctx := context.Background()
@@ -126,8 +136,11 @@ func webhookGateway(t *testing.T, cfg WebhookConfig) (js jetstream.JetStream, ha
 		t.Fatal(err)
 	}
 	cfg.AllowPrivate = true
+	if cfg.Key == nil {
+		cfg.Key = testWebhookKey
+	}
 	start = func() func() {
-		s, err := New(ctx, Config{Prices: policy.Default(), Concurrency: 4, Webhooks: cfg}, js, nil, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
+		s, err := New(ctx, Config{Prices: policy.Default(), Concurrency: 4, Webhooks: cfg}, js, nil, slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/envconf"
+	"corral.dev/pkg/seal"
 	"corral.dev/pkg/webhookapi"
 )
 
@@ -35,6 +36,12 @@ type WebhookConfig struct {
 	// (CORRAL_WEBHOOK_RETRY_DELAY, default 10s); it doubles with each
 	// attempt, up to an hour.
 	RetryDelay time.Duration
+	// Key seals the webhooks' signing secrets in the bucket
+	// (CORRAL_GATEWAY_WEBHOOK_KEY, 32 bytes in base64, or
+	// CORRAL_GATEWAY_WEBHOOK_KEY_FILE); required. Every gateway of a
+	// deployment has the same one, and losing it loses the secrets: the
+	// webhooks must then be added again.
+	Key []byte
 	// Clients is the account the webhook API's requests must come from
 	// ([credential.AccountClients] when loaded from the environment);
 	// empty takes them from anywhere, for tests on a server without
@@ -46,6 +53,12 @@ type WebhookConfig struct {
 func loadWebhookConfig(getenv func(string) string, clients string) (WebhookConfig, error) {
 	c := WebhookConfig{Clients: clients}
 	var err error
+	if c.Key, err = seal.Load(getenv, "CORRAL_GATEWAY_WEBHOOK_KEY"); err != nil {
+		return c, err
+	}
+	if c.Key == nil {
+		return c, errNoWebhookKey
+	}
 	if c.AllowPrivate, err = envconf.Switch(getenv, "CORRAL_WEBHOOK_ALLOW_PRIVATE", false); err != nil {
 		return c, err
 	}
@@ -60,6 +73,10 @@ func loadWebhookConfig(getenv func(string) string, clients string) (WebhookConfi
 	}
 	return c, nil
 }
+
+// errNoWebhookKey is returned for a gateway given no key for the webhooks'
+// secrets.
+var errNoWebhookKey = errors.New("CORRAL_GATEWAY_WEBHOOK_KEY (or _FILE) is not set: the gateway seals the webhooks' signing secrets with it (32 random bytes in base64: head -c32 /dev/urandom | base64)")
 
 // withDefaults fills in what c leaves zero.
 func (c WebhookConfig) withDefaults() WebhookConfig {
@@ -85,7 +102,7 @@ func setupWebhooks(ctx context.Context, js jetstream.JetStream) error {
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      bus.BucketWebhooks,
-			Description: "the tenants' webhooks and their signing secrets: <tenant>.<id>; the gateway's alone",
+			Description: "the tenants' webhooks and their signing secrets, sealed: <tenant>.<id>; the gateway's alone",
 			Storage:     jetstream.FileStorage,
 			History:     1,
 		})
@@ -121,12 +138,22 @@ func setupWebhooks(ctx context.Context, js jetstream.JetStream) error {
 	return nil
 }
 
-// hookRecord is a webhook as the bucket keeps it: with its secret.
+// hookRecord is a webhook as the bucket keeps it: with its signing
+// secret sealed with the gateway's key ([WebhookConfig.Key]), the
+// record's key in the bucket as additional data, so that a sealed secret
+// copied to another webhook's record does not open.
 type hookRecord struct {
 	webhookapi.Webhook
 	Tenant string `json:"tenant"`
-	Secret string `json:"secret"`
+	Sealed []byte `json:"sealed,omitempty"`
+	// Secret is the signing secret in the clear, as records written
+	// before secrets were sealed have it: such a record is read as it is,
+	// and sealed when the gateway starts ([webhooks.reseal]).
+	Secret string `json:"secret,omitempty"`
 }
+
+// key is where h is kept in the bucket.
+func (h *hookRecord) key() string { return hookKey(h.Tenant, h.ID) }
 
 // wants reports whether h asks for event typ.
 func (h *hookRecord) wants(typ string) bool { return slices.Contains(h.Events, typ) }
@@ -222,4 +249,62 @@ func newSecret() string {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key) // never fails (crypto/rand)
 	return webhookapi.SecretPrefix + base64.StdEncoding.EncodeToString(key)
+}
+
+// secret returns h's signing secret: opened, or as a record written
+// before secrets were sealed has it in the clear.
+func (w *webhooks) secret(h *hookRecord) (string, error) {
+	if h.Sealed == nil {
+		if h.Secret == "" {
+			return "", fmt.Errorf("webhook %s has no secret", h.ID)
+		}
+		return h.Secret, nil
+	}
+	secret, err := w.box.Open(h.Sealed, h.key())
+	if err != nil {
+		return "", fmt.Errorf("webhook %s: %w (not the CORRAL_GATEWAY_WEBHOOK_KEY it was added with?)", h.ID, err)
+	}
+	return secret, nil
+}
+
+// reseal seals the secrets that records written before secrets were
+// sealed keep in the clear. A record changed or removed meanwhile is left
+// as it is now; one still in the clear is read as it is, and sealed at
+// the next start.
+func (w *webhooks) reseal(ctx context.Context) {
+	keys, err := w.kv.ListKeys(ctx)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrNoKeysFound) && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "seal the webhooks' secrets", "err", err)
+		}
+		return
+	}
+	n := 0
+	for key := range keys.Keys() {
+		e, err := w.kv.Get(ctx, key)
+		if err != nil {
+			continue // removed meanwhile, or worth another start
+		}
+		var h hookRecord
+		tenant, id, ok := strings.Cut(key, ".")
+		if !ok || json.Unmarshal(e.Value(), &h) != nil || h.Sealed != nil || h.Secret == "" {
+			continue
+		}
+		h.Tenant, h.ID = tenant, id
+		h.Sealed, h.Secret = w.box.Seal(h.Secret, key), ""
+		b, err := json.Marshal(h)
+		if err != nil {
+			continue
+		}
+		if _, err := w.kv.Update(ctx, key, b, e.Revision()); err != nil {
+			if ctx.Err() == nil {
+				w.log.WarnContext(ctx, "seal a webhook's secret", "tenant", tenant, "webhook", id, "err", err)
+			}
+			continue
+		}
+		n++
+	}
+	if n > 0 {
+		w.log.InfoContext(ctx, "webhooks' secrets sealed", "webhooks", n)
+	}
 }

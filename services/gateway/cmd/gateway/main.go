@@ -8,7 +8,9 @@
 // prices of the index's costs), CORRAL_WEBHOOK_ALLOW_PRIVATE,
 // CORRAL_WEBHOOK_TIMEOUT, CORRAL_WEBHOOK_MAX_ATTEMPTS and
 // CORRAL_WEBHOOK_RETRY_DELAY (how webhooks are delivered),
-// CORRAL_METRICS_LISTEN, CORRAL_LOG_LEVEL.
+// CORRAL_GATEWAY_WEBHOOK_KEY or CORRAL_GATEWAY_WEBHOOK_KEY_FILE (required:
+// 32 bytes in base64 that seal the webhooks' signing secrets in their
+// bucket), CORRAL_METRICS_LISTEN, CORRAL_LOG_LEVEL.
 package main
 
 import (
