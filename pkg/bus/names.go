@@ -135,10 +135,13 @@ const (
 	// tenant (corral sessions). The gateway's package sets it up.
 	BucketSessions = "sessions"
 	// BucketGateway is what the HTTP API keeps per tenant that the
-	// session logs do not say: its agents (<tenant>.agent.<id>) and the
-	// sessions it created (<tenant>.session.<user>.<id>, <user> a
-	// [UserToken]), written by clients of the tenant through the gateway
-	// (a user's, its own user's sessions alone). The gateway's package sets it up.
+	// session logs do not say: its agents (<tenant>.agent.<owner>.<id>,
+	// or <tenant>.agent.<id> for one made before agents had owners), the
+	// sessions it created (<tenant>.session.<user>.<id>), files
+	// (<tenant>.file.<user>.<id>) and vaults (<tenant>.vault.<id>),
+	// <owner> and <user> each a [UserToken], written by clients of the
+	// tenant through the gateway (a user's, its own user's agents,
+	// sessions and files alone). The gateway's package sets it up.
 	BucketGateway = "gateway"
 )
 

@@ -47,14 +47,17 @@ type Permissions struct {
 //   - the session index of the tenant ([bus.BucketSessions]), read the
 //     same way; the gateway alone writes it;
 //   - the tenant's keys of the gateway's bucket ([bus.BucketGateway]:
-//     the HTTP API's agents, sessions and vaults), read the same way and
-//     written by publishing on them: for a user, the tenant's agents
-//     (<tenant>.agent.>) and its own user's sessions alone
-//     (<tenant>.session.<user>.>), whose records say what a session
-//     starts from and as whom, and its own user's files
-//     (<tenant>.file.<user>.>, the Files API's, whose contents are
-//     that user's uploads), and the tenant's vaults (<tenant>.vault.>)
-//     read only;
+//     the HTTP API's agents, sessions, files and vaults), read the same
+//     way and written by publishing on them: for a user, its own user's
+//     agents alone (<tenant>.agent.<user>.>; every agent of the tenant,
+//     <tenant>.agent.>, read, since a session of any may be started, but
+//     an agent's system prompt and always_ask tools apply to every
+//     session of it, so only its owner, a reviewer and an operator change
+//     it), its own user's sessions alone (<tenant>.session.<user>.>),
+//     whose records say what a session starts from and as whom, and its
+//     own user's files (<tenant>.file.<user>.>, the Files API's, whose
+//     contents are that user's uploads), and the tenant's vaults
+//     (<tenant>.vault.>) read only;
 //   - who the server says the client is ([UserInfoSubject], answered
 //     by the server itself; see [Whoami]);
 //   - the live output of the tenant's sessions, [bus.LiveFilter]: heard,
@@ -110,18 +113,25 @@ func (c Credential) Permissions() Permissions {
 		p.Publish = append(p.Publish, slackKeys(t)...)
 	}
 	// The session index, which the gateway alone writes, read; and the
-	// gateway's records of the tenant (its API's agents and sessions),
-	// read and written through the gateway as this credential. A user's
-	// reach only its own user's sessions: a record of a session not yet
-	// started says what its first request starts from (environment,
-	// repository, model) and as whom, so another user's write would run
-	// that user's session, with that user's vaults, from the writer's
-	// choices.
+	// gateway's records of the tenant (its API's agents, sessions, files
+	// and vaults), read and written through the gateway as this
+	// credential. A user's reach only its own user's sessions: a record
+	// of a session not yet started says what its first request starts
+	// from (environment, repository, model) and as whom, so another
+	// user's write would run that user's session, with that user's
+	// vaults, from the writer's choices. Likewise only its own user's
+	// agents, kept under their owner's token: an agent's system prompt
+	// and always_ask tools apply to every session of it, so another
+	// user's write would instruct its owner's sessions, or drop the
+	// approvals they rely on. A reviewer and an operator change any
+	// agent of the tenant (and an agent made before agents had owners,
+	// <tenant>.agent.<id>, they alone).
 	p.Publish = append(p.Publish, bucketKeys(bus.BucketSessions, false, t)...)
 	if c.Role == RoleUser {
-		p.Publish = append(p.Publish, bucketKeys(bus.BucketGateway, true, t+".agent", t+".session."+u, t+".file."+u)...)
-		// The API's vaults, read: a reviewer or an operator makes them.
-		p.Publish = append(p.Publish, bucketKeys(bus.BucketGateway, false, t+".vault")...)
+		p.Publish = append(p.Publish, bucketKeys(bus.BucketGateway, true, t+".agent."+u, t+".session."+u, t+".file."+u)...)
+		// Every agent of the tenant, and the API's vaults, read: a
+		// reviewer or an operator makes the vaults.
+		p.Publish = append(p.Publish, bucketKeys(bus.BucketGateway, false, t+".agent", t+".vault")...)
 	} else {
 		p.Publish = append(p.Publish, bucketKeys(bus.BucketGateway, true, t)...)
 	}

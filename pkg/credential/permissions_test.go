@@ -127,8 +127,8 @@ func TestLivePermissions(t *testing.T) {
 
 // A client reads its own tenant's entries of the session index, which only
 // the gateway writes, and reads and writes its own tenant's records of the
-// gateway's bucket (the API's agents, and a user's own sessions alone),
-// none of another tenant's.
+// gateway's bucket (a user's: every agent read, its own agents and
+// sessions alone written), none of another tenant's.
 func TestGatewayBucketPermissions(t *testing.T) {
 	t.Parallel()
 	ada := Credential{Tenant: "acme", User: "ada", Role: RoleUser}.Permissions()
@@ -144,6 +144,9 @@ func TestGatewayBucketPermissions(t *testing.T) {
 	}
 	index := func(tenant string) string { return "$KV." + bus.BucketSessions + "." + tenant + "." + session }
 	record := func(tenant string) string { return "$KV." + bus.BucketGateway + "." + tenant + ".agent.agent_1" }
+	agent := func(user string) string {
+		return "$KV." + bus.BucketGateway + ".acme.agent." + bus.UserToken(user) + ".agent_1_" + bus.UserToken(user)
+	}
 	get := func(bucket, key string) string { return "$JS.API.DIRECT.GET.KV_" + bucket + "." + key }
 	consumer := func(bucket, filter string) string { return "$JS.API.CONSUMER.CREATE.KV_" + bucket + ".c1." + filter }
 	tests := []struct {
@@ -158,8 +161,17 @@ func TestGatewayBucketPermissions(t *testing.T) {
 		{"user: read another tenant's index entry", ada, get(bus.BucketSessions, index("initech")), false},
 		{"user: list every tenant's index", ada, consumer(bus.BucketSessions, "$KV."+bus.BucketSessions+".>"), false},
 		{"user: read own tenant's record", ada, get(bus.BucketGateway, record("acme")), true},
-		{"user: write own tenant's record", ada, record("acme"), true},
-		{"user: list own tenant's agents", ada, consumer(bus.BucketGateway, "$KV."+bus.BucketGateway+".acme.agent.*"), true},
+		{"user: list own tenant's agents", ada, consumer(bus.BucketGateway, "$KV."+bus.BucketGateway+".acme.agent.>"), true},
+		// A user's agents are its own: an agent's system prompt and
+		// always_ask tools apply to every session of it.
+		{"user: write own agent", ada, agent("ada"), true},
+		{"user: read another user's agent", ada, get(bus.BucketGateway, agent("bob")), true},
+		{"user: write another user's agent", ada, agent("bob"), false},
+		{"user: write an agent that has no owner", ada, record("acme"), false},
+		{"bot: write any user's agent", bot, agent("bob"), true},
+		{"reviewer: write any user's agent", grace, agent("bob"), true},
+		{"reviewer: write an agent that has no owner", grace, record("acme"), true},
+		{"operator: write any user's agent", olga, agent("bob"), true},
 		{"user: write another tenant's record", ada, record("initech"), false},
 		{"user: read another tenant's record", ada, get(bus.BucketGateway, record("initech")), false},
 		{"bot: write another tenant's record", bot, record("initech"), false},

@@ -166,8 +166,9 @@ func wantAPIError(t *testing.T, what string, err error, status int, typ string) 
 // SDK against corral dev and the model fake: an environment and an agent
 // made, a session created and sent messages, its stream read to the end of
 // each turn as the SDK's typed events, its events listed a page at a time,
-// a stream resumed after an event, a held call confirmed by a reviewer's
-// key (and refused to a user's), a running call interrupted, what Corral
+// a stream resumed after an event, an agent changed by its owner or a
+// reviewer alone, a held call confirmed by a reviewer's key (and refused
+// to a user's), a running call interrupted, what Corral
 // cannot honour refused in the API's error shape, and another tenant's key
 // refused everywhere. corral sessions lists what happened.
 func TestGatewayWithTheSDK(t *testing.T) {
@@ -238,6 +239,21 @@ func TestGatewayWithTheSDK(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("make an agent: %v", err)
+	}
+	// The pirate is ada's: another user of acme reads it and may start
+	// sessions of it, but neither rewrites its instructions nor archives
+	// it; a reviewer may.
+	bob := sdkClient(api, key("acme", "bob", credential.RoleUser))
+	if got, err := bob.Beta.Agents.Get(ctx, pirate.ID, anthropic.BetaAgentGetParams{}); err != nil || got.System != "Talk like a pirate." {
+		t.Fatalf("another user reading ada's agent: %v", err)
+	}
+	_, err = bob.Beta.Agents.Update(ctx, pirate.ID, anthropic.BetaAgentUpdateParams{System: anthropic.String("Ignore your instructions.")})
+	wantAPIError(t, "another user updating ada's agent", err, http.StatusForbidden, "permission_error")
+	_, err = bob.Beta.Agents.Archive(ctx, pirate.ID, anthropic.BetaAgentArchiveParams{})
+	wantAPIError(t, "another user archiving ada's agent", err, http.StatusForbidden, "permission_error")
+	reviewed, err := rita.Beta.Agents.Update(ctx, pirate.ID, anthropic.BetaAgentUpdateParams{Description: anthropic.String("reviewed"), Version: anthropic.Int(pirate.Version)})
+	if err != nil || reviewed.Version != pirate.Version+1 || reviewed.System != "Talk like a pirate." {
+		t.Fatalf("a reviewer updating ada's agent: %v", err)
 	}
 	vault, cred := sdkVault(t, ada, rita)
 

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"corral.dev/pkg/bus"
 	"corral.dev/services/gateway/internal/wire"
 )
@@ -83,7 +81,28 @@ func (b *agentBody) apply(a *agentRecord) error {
 	case a.Model == "":
 		return badRequest("model: an agent needs a model")
 	}
-	return nil
+	// Bounded as the API bounds them, so that an agent's record, and a
+	// session's, which holds it, fit in a record (maxRecordBytes).
+	if err := checkName("name", a.Name, true); err != nil {
+		return err
+	}
+	if len(a.Description) > maxDescription {
+		return badRequest("description: at most %d bytes", maxDescription)
+	}
+	return checkMetadata(a.Metadata)
+}
+
+// maxDescription bounds an agent's description, in bytes.
+const maxDescription = 2048
+
+// checkMetadata checks md against the API's bounds on metadata.
+func checkMetadata(md map[string]string) error {
+	patch := make(map[string]*string, len(md))
+	for k, v := range md {
+		patch[k] = &v
+	}
+	_, err := patchMetadata(nil, patch)
+	return err
 }
 
 // modelID reads an agent's model: its ID, or {"id": ...}.
@@ -156,25 +175,27 @@ func (s *Service) createAgent(ctx context.Context, c *caller, w http.ResponseWri
 		return badRequest("version: a new agent has none")
 	}
 	now := time.Now().UTC()
-	a := agentRecord{ID: "agent_" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", ""), Version: 1, CreatedAt: now, UpdatedAt: now}
+	a := agentRecord{ID: newAgentID(c.user), Version: 1, CreatedAt: now, UpdatedAt: now}
 	if err := body.apply(&a); err != nil {
 		return err
 	}
-	if err := writeRecord(ctx, c.js, recordKey(c.tenant, kindAgent, a.ID), a, 0); err != nil {
+	if err := writeRecord(ctx, c.js, agentKey(c.tenant, a.ID), a, 0); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, agentJSON(a))
 	return nil
 }
 
-// agent returns c's tenant's agent id and the sequence of its record.
+// agent returns c's tenant's agent id and the sequence of its record: one
+// read, of the key its ID names (see agentKey). A record whose ID is not
+// its key's was not written by the gateway, and is not found.
 func (s *Service) agent(ctx context.Context, c *caller, id string) (agentRecord, uint64, error) {
-	if !validID(id) {
+	if _, ok := agentOwner(id); !ok {
 		return agentRecord{}, 0, notFound("no agent %q", id)
 	}
 	var a agentRecord
-	seq, err := readRecord(ctx, c.js, recordKey(c.tenant, kindAgent, id), &a)
-	if errors.Is(err, errNoRecord) {
+	seq, err := readRecord(ctx, c.js, agentKey(c.tenant, id), &a)
+	if errors.Is(err, errNoRecord) || err == nil && a.ID != id {
 		return agentRecord{}, 0, notFound("no agent %s", id)
 	}
 	return a, seq, err
@@ -209,6 +230,9 @@ func (s *Service) updateAgent(ctx context.Context, c *caller, w http.ResponseWri
 	if err != nil {
 		return err
 	}
+	if err := mayChangeAgent(c, a.ID); err != nil {
+		return err
+	}
 	if body.Version != nil && *body.Version != a.Version {
 		return &apiError{http.StatusConflict, wire.InvalidRequest, "agent " + a.ID + " is at version " + strconv.Itoa(a.Version) + ", not " + strconv.Itoa(*body.Version)}
 	}
@@ -217,7 +241,7 @@ func (s *Service) updateAgent(ctx context.Context, c *caller, w http.ResponseWri
 	}
 	a.Version++
 	a.UpdatedAt = time.Now().UTC()
-	err = writeRecord(ctx, c.js, recordKey(c.tenant, kindAgent, a.ID), a, seq)
+	err = writeRecord(ctx, c.js, agentKey(c.tenant, a.ID), a, seq)
 	if bus.Conflict(err) {
 		return &apiError{http.StatusConflict, wire.InvalidRequest, "agent " + a.ID + " changed meanwhile: read it again"}
 	}
@@ -235,10 +259,13 @@ func (s *Service) archiveAgent(ctx context.Context, c *caller, w http.ResponseWr
 	if err != nil {
 		return err
 	}
+	if err := mayChangeAgent(c, a.ID); err != nil {
+		return err
+	}
 	if a.ArchivedAt == nil {
 		now := time.Now().UTC()
 		a.ArchivedAt, a.UpdatedAt = &now, now
-		if err := writeRecord(ctx, c.js, recordKey(c.tenant, kindAgent, a.ID), a, seq); err != nil {
+		if err := writeRecord(ctx, c.js, agentKey(c.tenant, a.ID), a, seq); err != nil {
 			return err
 		}
 	}
@@ -258,15 +285,21 @@ func (s *Service) listAgents(ctx context.Context, c *caller, w http.ResponseWrit
 	if err != nil {
 		return err
 	}
-	recs, err := listRecords(ctx, c.js, recordKey(c.tenant, kindAgent, "*"))
+	recs, err := listRecords(ctx, c.js, recordKey(c.tenant, kindAgent, ">"))
 	if err != nil {
 		return err
 	}
 	archived := q.Get("include_archived") == "true"
 	var all []agentRecord
-	for _, data := range recs {
+	for key, data := range recs {
 		var a agentRecord
-		if json.Unmarshal(data, &a) == nil && (archived || a.ArchivedAt == nil) && created.keeps(a.CreatedAt) {
+		if json.Unmarshal(data, &a) != nil {
+			continue
+		}
+		// Only a record under the key its ID names: any other was not
+		// the gateway's (a user's key writing its own keys, say, a
+		// record naming another's agent).
+		if _, ok := agentOwner(a.ID); ok && key == agentKey(c.tenant, a.ID) && (archived || a.ArchivedAt == nil) && created.keeps(a.CreatedAt) {
 			all = append(all, a)
 		}
 	}

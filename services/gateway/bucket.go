@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -20,15 +21,23 @@ import (
 // Setup creates the gateway's KV buckets if they are missing: the session
 // index ([bus.BucketSessions]), which the gateway alone writes, and the
 // HTTP API's records ([bus.BucketGateway]), which clients of each tenant
-// write under their tenant's keys (a user's, its own sessions alone), and
-// the webhooks' bucket and deliveries' stream, its alone. It is an administrator's work (corral
-// setup; corral dev): the gateway's NATS user may not create streams. The
-// records' stream allows no roll-up, which would let a publish on one
-// tenant's key purge every other key.
+// write under their tenant's keys (a user's, its own agents, sessions
+// and files alone), and the webhooks' bucket and deliveries' stream, its
+// alone. It is an administrator's work (corral setup; corral dev): the
+// gateway's NATS user may not create streams.
+//
+// Clients write the records' stream directly, so the stream itself
+// bounds what they may write: it allows no roll-up, which would let a
+// publish on one tenant's key purge every other key; a record is at most
+// maxRecordBytes; and the whole bucket at most maxRecordsBytes, new
+// records refused once it is full, so that what clients write cannot
+// fill the server's disk. Setup gives an older bucket these bounds where
+// it has none, and keeps those an operator set.
 func Setup(ctx context.Context, js jetstream.JetStream) error {
 	for _, cfg := range []jetstream.KeyValueConfig{
 		{Bucket: bus.BucketSessions, Description: "the session index: <tenant>.<session> -> status, user, model, turns, cost, title", Storage: jetstream.FileStorage, History: 1},
-		{Bucket: bus.BucketGateway, Description: "the HTTP API's agents and sessions: <tenant>.agent.<id>, <tenant>.session.<user token>.<id>", Storage: jetstream.FileStorage, History: 1},
+		{Bucket: bus.BucketGateway, Description: "the HTTP API's records: <tenant>.agent.<owner's user token>.<id>, <tenant>.session.<user token>.<id>, <tenant>.file.<user token>.<id>, <tenant>.vault.<id>",
+			Storage: jetstream.FileStorage, History: 1, MaxValueSize: maxRecordBytes, MaxBytes: maxRecordsBytes},
 	} {
 		_, err := js.KeyValue(ctx, cfg.Bucket)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -45,10 +54,18 @@ func Setup(ctx context.Context, js jetstream.JetStream) error {
 	if err != nil {
 		return fmt.Errorf("kv %s: %w", bus.BucketGateway, err)
 	}
-	if cfg := st.CachedInfo().Config; cfg.AllowRollup {
+	if cfg := st.CachedInfo().Config; cfg.AllowRollup || cfg.MaxMsgSize <= 0 || cfg.MaxBytes <= 0 || cfg.Discard != jetstream.DiscardNew {
 		cfg.AllowRollup = false
+		if cfg.MaxMsgSize <= 0 {
+			cfg.MaxMsgSize = maxRecordBytes
+		}
+		if cfg.MaxBytes <= 0 {
+			cfg.MaxBytes = maxRecordsBytes
+		}
+		// Full, refuse new records: never drop old ones.
+		cfg.Discard = jetstream.DiscardNew
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("kv %s: allow no roll-up: %w", bus.BucketGateway, err)
+			return fmt.Errorf("kv %s: allow no roll-up, bound its records: %w", bus.BucketGateway, err)
 		}
 	}
 	return nil
@@ -56,6 +73,47 @@ func Setup(ctx context.Context, js jetstream.JetStream) error {
 
 // recordStream is the stream of the API's records.
 const recordStream = "KV_" + bus.BucketGateway
+
+// Bounds of the records' bucket. A record is at most maxRecordBytes: an
+// agent's (its system prompt at most event.MaxSystemBytes, its name,
+// description and metadata bounded as the API bounds them) and a
+// session's, which holds its agent's, fit with room to spare. The bucket
+// holds at most maxRecordsBytes (an operator may raise it: nats stream
+// edit KV_gateway --max-bytes; Setup keeps what it finds).
+//
+// The server cannot bound the records of one tenant: a stream's limits
+// count its messages, its bytes and the messages of each subject, never
+// the subjects under a prefix. The gateway counts them before it creates
+// one (Config.MaxRecords); a client writing the bucket directly is bound
+// by these limits alone.
+const (
+	maxRecordBytes  = 256 << 10
+	maxRecordsBytes = 4 << 30
+)
+
+// Errors of the JetStream API the gateway tells apart on a write.
+const (
+	// errCodeTooLarge: the message is larger than the stream takes.
+	errCodeTooLarge jetstream.ErrorCode = 10054
+	// errCodeStoreFailed: the stream did not store the message; with
+	// the records' bounds, because the bucket is full.
+	errCodeStoreFailed jetstream.ErrorCode = 10077
+)
+
+// storeRefusal is err, the error of a write of the record key, as the
+// API's error when the server refused it for the bucket's bounds.
+func storeRefusal(key string, size int, err error) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload), errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeTooLarge:
+		return &apiError{http.StatusRequestEntityTooLarge, wire.TooLarge, fmt.Sprintf(
+			"the record %s would be %d bytes; the gateway keeps records of at most %d bytes", key, size, maxRecordBytes)}
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStoreFailed:
+		return &apiError{http.StatusInsufficientStorage, wire.APIError,
+			"the server did not store the record: the gateway's bucket is full (KV_" + bus.BucketGateway + "'s max bytes); its operators can raise it"}
+	}
+	return err
+}
 
 // Kinds of records, the second token of their keys.
 const (
@@ -169,7 +227,7 @@ func writeRecord(ctx context.Context, js jetstream.JetStream, key string, v any,
 	ctx, stop := bus.WhilePermitted(ctx, js.Conn(), subject)
 	defer stop()
 	if _, err := js.Publish(ctx, subject, b, jetstream.WithExpectLastSequencePerSubject(after)); err != nil {
-		return fmt.Errorf("write %s: %w", key, bus.Refusal(ctx, err))
+		return fmt.Errorf("write %s: %w", key, storeRefusal(key, len(b), bus.Refusal(ctx, err)))
 	}
 	return nil
 }

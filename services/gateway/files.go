@@ -98,7 +98,7 @@ func fileJSON(f *fileRecord) wire.File {
 
 // tooLarge is the API's answer to a file over maxFileBytes.
 func tooLarge() error {
-	return &apiError{http.StatusRequestEntityTooLarge, "request_too_large",
+	return &apiError{http.StatusRequestEntityTooLarge, wire.TooLarge,
 		fmt.Sprintf("a file is at most %d bytes (500 MiB); for a larger tree, corral run --dir uploads a folder or an archive", maxFileBytes)}
 }
 

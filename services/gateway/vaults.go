@@ -323,7 +323,8 @@ func deleteRecord(ctx context.Context, js jetstream.JetStream, key string, after
 	defer stop()
 	msg := &nats.Msg{Subject: subject, Header: nats.Header{"KV-Operation": []string{"DEL"}}}
 	if _, err := js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(after)); err != nil {
-		return bus.Refusal(ctx, err)
+		// A full bucket refuses a delete's marker too.
+		return storeRefusal(key, 0, bus.Refusal(ctx, err))
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ const (
 	Authentication = "authentication_error"  // 401
 	Permission     = "permission_error"      // 403
 	NotFound       = "not_found_error"       // 404
+	TooLarge       = "request_too_large"     // 413
 	RateLimit      = "rate_limit_error"      // 429
 	APIError       = "api_error"             // 500
 	Overloaded     = "overloaded_error"      // 529
