@@ -13,8 +13,11 @@ import (
 )
 
 // Request asks Corral to start a session or to continue one with a follow-up
-// message. Clients publish it on requests.<tenant>.<session> with ID as the
-// Nats-Msg-Id, so a retried publish starts nothing twice.
+// message. Clients publish it on requests.<tenant>.<session>.<user token>;
+// the harness records a session's request once by its ID, so a retried
+// publish starts nothing twice. A Nats-Msg-Id, if set, must be one no one
+// else can work out (a random ID, as [NewHeader]'s): the requests' stream
+// drops a message whose ID it holds whoever sent it, on any subject.
 // Schema: schemas/session/v1/request.json.
 type Request struct {
 	// Header.ID is the client-chosen ID of this request.

@@ -192,10 +192,14 @@ func (u *uploader) send(ctx context.Context, hash string, size int64, r io.Reade
 	return u.publish(ctx, hash, size, n-1, last)
 }
 
-// publish stores chunk i of the content hash of size bytes, with its
-// subject as its message ID: published again within the stream's
-// duplicate window (a retry whose acknowledgement was lost), it is
-// stored once.
+// publish stores chunk i of the content hash of size bytes. It sets no
+// message ID: the stream's duplicate window spans every subject, so a
+// client of another tenant (or another user) could publish first, on its
+// own subject, with the ID this chunk would carry (its subject, say), and
+// the chunk would be dropped as its duplicate, leaving the upload without
+// it. Nothing needs one: the stream keeps one message a subject, so a
+// chunk published again (a retry whose acknowledgement was lost) replaces
+// the same bytes, and a chunk's subject only its user may publish on.
 func (u *uploader) publish(ctx context.Context, hash string, size int64, i int, data []byte) error {
 	msg := nats.NewMsg(bus.UploadSubject(u.tenant, u.user, hash, i))
 	msg.Data = data
@@ -204,7 +208,7 @@ func (u *uploader) publish(ctx context.Context, hash string, size int64, i int, 
 	defer cancel()
 	ctx, stop := bus.WhilePermitted(ctx, u.js.Conn(), msg.Subject)
 	defer stop()
-	if _, err := u.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msg.Subject)); err != nil {
+	if _, err := u.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publish %s: %w", msg.Subject, bus.Refusal(ctx, err))
 	}
 	return nil

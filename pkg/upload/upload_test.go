@@ -5,6 +5,8 @@ import (
 	"archive/zip"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"io/fs"
@@ -91,6 +93,55 @@ func TestUploadIsTheUsers(t *testing.T) {
 	if _, _, _, err := s.layout(t, "bob", ref, Bounds{}); err != nil {
 		t.Errorf("bob's layout of his own upload: %v", err)
 	}
+}
+
+// A chunk's subject is no secret: a client of another tenant, or another
+// user, that publishes first, on a subject of its own, a message whose ID
+// is a chunk's subject (or anything else the uploader could work out)
+// drops none of the upload's chunks: it is laid out whole.
+func TestUploadNotDroppedByAnothersMessageID(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	src := t.TempDir()
+	writeFile(t, filepath.Join(src, "a.txt"), []byte("ada's\n"), 0o644)
+	big := make([]byte, bus.UploadChunkBytes+10)
+	writeFile(t, filepath.Join(src, "big.bin"), big, 0o644)
+	want := describe(t, src)
+	tr, err := openTree(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, data, err := tr.list.Ref()
+	tr.close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	listHash, _ := ParseRef(ref)
+	contents := map[string]int64{listHash: int64(len(data)), hashOfFull("ada's\n"): 6}
+	sum := sha256.Sum256(big)
+	contents[hex.EncodeToString(sum[:])] = int64(len(big))
+	ctx := context.Background()
+	for _, who := range []struct{ tenant, user string }{{"globex", "eve"}, {"acme", "bob"}} {
+		own := bus.UploadSubject(who.tenant, bus.UserToken(who.user), hashOfFull(who.tenant+who.user), 0)
+		for hash, size := range contents {
+			for i := range chunkCount(size) {
+				id := bus.UploadSubject("acme", bus.UserToken("ada"), hash, i)
+				if _, err := s.js.Publish(ctx, own, []byte("not ada's"), jetstream.WithMsgID(id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+
+	got, _ := s.upload(t, "ada", src)
+	if got != ref {
+		t.Fatalf("ref = %s, want %s", got, ref)
+	}
+	dir, _, _, err := s.layout(t, "ada", ref, Bounds{})
+	if err != nil {
+		t.Fatalf("layout: %v", err)
+	}
+	sameTree(t, describe(t, dir), want)
 }
 
 // Archives are uploaded as the folder they hold: a tar, tar.gz or zip

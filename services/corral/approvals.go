@@ -316,10 +316,11 @@ func (e *env) stopSession(ctx context.Context, js jetstream.JetStream, tenant st
 		return nil
 	}
 	ev := event.SessionStopped{Header: event.NewHeader(event.TypeSessionStopped, tenant, session), By: by, Reason: reason}
-	// One stop per stretch of the log: its ID (the request's message ID,
-	// and the harness records it once per ID) is the same for every stop
-	// after the same last event, so a retried stop is dropped, and a
-	// session restarted by a follow-up can be stopped again.
+	// One stop per stretch of the log: its ID (the harness records a
+	// stop once per ID) is the same for every stop after the same last
+	// event, so a retried stop is recorded once, and a session restarted
+	// by a follow-up can be stopped again. It is not the request's
+	// message ID (see control).
 	ev.ID = uuid.NewSHA1(controlNamespace, fmt.Appendf(nil, "%s:stopped:%d", bus.SessionKey(tenant, session), st.last))
 	if err := e.control(ctx, js, l, st, &ev); err != nil {
 		return err

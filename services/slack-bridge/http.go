@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -189,6 +192,23 @@ func RequestID(team, channel, ts string) uuid.UUID {
 	return uuid.NewSHA1(namespace, []byte("request\x00"+team+"\x00"+channel+"\x00"+ts))
 }
 
+// requestMsgID returns the message ID the bridge publishes request req of
+// tenant with: an HMAC of them keyed by the Slack app's signing secret,
+// the same however often Slack delivers the message (and in every run of
+// the bridge), so that a retried publish is dropped as a duplicate. Not
+// req itself: the requests' stream drops a message whose ID it holds,
+// whoever sent it and on whatever subject, and req is worked out from
+// what anyone in the channel sees; a client of another tenant could send
+// a message of that ID first, and this request would be dropped unseen.
+// Only the bridge holds the secret. The harness also records a request
+// once by its ID, so a message published again after the duplicate
+// window (or after the secret changed) starts nothing twice either.
+func requestMsgID(secret Secret, tenant string, req uuid.UUID) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("corral slack request\x00" + tenant + "\x00" + req.String()))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
 // UserPrefix is prefixed to Slack user IDs to make Corral users.
 const UserPrefix = "slack:"
 
@@ -255,10 +275,10 @@ func (s *Service) ask(ctx context.Context, q question) error {
 			Model:  s.cfg.Model,
 			Prompt: prompt,
 		}
-		// The request's ID is its message ID: a second publish is dropped,
-		// and the harness ignores a request already in the session's log.
+		// A second publish is dropped (see requestMsgID), and the
+		// harness ignores a request already in the session's log.
 		// The subject names the user: the harness takes it from there.
-		if err := bus.Publish(ctx, tn.js, bus.RequestSubject(tenant, session, ev.User), req.String(), &ev); err != nil {
+		if err := bus.Publish(ctx, tn.js, bus.RequestSubject(tenant, session, ev.User), requestMsgID(s.cfg.SigningSecret, tenant, req), &ev); err != nil {
 			return err
 		}
 		s.log.InfoContext(ctx, "slack request", "tenant", tenant, "session", session, "request", req, "user", ev.User)
