@@ -98,9 +98,12 @@ when it is not today's default.`,
    "turns":3,"usage":{"input_tokens":1200,"output_tokens":300},"cost_usd":0.0081}
 
 status is completed, failed, stopped, paused (over a budget, waiting for a
-reviewer's raise), running, pending (waiting for the harness) or
-not_submitted; a failed, stopped or paused job has "code" and "error" (a
-paused job's code is budget_exceeded, and its error says what lets it go on).
+reviewer's raise), conflict (its session was started by another request,
+another user's or not the job's: the job did not run), running, pending
+(waiting for the harness) or not_submitted; a failed, stopped or paused job
+has "code" and "error" (a paused job's code is budget_exceeded, and its
+error says what lets it go on), a job in conflict "error", saying who
+started its session.
 The cost prices each model response's tokens by the policy's price table, as
 the harness does for budgets. A completed job whose workspace started from a
 repository or a dir has "changes": the files it changed, with their lines;
@@ -188,7 +191,7 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 	}
 	var conflicts []string
 	for i, j := range jobs {
-		if c := states[i].conflict(j); c != "" {
+		if c := states[i].resubmitted(j); c != "" {
 			conflicts = append(conflicts, fmt.Sprintf("line %d: job %q was submitted before with %s (session %s); give this job an id of its own", j.line, j.id, c, j.session))
 		}
 	}
@@ -197,10 +200,17 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 	}
 
 	submitted, before := 0, 0
+	// A job whose session another request started is not submitted: the
+	// harness would refuse it, or take the other request for it.
+	var taken []string
 	// Each folder is uploaded once for each tenant and user whose jobs
 	// start from it.
 	uploaded := make(map[[3]string]string)
 	for i, j := range jobs {
+		if states[i].status == statusConflict {
+			taken = append(taken, fmt.Sprintf("job %q: %s", j.id, states[i].reason))
+			continue
+		}
 		if states[i].status != statusNotSubmitted {
 			before++
 			continue
@@ -219,12 +229,18 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 			}
 			j.req.Files = uploaded[key]
 		}
-		// The request's ID is its message ID: a publish repeated within
-		// the duplicate window is dropped by the server (a request
-		// submitted before that the harness has not taken yet), and the
-		// harness ignores a request already in the session's log after it.
+		// Published only if the job's subject holds no request: one
+		// submitted before that the harness has not taken yet is not
+		// queued twice; and the harness ignores a request already in
+		// the session's log after it. Not deduplicated by a message ID:
+		// the job's IDs are worked out from its tenant, batch and id,
+		// and a client of another tenant, or another user, could send a
+		// message of that ID first, on a subject of its own, and the
+		// stream would drop this one as its duplicate (see
+		// [bus.PublishFirst]). The subject only this job's user (and
+		// the tenant's bots) may publish on.
 		j.req.Time = time.Now().UTC()
-		fresh, err := bus.PublishOnce(ctx, js, bus.RequestSubject(j.tenant, j.session, j.req.User), j.req.ID.String(), &j.req)
+		fresh, err := bus.PublishFirst(ctx, js, bus.RequestSubject(j.tenant, j.session, j.req.User), &j.req)
 		if err != nil {
 			if ctx.Err() != nil {
 				return interrupted(file, o.batch, fmt.Sprintf("with %d of %d jobs submitted", submitted+before, len(jobs)))
@@ -238,9 +254,16 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 			before++
 		}
 	}
-	fmt.Fprintf(e.stderr, "%s: batch %s: %d jobs: %d submitted now, %d before\n", file, o.batch, len(jobs), submitted, before)
+	fmt.Fprintf(e.stderr, "%s: batch %s: %d jobs: %d submitted now, %d before", file, o.batch, len(jobs), submitted, before)
+	if len(taken) > 0 {
+		fmt.Fprintf(e.stderr, ", %d in conflict:\n  %s", len(taken), strings.Join(taken, "\n  "))
+	}
+	fmt.Fprintln(e.stderr)
 	if noWait {
 		fmt.Fprintf(e.stderr, "follow them with: corral batch status --batch %s %s\n", shellQuote(o.batch), file)
+		if len(taken) > 0 {
+			return &exitError{1, fmt.Errorf("%d of %d jobs in conflict did not run; give them ids of their own, or another --batch", len(taken), len(jobs))}
+		}
 		return nil
 	}
 	return e.followBatch(ctx, js, r.logs, r.prices, file, o.batch, jobs, states, from)
@@ -354,7 +377,7 @@ func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, l *sessio
 	n := count()
 	rep.close()
 	fmt.Fprintf(e.stderr, "%s: %s\n", file, summary(len(jobs), n))
-	if bad := n[statusFailed] + n[statusStopped] + n[statusPaused]; bad > 0 {
+	if bad := n[statusFailed] + n[statusStopped] + n[statusPaused] + n[statusConflict]; bad > 0 {
 		return &exitError{1, fmt.Errorf("%d of %d jobs did not complete; corral batch results --batch %s %s says why", bad, len(jobs), shellQuote(batch), file)}
 	}
 	return nil
@@ -363,7 +386,7 @@ func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, l *sessio
 // summary counts jobs by status, those that ended first.
 func summary(total int, n map[string]int) string {
 	s := fmt.Sprintf("%d jobs: %d completed, %d failed", total, n[statusCompleted], n[statusFailed])
-	for _, k := range []string{statusStopped, statusPaused, statusRunning, statusPending, statusNotSubmitted} {
+	for _, k := range []string{statusStopped, statusPaused, statusConflict, statusRunning, statusPending, statusNotSubmitted} {
 		if n[k] > 0 {
 			s += fmt.Sprintf(", %d %s", n[k], k)
 		}
@@ -414,7 +437,7 @@ func (r *batchReport) ended(j *job, st *jobState, done int, n map[string]int) {
 		_ = r.bar.Clear()
 		fmt.Fprintln(r.w, line)
 	}
-	if bad := n[statusFailed] + n[statusStopped]; bad > 0 {
+	if bad := n[statusFailed] + n[statusStopped] + n[statusConflict]; bad > 0 {
 		r.bar.Describe(fmt.Sprintf("jobs (%d failed)", bad))
 	}
 	_ = r.bar.Set(done)
@@ -467,7 +490,7 @@ func (e *env) batchStatus(ctx context.Context, o batchOpts, file string, verbose
 	}
 	fmt.Fprintf(e.stdout, "batch %s: %d jobs: %d pending, %d running, %d completed, %d failed", o.batch, len(jobs),
 		n[statusPending], n[statusRunning], n[statusCompleted], n[statusFailed])
-	for _, k := range []string{statusPaused, statusStopped, statusNotSubmitted} {
+	for _, k := range []string{statusPaused, statusStopped, statusConflict, statusNotSubmitted} {
 		if n[k] > 0 {
 			fmt.Fprintf(e.stdout, ", %d %s", n[k], k)
 		}

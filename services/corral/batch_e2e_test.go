@@ -117,8 +117,10 @@ func TestBatchSubmitStatusAndResults(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, `line 2: job "a" was submitted before with a different prompt`) {
 		t.Errorf("a conflicting file: exit %d, stderr:\n%s", code, stderr)
 	}
+	// Its job a is in conflict: the session ran another prompt, whose
+	// answer is not the job's.
 	code, stdout, _ = p.corral(t, "batch", "status", other)
-	if code != 0 || stdout != "batch "+todaysBatch()+": 2 jobs: 0 pending, 0 running, 1 completed, 0 failed, 1 not_submitted\n" {
+	if code != 0 || stdout != "batch "+todaysBatch()+": 2 jobs: 0 pending, 0 running, 0 completed, 0 failed, 1 conflict, 1 not_submitted\n" {
 		t.Errorf("status of the conflicting file: exit %d, %q", code, stdout)
 	}
 
@@ -379,7 +381,8 @@ func TestBatchInterruptedSubmitResumes(t *testing.T) {
 }
 
 // Two submits of one file at once start each job once: the second finds
-// the sessions, or its requests are dropped as duplicates.
+// the sessions, or the requests queued already, or its requests are
+// recorded once.
 func TestBatchConcurrentSubmitsStartOnce(t *testing.T) {
 	p := startDev(t, echoPrompt, nil)
 	var lines []string

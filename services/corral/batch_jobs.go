@@ -33,6 +33,16 @@ import (
 // the same batch finds the sessions it started instead of starting new
 // ones, and a job ID used again in another batch (tomorrow's run of a
 // nightly file) starts a session of its own.
+//
+// These IDs are no secret: anyone who knows a batch's name and its jobs'
+// ids can work them out. That is safe because neither is a message ID of
+// the requests' stream, whose duplicate window spans every tenant's
+// subjects: the session names a subject under the job's tenant and user,
+// which only they may publish on, and the request is recorded once per
+// session by its ID. The request is published with no message ID, only
+// if the job's subject holds none already ([bus.PublishFirst]). Nor can
+// another request, started first in the job's session, pass for the
+// job's: the job is in conflict ([startedOtherwise]).
 var batchNamespace = uuid.MustParse("5c1b8f0e-3d2a-4f6b-9a7e-0c4d2e8b1f63")
 
 // maxJobID is the longest job ID, in bytes.
@@ -44,8 +54,8 @@ type job struct {
 	id      string
 	tenant  string
 	session uuid.UUID
-	// req is the request that starts the job's session; its ID doubles
-	// as the message ID.
+	// req is the request that starts the job's session; the harness
+	// records it once by its ID.
 	req event.Request
 	// dir is the folder or archive the job's workspace starts from,
 	// uploaded when the job is submitted; "" for none.
@@ -237,6 +247,10 @@ const (
 	// statusPaused is a job whose session is paused over a budget: it
 	// waits for a reviewer's raise, and goes on by itself after one.
 	statusPaused = "paused"
+	// statusConflict is a job whose session another request started:
+	// another user's, or one that is not the job's. The job did not run,
+	// and nothing that session did is the job's.
+	statusConflict = "conflict"
 )
 
 // jobState is a job as its session's log tells it.
@@ -244,14 +258,15 @@ type jobState struct {
 	// sess has folded the session's log as far as it was read.
 	sess   *sessionlog.Session
 	status string
-	// requested is the job's own request as the session recorded it.
-	requested *event.SessionRequested
-	answer    string
-	code      string
-	reason    string
-	usage     model.Usage
-	turns     int
-	costUSD   float64
+	// first is the request that started the job's session, as the
+	// session recorded it: the job's own, or else the job is in conflict.
+	first   *event.SessionRequested
+	answer  string
+	code    string
+	reason  string
+	usage   model.Usage
+	turns   int
+	costUSD float64
 	// changes is what the job's session changed in a workspace started
 	// from a repository or a dir.
 	changes *event.Changes
@@ -261,21 +276,31 @@ type jobState struct {
 // pause over a budget: following it waits for no one's raise.
 func (s *jobState) ended() bool {
 	switch s.status {
-	case statusCompleted, statusFailed, statusStopped, statusPaused:
+	case statusCompleted, statusFailed, statusStopped, statusPaused, statusConflict:
 		return true
 	}
 	return false
 }
 
 // apply folds one event of the job's session, accepted by its Log, into
-// its state.
+// its state. A session started by a request that is not the job's is in
+// conflict, and nothing of it after, or before, counts as the job's: not
+// its answer, turns, cost or changes.
 func (s *jobState) apply(j *job, ev event.Event, prices *policy.Policy) {
+	if s.status == statusConflict {
+		return
+	}
 	switch ev := ev.(type) {
 	case *event.SessionRequested:
-		s.status = statusRunning
-		if ev.Request == j.req.ID {
-			s.requested = ev
+		if s.first == nil {
+			s.first = ev
+			if what := startedOtherwise(j, ev); what != "" {
+				*s = jobState{sess: s.sess, first: ev, status: statusConflict,
+					reason: fmt.Sprintf("session %s was started by user %q with %s: the job did not run", j.session, ev.User, what)}
+				return
+			}
 		}
+		s.status = statusRunning
 	case *event.ModelResponded:
 		s.turns++
 		s.usage.Add(ev.Usage)
@@ -300,17 +325,38 @@ func (s *jobState) apply(j *job, ev event.Event, prices *policy.Policy) {
 	}
 }
 
-// conflict says how the job differs from the request its session
-// recorded, when the session was started by another job with the same id.
-func (s *jobState) conflict(j *job) string {
-	r := s.requested
+// startedOtherwise says how first, the request that started job j's
+// session, is not the job's, or "" if it is. The job's request is the one
+// of the ID worked out for it, for its user, with its prompt (and model,
+// if it names one). The job's user, not whoever sends it, is the
+// submitter: a bot's credential submits on the user's subject, and the
+// session is the user's. The IDs are no secret, so the ID alone proves
+// nothing: another user of the tenant may start the session first, as
+// themselves, with a request of their own or of the job's ID, and a bot
+// of the tenant may start it as the job's user with another prompt.
+func startedOtherwise(j *job, first *event.SessionRequested) string {
 	switch {
-	case r == nil:
+	case first.Request != j.req.ID, first.User != j.req.User:
+		return "another request"
+	case first.Prompt != j.req.Prompt:
+		return "another request (a different prompt)"
+	case j.req.Model != "" && first.Model != j.req.Model:
+		return "another request (model " + first.Model + ")"
+	}
+	return ""
+}
+
+// resubmitted says how the job differs from the request that started its
+// session, when that request was the job's ID for the job's user with
+// another prompt or model: the same id submitted before from another
+// version of the file, which the file, not the platform, must settle.
+func (s *jobState) resubmitted(j *job) string {
+	r := s.first
+	switch {
+	case r == nil, r.Request != j.req.ID, r.User != j.req.User:
 		return ""
 	case r.Prompt != j.req.Prompt:
 		return "a different prompt"
-	case r.User != j.req.User:
-		return "user " + r.User
 	case j.req.Model != "" && r.Model != j.req.Model:
 		return "model " + r.Model
 	}
@@ -353,8 +399,8 @@ func (r *jobReader) readOne(ctx context.Context, j *job) (*jobState, error) {
 	if len(entries) == 0 {
 		// Not in the log yet: never submitted, or its request waits for
 		// the harness (a client may not read the requests' queue).
-		// Submitting it again is safe: the duplicate window drops the
-		// copy, and the harness records a request once.
+		// Submitting it again is safe: a request still queued is not
+		// published again, and the harness records a request once.
 		return st, nil
 	}
 	for _, en := range entries {
