@@ -67,9 +67,13 @@ func (s *Service) handleControl(ctx context.Context, tenant string, session uuid
 	h.Time = h.Time.UTC()
 	switch e := ev.(type) {
 	case *event.SessionStopped:
-		// On a user's subject, the stop is that user's whatever its
-		// body says; only the console's names the person it signed in.
-		if user != "" {
+		// Who stopped it is as the stop says, else the subject's user: a
+		// reviewer's, an operator's or a bot's credential sends a stop on
+		// the session's user's subject, which says whose session it is,
+		// not who sent it. A user's credential sends on its own subject
+		// alone, so a stop that names someone else falsely can come only
+		// from the session's own user, about their own session.
+		if e.By == "" {
 			e.By = user
 		}
 	case *event.BudgetRaise:
