@@ -105,11 +105,15 @@ func (r *Reader) manifest(ctx context.Context, tenant string, session uuid.UUID)
 	return c, nil
 }
 
+// emptyHash is the SHA-256 of no bytes: an empty file's, whose size a
+// manifest leaves out (as zero) and no one need ask the store for.
+const emptyHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
 // entry returns f as the API shows it, asking the store for the size of
 // a file a manifest of an older version names without one.
 func (r *Reader) entry(ctx context.Context, f File) (workspaceapi.Entry, error) {
 	e := workspaceapi.Entry{Path: f.Path, Mode: f.Mode, Size: f.Size, SHA256: f.Hash, Link: f.Link}
-	if f.Hash != "" && f.Size == 0 {
+	if f.Hash != "" && f.Size == 0 && f.Hash != emptyHash {
 		info, err := r.store.GetInfo(ctx, "b."+f.Hash)
 		if err != nil {
 			return e, fmt.Errorf("%s: %w", f.Path, err)

@@ -192,6 +192,17 @@ func TestReader(t *testing.T) {
 		}
 	})
 
+	// An empty file's size is known without asking the store (a
+	// workspace of many costs no round trip each).
+	t.Run("empty file", func(t *testing.T) {
+		empty := s.session(t, "acme")
+		s.put(t, ManifestName("acme", empty), Manifest{Seq: 2, Files: []File{{Path: "empty", Mode: 0o644, Hash: emptyHash}}})
+		got, err := r.List(ctx, "acme", &workspaceapi.ListRequest{Session: empty})
+		if err != nil || len(got.Entries) != 1 || got.Entries[0].Size != 0 {
+			t.Errorf("ls of a workspace with an empty file, its blob not in the store: %+v, %v", got, err)
+		}
+	})
+
 	// A manifest of an older version names no sizes: they come from the
 	// store.
 	t.Run("old manifest", func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"al.essio.dev/pkg/shellescape"
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/callview"
@@ -42,6 +43,9 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	},
 	"when":      func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 	"difflines": difflines,
+	// shellword is s as a shell reads it back as one word, for a command
+	// the page suggests: a path the model chose is not the page's to run.
+	"shellword": shellescape.Quote,
 	"stepView": func(s *step, v sessionView) stepView {
 		return stepView{Step: s, CSRF: v.CSRF, Decides: v.Decides, Path: v.Path}
 	},

@@ -2,15 +2,18 @@ package approval
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io/fs"
 	"net/http"
 	"net/url"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/snapshot"
 	"corral.dev/pkg/workspaceapi"
 )
 
@@ -22,11 +25,13 @@ import (
 // a session's workspace is who may see its timeline.
 
 // Bounds of what a page shows: the rest is a corral workspace command
-// away, which the page names.
+// away, which the page names. A page that takes longer than readFor to
+// read says so.
 const (
 	maxEntriesShown = 2000
 	maxPatchShown   = 1 << 20
 	maxFileShown    = 1 << 20
+	readFor         = 30 * time.Second
 )
 
 // workspaceView is what the workspace page shows.
@@ -41,8 +46,10 @@ type workspaceView struct {
 	// Seq is the snapshot's sequence; 0 with Error set when there is none.
 	Seq     uint64
 	Entries []fileRow
-	// More is how many entries are not shown.
+	// More is how many entries are not shown; Git how many of them are
+	// the repository's .git, which the list leaves out.
 	More  int
+	Git   int
 	Error string
 	// The diff, or why there is none.
 	Changes   *event.Changes
@@ -105,7 +112,9 @@ func (w *web) workspacePage(rw http.ResponseWriter, r *http.Request, rv reviewer
 		w.render(rw, http.StatusOK, "workspace.html", v)
 		return
 	}
-	list, err := w.s.snapshots.List(r.Context(), tenant, &workspaceapi.ListRequest{Session: session, Recursive: true})
+	ctx, cancel := context.WithTimeout(r.Context(), readFor)
+	defer cancel()
+	list, err := w.s.snapshots.List(ctx, tenant, &workspaceapi.ListRequest{Session: session, Recursive: true})
 	if err != nil {
 		if v.Error = w.snapshotError(err); v.Error == "" {
 			http.Error(rw, "The workspace cannot be read now; try again.", http.StatusServiceUnavailable)
@@ -115,10 +124,14 @@ func (w *web) workspacePage(rw http.ResponseWriter, r *http.Request, rv reviewer
 		return
 	}
 	v.Seq = list.Seq
-	for i, e := range list.Entries {
-		if i == maxEntriesShown {
-			v.More = len(list.Entries) - i
-			break
+	for _, e := range list.Entries {
+		switch {
+		case snapshot.InGit(e.Path):
+			v.Git++
+			continue
+		case len(v.Entries) == maxEntriesShown:
+			v.More++
+			continue
 		}
 		row := fileRow{Entry: e, Kind: "file"}
 		switch {
@@ -131,7 +144,7 @@ func (w *web) workspacePage(rw http.ResponseWriter, r *http.Request, rv reviewer
 		}
 		v.Entries = append(v.Entries, row)
 	}
-	diff, err := w.s.snapshots.Diff(r.Context(), tenant, &workspaceapi.DiffRequest{Session: session}, maxPatchShown)
+	diff, err := w.s.snapshots.Diff(ctx, tenant, &workspaceapi.DiffRequest{Session: session}, maxPatchShown)
 	switch {
 	case err != nil:
 		if v.DiffError = w.snapshotError(err); v.DiffError == "" {
@@ -161,7 +174,9 @@ func (w *web) filePage(rw http.ResponseWriter, r *http.Request, rv reviewer) {
 		w.render(rw, http.StatusOK, "file.html", v)
 		return
 	}
-	got, err := w.s.snapshots.Read(r.Context(), tenant, &workspaceapi.ReadRequest{Session: session, Path: v.File, Length: maxFileShown})
+	ctx, cancel := context.WithTimeout(r.Context(), readFor)
+	defer cancel()
+	got, err := w.s.snapshots.Read(ctx, tenant, &workspaceapi.ReadRequest{Session: session, Path: v.File, Length: maxFileShown})
 	if err != nil {
 		if v.Error = w.snapshotError(err); v.Error == "" {
 			http.Error(rw, "The file cannot be read now; try again.", http.StatusServiceUnavailable)

@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"al.essio.dev/pkg/shellescape"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/schollz/progressbar/v3"
@@ -260,7 +261,7 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 	}
 	fmt.Fprintln(e.stderr)
 	if noWait {
-		fmt.Fprintf(e.stderr, "follow them with: corral batch status --batch %s %s\n", shellQuote(o.batch), file)
+		fmt.Fprintf(e.stderr, "follow them with: corral batch status --batch %s %s\n", shellescape.Quote(o.batch), shellescape.Quote(file))
 		if len(taken) > 0 {
 			return &exitError{1, fmt.Errorf("%d of %d jobs in conflict did not run; give them ids of their own, or another --batch", len(taken), len(jobs))}
 		}
@@ -271,15 +272,7 @@ func (e *env) batchSubmit(ctx context.Context, o batchOpts, file string, noWait 
 
 // interrupted is the error of a submit interrupted at when.
 func interrupted(file, batch, when string) error {
-	return &exitError{130, fmt.Errorf("interrupted %s; run corral batch submit --batch %s %s again to go on", when, shellQuote(batch), file)}
-}
-
-// shellQuote is s as a shell reads it back as one word.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-+=:,@%/") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	return &exitError{130, fmt.Errorf("interrupted %s; run corral batch submit --batch %s %s again to go on", when, shellescape.Quote(batch), shellescape.Quote(file))}
 }
 
 // followBatch follows the jobs' sessions until every one has ended,
@@ -378,7 +371,7 @@ func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, l *sessio
 	rep.close()
 	fmt.Fprintf(e.stderr, "%s: %s\n", file, summary(len(jobs), n))
 	if bad := n[statusFailed] + n[statusStopped] + n[statusPaused] + n[statusConflict]; bad > 0 {
-		return &exitError{1, fmt.Errorf("%d of %d jobs did not complete; corral batch results --batch %s %s says why", bad, len(jobs), shellQuote(batch), file)}
+		return &exitError{1, fmt.Errorf("%d of %d jobs did not complete; corral batch results --batch %s %s says why", bad, len(jobs), shellescape.Quote(batch), shellescape.Quote(file))}
 	}
 	return nil
 }

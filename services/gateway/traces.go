@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"regexp"
 	"sync"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -213,10 +214,30 @@ func (s *Service) sendSpans(ctx context.Context, tenant, session string, st *ses
 		ro[i] = sp.ReadOnly(agent, s.tracer.res)
 	}
 	if err := s.tracer.exporter.ExportSpans(ctx, ro); err != nil {
-		return fmt.Errorf("export %d spans of session %s: %w", len(ro), session, err)
+		return fmt.Errorf("export %d spans of session %s: %w", len(ro), session, redactEndpoint(err))
 	}
 	return nil
 }
+
+// redactEndpoint is err, an exporter's, with every URL in its text shown
+// as [redactURL] shows it: the exporter's errors name the collector's URL
+// whole (its path, its user information), and a failed export is logged
+// at each retry.
+func redactEndpoint(err error) error {
+	return &redactedError{err: err, text: urlInText.ReplaceAllStringFunc(err.Error(), redactURL)}
+}
+
+// urlInText matches a URL in an error's text: up to a space or a quote.
+var urlInText = regexp.MustCompile(`(?i)\bhttps?://[^\s"'<>]+`)
+
+// redactedError is an error whose text was redacted.
+type redactedError struct {
+	err  error
+	text string
+}
+
+func (e *redactedError) Error() string { return e.text }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // traceAgent returns the agent of a session of user: the one its record
 // in the HTTP API names, under the user's own key, or "corral" for a

@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
@@ -156,5 +160,29 @@ func TestTracesEndpointFromEnvironment(t *testing.T) {
 				t.Errorf("got %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// A failed export's error, logged at each retry, names the collector by
+// its scheme and host alone: an endpoint's path or query may carry a
+// secret.
+func TestTracesExportErrorsRedactTheEndpoint(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no", http.StatusServiceUnavailable)
+	}))
+	srv.Close() // nothing listens: the export fails to connect
+	for _, endpoint := range []string{srv.URL + "/s3cr3t-path/v1/traces?token=s3cr3t-query", "http://user:s3cr3t-pass@" + strings.TrimPrefix(srv.URL, "http://") + "/v1/traces?token=s3cr3t-query"} {
+		tr, err := newTracer(context.Background(), endpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = tr.exporter.ExportSpans(context.Background(), []sdktrace.ReadOnlySpan{tracetest.SpanStub{Name: "chat"}.Snapshot()})
+		if err == nil {
+			t.Fatal("an export to a closed port succeeded")
+		}
+		if got := redactEndpoint(err).Error(); strings.Contains(got, "s3cr3t") {
+			t.Errorf("the export's error names the endpoint's secret: %s", got)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"al.essio.dev/pkg/shellescape"
 	"github.com/google/uuid"
 
 	"corral.dev/pkg/bus"
@@ -79,7 +80,7 @@ func (s *Service) resume(ctx context.Context, st *state, r core.Resume) error {
 func resumeHint(tenant string, session uuid.UUID, user string, p core.Pause) string {
 	scope, limit, _ := strings.Cut(p.Budget, ".")
 	if scope != "session" {
-		return fmt.Sprintf("the user's daily budget (%s) starts again at 00:00 UTC; then go on with: corral run --tenant %s --session %s --user %s \"go on\"", p.Budget, tenant, session, shellQuote(user))
+		return fmt.Sprintf("the user's daily budget (%s) starts again at 00:00 UTC; then go on with: corral run --tenant %s --session %s --user %s \"go on\"", p.Budget, tenant, session, shellescape.Quote(user))
 	}
 	var flag string
 	switch l := p.Limits; limit {
@@ -95,14 +96,6 @@ func resumeHint(tenant string, session uuid.UUID, user string, p core.Pause) str
 		flag = "--wall-time " + (2 * l.WallTime).String()
 	}
 	return fmt.Sprintf("corral raise --tenant %s %s %s --reason \"why the session needs more\"", tenant, session, flag)
-}
-
-// shellQuote quotes s for a POSIX shell, unless it needs none.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./_-") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // watchWallTime pauses the sessions this process has worked on that have

@@ -13,6 +13,7 @@ require (
 )
 
 require (
+	al.essio.dev/pkg/shellescape v1.6.1
 	cel.dev/expr v0.25.1 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect

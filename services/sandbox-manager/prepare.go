@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"al.essio.dev/pkg/shellescape"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -229,12 +230,12 @@ func (s *Service) clone(ctx context.Context, id egressapi.Identity, r *event.Rep
 		"set -e",
 		"cd " + tool.Workspace,
 		"git init -q .",
-		"git remote add origin " + shellQuote(r.URL),
-		"git fetch -q --no-tags " + depth + " --end-of-options origin " + shellQuote(ref),
+		"git remote add origin " + shellescape.Quote(r.URL),
+		"git fetch -q --no-tags " + depth + " --end-of-options origin " + shellescape.Quote(ref),
 		"git -c advice.detachedHead=false checkout -q FETCH_HEAD",
 	}, "\n")
 	if branch != "" && !strings.HasPrefix(r.Ref, "refs/tags/") {
-		script += "\n(git checkout -q -B " + shellQuote(branch) + " 2>/dev/null || true)"
+		script += "\n(git checkout -q -B " + shellescape.Quote(branch) + " 2>/dev/null || true)"
 	}
 	script += "\ngit rev-parse HEAD"
 	res, err := s.driver.Run(ctx, id, &tool.BashArgs{Command: script, Timeout: int(cloneTimeout / time.Millisecond)})
@@ -278,11 +279,6 @@ func tail(s string, n int) string {
 		return s
 	}
 	return "…" + s[len(s)-n:]
-}
-
-// shellQuote quotes s for sh.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // describePrepared is what the model is told of its workspace before its
