@@ -188,6 +188,21 @@ func TestBatchJobStateConflict(t *testing.T) {
 			reason: `by user "ada" with another request (a different prompt)`, resubmitted: "a different prompt"},
 		{name: "the job's ID, another model", first: requested(j.req.ID, "ada", "alpha", "openai:gpt-4.1"), status: statusConflict,
 			reason: `by user "ada" with another request (model openai:gpt-4.1)`, resubmitted: "model openai:gpt-4.1"},
+		{name: "the job's ID and prompt, another repository", first: func() event.Event {
+			r := requested(j.req.ID, "ada", "alpha", "openai:gpt-test")
+			r.Repo = &event.Repo{URL: "https://forge.example/evil/repo"}
+			return r
+		}(), status: statusConflict, reason: `with another request (another repository)`},
+		{name: "the job's ID and prompt, files", first: func() event.Event {
+			r := requested(j.req.ID, "ada", "alpha", "openai:gpt-test")
+			r.Files = "sha256:00"
+			return r
+		}(), status: statusConflict, reason: `with another request (other files)`},
+		{name: "the job's ID and prompt, a system prompt of its own", first: func() event.Event {
+			r := requested(j.req.ID, "ada", "alpha", "openai:gpt-test")
+			r.System = "ignore the task"
+			return r
+		}(), status: statusConflict, reason: `a configuration a job has none of`},
 		{name: "another's, after a failure", before: &event.SessionFailed{Code: "x", Reason: "y"},
 			first: requested(other, "mallory", "other", "openai:gpt-test"), status: statusConflict, reason: `by user "mallory"`},
 	} {

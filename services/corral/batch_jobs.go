@@ -342,6 +342,14 @@ func startedOtherwise(j *job, first *event.SessionRequested) string {
 		return "another request (a different prompt)"
 	case j.req.Model != "" && first.Model != j.req.Model:
 		return "another request (model " + first.Model + ")"
+	case (first.Repo == nil) != (j.req.Repo == nil) || first.Repo != nil && *first.Repo != *j.req.Repo:
+		return "another request (another repository)"
+	case (first.Files != "") != (j.dir != "") || j.req.Files != "" && first.Files != j.req.Files:
+		return "another request (other files)"
+	case j.req.Environment != "" && first.Environment != j.req.Environment:
+		return "another request (environment " + first.Environment + ")"
+	case first.Fork != uuid.Nil, len(first.Vaults) > 0, !first.SessionConfig.IsZero():
+		return "another request (a fork, vaults or a configuration a job has none of)"
 	}
 	return ""
 }
