@@ -13,6 +13,7 @@ import (
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/modeltest"
 	"corral.dev/pkg/natstest"
+	"corral.dev/pkg/upstreamtest"
 )
 
 // leaveThings writes a file in /workspace and one in /tmp in its first
@@ -163,5 +164,36 @@ func TestRaisedSessionIsToldItsSandboxWasRebuilt(t *testing.T) {
 	}
 	if strings.Contains(got, newSandbox) {
 		t.Errorf("the model was told twice:\n%s", got)
+	}
+}
+
+// A session started from a repository is told nothing of its sandbox with
+// its first command's result: the sandbox that cloned the repository into
+// its workspace was no sandbox of its own.
+func TestSessionFromARepoIsToldNothing(t *testing.T) {
+	token := "ghp_" + strings.Repeat("n0t3", 9)
+	up := newUpstreams(t)
+	forge := upstreamtest.Git(t, up.ca, "git.example.test", token)
+	forge.NewRepo(t, "app", map[string]string{"README.md": "the app\n"})
+	up.add(forge.Upstream)
+	p := startDev(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		if modeltest.Turns(c) == 0 {
+			return modeltest.Turn{Calls: []modeltest.Call{bash("cat /workspace/README.md")}}, nil
+		}
+		return modeltest.Turn{Text: "read: " + modeltest.Results(c)[0].Content}, nil
+	}, up.env(t, forgePolicy))
+	p.vault(t, "acme", "ada", token, "forge", "--host", "git.example.test", "--basic-user", "x-access-token")
+	code, stdout, stderr := p.corral(t, "run", "--tenant", "acme", "--user", "ada",
+		"--repo", "https://git.example.test/app.git", "--ref", "main", "read the readme")
+	if code != 0 {
+		t.Fatalf("corral run exited %d:\n%s", code, stderr)
+	}
+	if want := "read: the app\n"; !strings.Contains(stdout, want) {
+		t.Errorf("the answer %q, want %q: the first command's result alone, with no note", stdout, want)
+	}
+	for _, ev := range p.events(t, sessionOf(t, stderr)) {
+		if r, ok := ev.(*event.ToolCompleted); ok && r.Name == "Bash" && strings.Contains(r.Output, "Note:") {
+			t.Errorf("the first command's result has a note:\n%s", r.Output)
+		}
 	}
 }

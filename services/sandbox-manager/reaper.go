@@ -89,6 +89,7 @@ func (s *Service) reapOne(ctx context.Context, tenant string, session uuid.UUID,
 		s.log.WarnContext(ctx, "reap workspace", "tenant", tenant, "session", session, "err", err)
 		return false
 	}
+	s.notes.drop(tenant, session)
 	if s.snaps != nil {
 		s.snaps.gone(tenant, session)
 		if dropSnapshot {

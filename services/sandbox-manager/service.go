@@ -50,6 +50,10 @@ type Service struct {
 	snaps   *snapshots // nil when snapshots are off
 	place   *placement
 	envs    *environments
+
+	// notes are what each session's model is still to be told of its
+	// sandbox's rebuilding (see rebuilt.go).
+	notes *pendingNotes
 }
 
 // Start returns the sandbox-manager cfg configures in the process env:
@@ -97,6 +101,9 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	s.metrics = newMetrics(reg, s)
 	if s.envs, err = newEnvironments(ctx, js, filepath.Join(cfg.DataDir, "environments")); err != nil {
 		return nil, err
+	}
+	if s.notes, err = newPendingNotes(filepath.Join(cfg.DataDir, "rebuilt")); err != nil {
+		return nil, fmt.Errorf("notes: %w", err)
 	}
 	workspaces := filepath.Join(cfg.DataDir, "workspaces")
 	var egress sandbox.Egress // nil: no sandbox has network

@@ -236,6 +236,7 @@ func (s *Service) apply(e sessionlog.Entry) {
 			// A follow-up restores the workspace from its snapshot.
 			s.snaps.gone(tenant, session)
 		}
+		s.notes.drop(tenant, session)
 		if err := s.driver.Destroy(context.Background(), tenant, session); err != nil {
 			s.log.Warn("destroy sandbox", "tenant", tenant, "session", session, "err", err)
 			return

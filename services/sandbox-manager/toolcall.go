@@ -99,7 +99,9 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		return s.runPrepare(ctx, c)
 	}
 	// Brought up to date before the call is marked as started, so that a
-	// failure here leaves a call that certainly did not run.
+	// failure here leaves a call that certainly did not run. moved says
+	// this delivery restored the workspace (or laid out a fork's); its
+	// note is kept until a result tells it (see rebuilt.go).
 	moved, err := s.syncWorkspace(ctx, c, at)
 	if err != nil {
 		return err
@@ -135,18 +137,18 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 			if moved != "" {
 				res.Output = interruptedRestored
 			}
-			return s.record(ctx, c, &res, moved)
+			return s.recordNoted(ctx, c, &res)
 		}
 	}
 	args, err := tool.Parse(c.Name, c.Input)
 	if err != nil {
 		res.Output, res.IsError = "Error: "+err.Error(), true
-		return s.record(ctx, c, &res, moved)
+		return s.recordNoted(ctx, c, &res)
 	}
 	callCtx, done, stopped := s.stops.start(ctx, key)
 	if stopped != "" {
 		res.Output, res.IsError = "Not run: "+stopped+".", true
-		return s.record(ctx, c, &res, moved)
+		return s.recordNoted(ctx, c, &res)
 	}
 	defer done()
 	if mayChange(c.Name) && s.snaps != nil {
@@ -156,10 +158,17 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 	}
 	start := time.Now()
 	r, err := s.driver.RunWithOutput(callCtx, egressapi.Identity{Tenant: c.Tenant, User: c.User, Session: c.Session, Vaults: env.vaults}, args, s.liveOutput(c))
+	if r.NewSandbox {
+		// Kept whatever becomes of the call: its result, or the next one
+		// recorded, tells the model.
+		if err := s.notes.keep(c.Tenant, c.Session, newSandboxNote); err != nil {
+			s.log.WarnContext(ctx, "note of a new sandbox", "session", c.Session, "err", err)
+		}
+	}
 	if errors.Is(context.Cause(callCtx), errStopped) && ctx.Err() == nil {
 		s.metrics.calls.WithLabelValues(metrics.Tool(c.Name), "killed").Observe(time.Since(start).Seconds())
 		res.Output, res.IsError = "Killed: the session was stopped while this call ran.", true
-		return s.record(ctx, c, &res, moved)
+		return s.recordNoted(ctx, c, &res)
 	}
 	if err == nil {
 		outcome := "ok"
@@ -204,10 +213,7 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 	}
 	res.Truncated, res.TimedOut, res.DurationMS = r.Truncated, r.TimedOut, r.Duration.Milliseconds()
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", r.IsError, "duration", r.Duration)
-	if moved == "" && r.NewSandbox {
-		moved = newSandboxNote
-	}
-	return s.record(ctx, c, &res, moved)
+	return s.recordNoted(ctx, c, &res)
 }
 
 // unmark forgets that call c was started, so that its next delivery runs
@@ -245,6 +251,20 @@ func (s *Service) record(ctx context.Context, c *event.ToolCall, r *event.ToolCo
 		r.Output = note + "\n" + r.Output
 	}
 	return s.logs.RecordResult(ctx, r, c.After)
+}
+
+// recordNoted records call c's result after the note its session's model
+// is still to be told of its sandbox's rebuilding, if any, which is
+// forgotten once the result is recorded.
+func (s *Service) recordNoted(ctx context.Context, c *event.ToolCall, r *event.ToolCompleted) error {
+	note := s.notes.pending(c.Tenant, c.Session)
+	if err := s.record(ctx, c, r, note); err != nil {
+		return err
+	}
+	if note != "" {
+		s.notes.told(c.Tenant, c.Session, note)
+	}
+	return nil
 }
 
 // forkOf returns the session a session's first request forked, if any: the
@@ -348,13 +368,28 @@ func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, at place
 		}
 		note = fmt.Sprintf("Note: this session is a fork of session %s: /workspace starts as that session's workspace was at its last snapshot.", fork)
 		if seq == 0 {
+			note = fmt.Sprintf("Note: this session is a fork of session %s, which had no files in /workspace to start from.", fork)
+			if err := s.notes.keep(c.Tenant, c.Session, note); err != nil {
+				return "", err
+			}
 			s.snaps.mark(c.Tenant, c.Session, 0)
-			return fmt.Sprintf("Note: this session is a fork of session %s, which had no files in /workspace to start from.", fork), nil
+			return note, nil
 		}
 	}
 	if s.snaps.current(c.Tenant, c.Session, seq) {
 		return "", nil
 	}
+	if note == "" {
+		note = restoredNote(taken)
+	}
+	// Kept before the workspace changes: a call that fails from here on
+	// and is delivered here again tells it, restored again or not. Until
+	// it is whole, the workspace matches no snapshot, and such a call
+	// restores it.
+	if err := s.notes.keep(c.Tenant, c.Session, note); err != nil {
+		return "", err
+	}
+	s.snaps.forget(bus.SessionKey(c.Tenant, c.Session))
 	start := time.Now()
 	// The sandbox here, if any, ran on a workspace that is out of date.
 	if err := s.driver.Destroy(ctx, c.Tenant, c.Session); err != nil {
@@ -365,35 +400,8 @@ func (s *Service) syncWorkspace(ctx context.Context, c *event.ToolCall, at place
 	}
 	s.metrics.restores.Observe(time.Since(start).Seconds())
 	s.log.InfoContext(ctx, "workspace restored from its snapshot", "session", c.Session, "seq", seq)
-	if note != "" {
-		return note, nil
-	}
-	return restoredNote(taken), nil
+	return note, nil
 }
-
-// restoredNote is what the model is told with the first result after its
-// session's sandbox was rebuilt from the workspace's last snapshot, which
-// was written at taken. It names no one cause, since this node does not
-// know which it was: the workspace here was removed (idle past
-// CORRAL_SANDBOX_WORKSPACE_TTL, or its session was stopped or failed), the
-// session moved from another node, or this node restarted.
-func restoredNote(taken time.Time) string {
-	from := "its last snapshot"
-	if !taken.IsZero() {
-		from += ", written at " + taken.UTC().Format("2006-01-02 15:04:05 UTC")
-	}
-	return "Note: this session's sandbox was rebuilt since its last call (its workspace had been removed while idle or when the session was stopped, " +
-		"or the session moved to another node, or its node restarted): /workspace was restored from " + from + ". " +
-		"Whatever changed in /workspace after that snapshot is gone, and so is everything outside /workspace (/tmp, /home/sandbox)."
-}
-
-// newSandboxNote is what the model is told with the result of a Bash call
-// that ran in a new sandbox on its session's workspace, the one before
-// being gone: nothing of /workspace was lost, but the rest of the
-// sandbox's files were.
-const newSandboxNote = "Note: this command ran in a new sandbox: this session's previous one was stopped since its last command " +
-	"(idle for a while, its request done, or lost). /workspace is as the last call left it, " +
-	"but /tmp, /dev/shm and /home/sandbox started empty again: whatever was put there before is gone."
 
 // unreachable reports whether err is the bus being out of reach (a server
 // restarting, a connection lost), not anything about the workspace.

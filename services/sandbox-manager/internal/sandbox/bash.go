@@ -71,6 +71,7 @@ func (d *Driver) runBash(ctx context.Context, s *session, a *tool.BashArgs, live
 		stop := context.AfterFunc(callCtx, b.kill)
 		resp, err = b.call(req, live)
 		stop()
+		d.ran(s, b)
 		oom = b.outOfMemory()
 		expired := callCtx.Err() != nil
 		cancel()

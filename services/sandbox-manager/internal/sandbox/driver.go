@@ -49,9 +49,10 @@ type Driver struct {
 	locks    lock.Keyed
 	mu       sync.Mutex
 	sessions map[string]*session // by workspace path
-	// hadBox holds the workspaces, by path, whose session started a
-	// sandbox on them here since they were made: a new sandbox on one of
-	// them replaces one that is gone (see [Result].NewSandbox).
+	// hadBox holds the workspaces, by path, on which a sandbox of their
+	// session's own started a call here since they were made: a new
+	// sandbox on one of them replaces one that is gone (see
+	// [Result].NewSandbox, and [Driver.ran]).
 	hadBox  map[string]struct{}
 	pool    map[string][]pooled // by tenant: see pool.go
 	filling map[string]int      // pooled sandboxes starting, by tenant
@@ -83,8 +84,10 @@ type Result struct {
 	// session had one before on the same workspace, which is gone (stopped
 	// when idle or by [Driver.Stop], lost, or ended by a timeout): the
 	// workspace is as it was, but /tmp, /dev/shm and HOME started empty
-	// again. It is false for a session's first sandbox on a workspace,
-	// for a suspended sandbox thawed, and after [Driver.Destroy].
+	// again. It is false for a session's first sandbox on a workspace
+	// (one that prepared it, cloning a repository, does not count, nor
+	// one whose executor never started), for a suspended sandbox thawed,
+	// and after [Driver.Destroy].
 	NewSandbox bool
 }
 

@@ -474,6 +474,29 @@ func TestNewSandboxReported(t *testing.T) {
 	step("after Destroy", false, "true")
 }
 
+// The sandbox that prepares a workspace (a clone, with Fetch set) is no
+// sandbox of the session's own: the session's first one after it, once it
+// is stopped, is not reported as new; a later one after a stop is.
+func TestPreparingSandboxIsNotTheSessions(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{IdleTimeout: time.Hour})
+	session := uuid.New()
+	id := who(tenant, session)
+	id.Fetch = "https://git.example.test/app.git"
+	res, err := d.Run(t.Context(), id, &tool.BashArgs{Command: "echo cloned > /workspace/f"})
+	if err != nil || res.IsError || res.NewSandbox {
+		t.Fatalf("the preparing sandbox's call: %+v, %v", res, err)
+	}
+	d.Stop(tenant, session)
+	if res := bash(t, d, session, "cat f"); res.IsError || res.NewSandbox {
+		t.Errorf("the session's first sandbox after the preparing one: %+v, want NewSandbox false", res)
+	}
+	d.Stop(tenant, session)
+	if res := bash(t, d, session, "true"); res.IsError || !res.NewSandbox {
+		t.Errorf("the session's sandbox after a stop: %+v, want NewSandbox true", res)
+	}
+}
+
 // Started by hand outside a sandbox, the executor refuses to run: as
 // anything but PID 1 its kill(-1) would reach the caller's processes.
 func TestExecutorRefusesOutsideSandbox(t *testing.T) {

@@ -253,10 +253,9 @@ func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *
 	closed := d.closed
 	if !closed {
 		s.box = b
-		if _, had := d.hadBox[workspace]; had {
+		if _, had := d.hadBox[workspace]; had && !preparing(s.id) {
 			s.replaced = true
 		}
-		d.hadBox[workspace] = struct{}{}
 	}
 	d.mu.Unlock()
 	if closed {
@@ -265,6 +264,26 @@ func (d *Driver) liveBox(ctx context.Context, s *session, workspace string) (b *
 		return nil, false, errClosed
 	}
 	return b, true, nil
+}
+
+// ran notes that b, the sandbox of s, started a call on its workspace:
+// its executor said hello, so a command may have left files outside the
+// workspace, which a sandbox after it will not have. A sandbox that
+// prepares the workspace ([egressapi.Identity].Fetch) is no session's
+// own: the session's first sandbox after it is not new to the model.
+func (d *Driver) ran(s *session, b *box) {
+	if !b.greeted || preparing(s.id) {
+		return
+	}
+	d.mu.Lock()
+	d.hadBox[s.key] = struct{}{}
+	d.mu.Unlock()
+}
+
+// preparing reports whether id is a sandbox's that prepares a workspace
+// or builds an environment's layer, not the session's own.
+func preparing(id egressapi.Identity) bool {
+	return id.Fetch != "" || id.Phase != ""
 }
 
 // discard kills b, the sandbox of s, and waits for it to end.
