@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"corral.dev/pkg/event"
 	"corral.dev/pkg/tool"
 )
 
@@ -94,6 +95,30 @@ func VaultAPI(tenant, user, op string) string {
 // tenant's own vaults. A [UserToken] always starts with "u-": no user's
 // token is this.
 const VaultTenantScope = "tenant"
+
+// APICaller returns who a request on subject speaks for, in a
+// request/reply API whose subjects are corral.<api>.<tenant>.<user
+// token or [VaultTenantScope]>.<op> (the vault, environment and webhook
+// APIs): its tenant, and its user, "" under [VaultTenantScope]. The NATS
+// permissions let a credential publish only as itself, and only a
+// reviewer's or an operator's under the tenant's scope, so the subject
+// says who sent a request; its body is not asked.
+func APICaller(subject, api string) (tenant, user string, err error) {
+	tok := strings.Split(subject, ".")
+	if len(tok) != 5 || tok[0] != "corral" || tok[1] != api {
+		return "", "", fmt.Errorf("%s is not a subject of the %s API", subject, api)
+	}
+	if err := event.CheckTenant(tok[2]); err != nil {
+		return "", "", fmt.Errorf("subject %s: %w", subject, err)
+	}
+	if tok[3] == VaultTenantScope {
+		return tok[2], "", nil
+	}
+	if user, err = ParseUserToken(tok[3]); err != nil {
+		return "", "", fmt.Errorf("subject %s: %w", subject, err)
+	}
+	return tok[2], user, nil
+}
 
 // EnvironmentAPI is the subject of operation op of the sandbox-manager's
 // environment API, as [MemoryAPI]'s: reads as the user, and the changes

@@ -69,3 +69,25 @@ func TestParseUserTokenRejects(t *testing.T) {
 		}
 	}
 }
+
+// A request/reply API's subject says who a request speaks for: a user
+// by their token, the tenant's own scope by VaultTenantScope; anything
+// else is refused.
+func TestAPICaller(t *testing.T) {
+	for _, tc := range []struct {
+		subject, tenant, user string
+		ok                    bool
+	}{
+		{bus.WebhookAPI("acme", bus.UserToken("ada"), "ls"), "acme", "ada", true},
+		{bus.WebhookAPI("acme", bus.VaultTenantScope, "add"), "acme", "", true},
+		{bus.WebhookAPI("acme", "ada", "ls"), "", "", false},
+		{bus.WebhookAPI("Not a tenant", bus.UserToken("ada"), "ls"), "", "", false},
+		{bus.VaultAPI("acme", bus.UserToken("ada"), "ls"), "", "", false}, // another API's
+		{"corral.webhook.acme." + bus.UserToken("ada"), "", "", false},
+	} {
+		tenant, user, err := bus.APICaller(tc.subject, "webhook")
+		if (err == nil) != tc.ok || tenant != tc.tenant || user != tc.user {
+			t.Errorf("bus.APICaller(%q) = %q, %q, %v; want %q, %q, ok %v", tc.subject, tenant, user, err, tc.tenant, tc.user, tc.ok)
+		}
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
@@ -29,15 +28,7 @@ import (
 // never give that session's answer as the job's.
 func TestBatchJobSessionStartedByAnother(t *testing.T) {
 	p := startDev(t, echoPrompt, nil)
-	nc, err := p.connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	admin, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := p.adminJS(t)
 	ctx := context.Background()
 	file := writeJobs(t,
 		`{"id": "fix-1", "prompt": "alpha", "user": "ada"}`,

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/credential"
@@ -24,15 +23,7 @@ import (
 // the job runs, once.
 func TestBatchJobNotDroppedByAnothersMessageID(t *testing.T) {
 	p := startDev(t, echoPrompt, nil)
-	nc, err := p.connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	admin, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := p.adminJS(t)
 	ctx := context.Background()
 	file := writeJobs(t, `{"id": "fix-1", "prompt": "alpha"}`)
 	for _, tc := range []struct{ name, tenant, user, batch string }{

@@ -14,29 +14,7 @@ import (
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/egressapi"
-	"corral.dev/pkg/event"
 )
-
-// caller is who a vault API request speaks for, from its subject
-// corral.vault.<tenant>.<user token or "tenant">.<op>: user is "" for the
-// tenant's own vaults.
-func caller(subject string) (tenant, user string, err error) {
-	tok := strings.Split(subject, ".")
-	if len(tok) != 5 || tok[0] != "corral" || tok[1] != "vault" {
-		return "", "", fmt.Errorf("%s is not a subject of the vault API", subject)
-	}
-	if err := event.CheckTenant(tok[2]); err != nil {
-		return "", "", fmt.Errorf("subject %s: %w", subject, err)
-	}
-	if tok[3] == bus.VaultTenantScope {
-		return tok[2], "", nil
-	}
-	user, err = bus.ParseUserToken(tok[3])
-	if err != nil {
-		return "", "", fmt.Errorf("subject %s: %w", subject, err)
-	}
-	return tok[2], user, nil
-}
 
 // serveVaults answers the vault API until ctx ends. A client creates,
 // lists, rotates and removes its own vaults (a reviewer also the
@@ -57,7 +35,7 @@ func (s *Service) serveVaults(ctx context.Context) error {
 				s.log.WarnContext(ctx, "vault api: refused", "subject", r.Subject(), "err", err)
 				return
 			}
-			tenant, user, err := caller(r.Subject())
+			tenant, user, err := bus.APICaller(r.Subject(), "vault")
 			if err != nil {
 				_ = r.Error(egressapi.CodeBadRequest, err.Error(), nil)
 				return

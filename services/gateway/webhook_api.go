@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"corral.dev/pkg/bus"
-	"corral.dev/pkg/event"
 	"corral.dev/pkg/webhookapi"
 )
 
@@ -27,27 +26,6 @@ var errForbidden = errors.New("adding, removing and testing webhooks takes a rev
 
 // errNoWebhook is returned for a webhook the tenant does not have.
 var errNoWebhook = errors.New("no such webhook")
-
-// webhookCaller is who a webhook API request speaks for, from its subject
-// corral.webhook.<tenant>.<user token or "tenant">.<op>: the NATS
-// permissions let a credential publish only as itself, and only a
-// reviewer's or an operator's under "tenant".
-func webhookCaller(subject string) (tenant string, tenantScope bool, err error) {
-	tok := strings.Split(subject, ".")
-	if len(tok) != 5 || tok[0] != "corral" || tok[1] != "webhook" {
-		return "", false, fmt.Errorf("%s is not a subject of the webhook API", subject)
-	}
-	if err := event.CheckTenant(tok[2]); err != nil {
-		return "", false, fmt.Errorf("subject %s: %w", subject, err)
-	}
-	if tok[3] == bus.VaultTenantScope {
-		return tok[2], true, nil
-	}
-	if _, err := bus.ParseUserToken(tok[3]); err != nil {
-		return "", false, fmt.Errorf("subject %s: %w", subject, err)
-	}
-	return tok[2], false, nil
-}
 
 // serve answers the webhook API until ctx is done.
 func (w *webhooks) serve(ctx context.Context) error {
@@ -78,7 +56,7 @@ func (w *webhooks) serve(ctx context.Context) error {
 
 // answer answers one request of op.
 func (w *webhooks) answer(ctx context.Context, op string, r micro.Request) {
-	tenant, tenantScope, err := webhookCaller(r.Subject())
+	tenant, user, err := bus.APICaller(r.Subject(), "webhook")
 	if err != nil {
 		_ = r.Error(webhookapi.CodeBadRequest, err.Error(), nil)
 		return
@@ -91,7 +69,7 @@ func (w *webhooks) answer(ctx context.Context, op string, r micro.Request) {
 	// A test posts to the receiver, within its own time-out.
 	rctx, cancel := context.WithTimeout(ctx, bus.RequestTimeout+w.cfg.Timeout)
 	defer cancel()
-	reply, err := w.op(rctx, op, tenant, tenantScope, req)
+	reply, err := w.op(rctx, op, tenant, user == "", req)
 	switch {
 	case errors.Is(err, errInvalid):
 		_ = r.Error(webhookapi.CodeBadRequest, err.Error(), nil)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,7 +14,6 @@ import (
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/environment"
 	"corral.dev/pkg/environmentapi"
-	"corral.dev/pkg/event"
 )
 
 // The environment API (package environmentapi) lets clients list, show,
@@ -55,12 +53,12 @@ func (s *Service) serveEnvironments(ctx context.Context) error {
 				s.log.WarnContext(ctx, "environment api: refused", "subject", r.Subject(), "err", err)
 				return
 			}
-			tenant, tenantWide, err := environmentCaller(r.Subject())
+			tenant, user, err := bus.APICaller(r.Subject(), "environment")
 			if err != nil {
 				_ = r.Error(environmentapi.CodeBadRequest, err.Error(), nil)
 				return
 			}
-			if environmentapi.Writes(op) && !tenantWide {
+			if environmentapi.Writes(op) && user != "" {
 				// The permissions let no user's credential publish there;
 				// a subject naming a user is a read.
 				_ = r.Error(environmentapi.CodeForbidden, "changing an environment takes a reviewer's or an operator's credential: it decides what its sessions may reach on the network", nil)
@@ -97,26 +95,6 @@ func (s *Service) serveEnvironments(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	return svc.Stop()
-}
-
-// environmentCaller returns the tenant a request's subject names (see
-// [environmentapi.Subject]), and whether it is the tenant's own scope
-// ([environmentapi.TenantSubject]) rather than a user's.
-func environmentCaller(subject string) (tenant string, tenantWide bool, err error) {
-	tok := strings.Split(subject, ".")
-	if len(tok) != 5 || tok[0] != "corral" || tok[1] != "environment" {
-		return "", false, fmt.Errorf("%s is not a subject of the environment API", subject)
-	}
-	if err := event.CheckTenant(tok[2]); err != nil {
-		return "", false, fmt.Errorf("subject %s: %w", subject, err)
-	}
-	if tok[3] == bus.VaultTenantScope {
-		return tok[2], true, nil
-	}
-	if _, err := bus.ParseUserToken(tok[3]); err != nil {
-		return "", false, fmt.Errorf("subject %s: %w", subject, err)
-	}
-	return tok[2], false, nil
 }
 
 // environmentOp does op for tenant.
