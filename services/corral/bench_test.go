@@ -295,9 +295,12 @@ func percentiles(b *testing.B, ds []time.Duration, prefix string) (p50, p99 floa
 // call, the sandbox-manager runs `true` in the session's warm sandbox and
 // records the result, and the harness folds it in and asks the model for
 // the next turn. Each op is the time from the fake model's answer to its
-// next request. Sessions run one after the other, rtTurns calls each, so
-// the conversation the harness sends stays small; each session's first
-// call cold-starts its sandbox and is not counted. It runs in each of
+// next request. The fake takes [modelTime] over each answer, not counted,
+// as a model takes its turn: the platform idles meanwhile, as it does
+// between a step and the next, and the sandbox has started its next
+// call's shell, as in BenchmarkWarmCall. Sessions run one after the other,
+// rtTurns calls each, so the conversation the harness sends stays small;
+// each session's first call cold-starts its sandbox and is not counted. It runs in each of
 // [benchConfigs], one after the other, and last in the open one with the
 // model's responses asked for whole (CORRAL_MODEL_STREAM=off), as they
 // were before they streamed: what streaming costs a step.
@@ -325,6 +328,7 @@ func stepRoundTrip(b *testing.B, newClient func(*testing.B, modeltest.Script) be
 			ds = append(ds, now.Sub(answered[key]))
 		}
 		mu.Unlock()
+		time.Sleep(modelTime)
 		t := modeltest.Turn{Text: "done"}
 		if n < rtTurns {
 			t = modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "true"}}}}
@@ -407,7 +411,7 @@ func BenchmarkToolCallRoundTrip(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(modelTime)
 		b.StartTimer()
 		ds = append(ds, call())
 	}
@@ -415,12 +419,20 @@ func BenchmarkToolCallRoundTrip(b *testing.B) {
 	percentiles(b, ds, "")
 }
 
+// modelTime is how long the fake model of the step benchmarks takes over
+// each answer, as a model takes its turn: BenchmarkWarmCall and
+// BenchmarkToolCallRoundTrip let the session idle as long between calls,
+// and BenchmarkJetStreamRoundTrip the bare server.
+const modelTime = 10 * time.Millisecond
+
 // BenchmarkModelRoundTrip is the model's part of a step round trip,
 // measured alone to be taken out of it: the harness's model client sends
 // a conversation like the average one of BenchmarkStepRoundTrip (the
 // harness's system prompt, the tools, ten Bash calls and their results)
 // to the fake model, which decodes it and answers with one more call, and
-// the client decodes the answer.
+// the client decodes the answer. The fake takes [modelTime] over its
+// answer, as in the step, which is not counted: each op is the client's
+// whole request less that.
 func BenchmarkModelRoundTrip(b *testing.B) {
 	const calls = 10
 	var mu sync.Mutex
@@ -433,7 +445,13 @@ func BenchmarkModelRoundTrip(b *testing.B) {
 	})
 	_, done := startSessionPrompt(b, benchClient{js: js, tenant: "bench", user: "bench"}, "session 0")
 	<-done
+	var held time.Duration // the fake's time over the last answer
 	fake := modeltest.New(b, func(modeltest.Conversation) (modeltest.Turn, error) {
+		t0 := time.Now()
+		time.Sleep(modelTime)
+		mu.Lock()
+		held = time.Since(t0)
+		mu.Unlock()
 		return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "true"}}}}, nil
 	})
 	client := model.NewOpenAI(model.Config{BaseURL: fake.URL(), APIKey: "k", NoStream: os.Getenv("CORRAL_MODEL_STREAM") == "off"})
@@ -453,7 +471,10 @@ func BenchmarkModelRoundTrip(b *testing.B) {
 		if _, err := client.Complete(b.Context(), req); err != nil {
 			b.Fatal(err)
 		}
-		ds = append(ds, time.Since(t0))
+		took := time.Since(t0)
+		mu.Lock()
+		ds = append(ds, took-held)
+		mu.Unlock()
 	}
 	b.StopTimer()
 	percentiles(b, ds, "")
@@ -499,8 +520,24 @@ func throughput(b *testing.B, newClient func(*testing.B, modeltest.Script) bench
 
 // BenchmarkJetStreamRoundTrip is the bare baseline: publish a message to a
 // work-queue stream and wait for its ack, then fetch it from a durable pull
-// consumer and ack it, waiting for the server to confirm.
+// consumer and ack it, waiting for the server to confirm. The server and
+// its client idle 10 ms before each op, as BenchmarkToolCallRoundTrip's
+// session does between its calls and BenchmarkStepRoundTrip's while its
+// model takes its turn: what a round trip costs here depends most on
+// whether the threads it wakes were asleep, and the figures it is the
+// baseline of all start from sleep.
 func BenchmarkJetStreamRoundTrip(b *testing.B) {
+	jetStreamRoundTrip(b, modelTime)
+}
+
+// BenchmarkJetStreamRoundTripBackToBack is the same round trip, each op
+// right after the one before, while the server and client are still
+// awake.
+func BenchmarkJetStreamRoundTripBackToBack(b *testing.B) {
+	jetStreamRoundTrip(b, 0)
+}
+
+func jetStreamRoundTrip(b *testing.B, idle time.Duration) {
 	_, _, js := natstest.Run(b)
 	ctx := context.Background()
 	cons, err := js.CreateOrUpdateConsumer(ctx, bus.StreamTools, jetstream.ConsumerConfig{
@@ -512,6 +549,11 @@ func BenchmarkJetStreamRoundTrip(b *testing.B) {
 	ds := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {
+		if idle > 0 {
+			b.StopTimer()
+			time.Sleep(idle)
+			b.StartTimer()
+		}
 		t0 := time.Now()
 		if _, err := js.Publish(ctx, "tools.bench.x", []byte(`{}`), jetstream.WithMsgID(fmt.Sprint(i))); err != nil {
 			b.Fatal(err)
