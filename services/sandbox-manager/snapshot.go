@@ -84,7 +84,11 @@ type snapshots struct {
 	// microsecond, where writing a file anew and removing it cost
 	// hundreds on ext4, on every call that may change the workspace.
 	noted map[string]uint64
-	dir   string
+	// owed are the sessions whose note on disk still says their workspace
+	// is ahead of its snapshot, which it no longer is (see
+	// [snapshots.settle]).
+	owed map[string]struct{}
+	dir  string
 	// beforeManifest, when set (in tests), runs just before a snapshot's
 	// manifest is written.
 	beforeManifest func()
@@ -156,6 +160,7 @@ func newSnapshots(ctx context.Context, js jetstream.JetStream, dir, workspaces s
 		lastChanges: mustLRU[string, seqChanges](1 << 10),
 		dirty:       dirty,
 		noted:       noted,
+		owed:        make(map[string]struct{}),
 	}, nil
 }
 
@@ -245,15 +250,26 @@ func (s *snapshots) failed(tenant string, session uuid.UUID, rev uint64) {
 // its last snapshot until the call's snapshot is taken: a node killed
 // mid-call and restarted over its data keeps that workspace, with what the
 // call did to it, rather than restore the older snapshot over it. Noted as
-// [snapshots.failed] notes, and cleared the same way.
-func (s *snapshots) ahead(tenant string, session uuid.UUID, rev uint64) {
+// [snapshots.failed] notes, and cleared the same way. It reports whether
+// the workspace was taken to match its snapshot until then: a call that
+// then does not run leaves it so ([snapshots.notRun]).
+func (s *snapshots) ahead(tenant string, session uuid.UUID, rev uint64) (noted bool) {
 	key := bus.SessionKey(tenant, session)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if have, ok := s.dirty[key]; ok && have == rev {
-		return // noted already
+		return false // noted already
 	}
 	s.note(tenant, session, rev)
+	return true
+}
+
+// notRun takes back [snapshots.ahead] for a call that did not run after
+// all: the workspace still matches its snapshot.
+func (s *snapshots) notRun(tenant string, session uuid.UUID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clean(tenant, session)
 }
 
 // A note on disk is the placement revision in decimal, a newline, and
@@ -281,6 +297,7 @@ func parseNote(data []byte) (rev uint64, ahead, ok bool) {
 func (s *snapshots) note(tenant string, session uuid.UUID, rev uint64) {
 	key := bus.SessionKey(tenant, session)
 	s.dirty[key] = rev
+	delete(s.owed, key)
 	if have, ok := s.noted[key]; ok && have == rev && s.setNote(tenant, session, rev, noteAhead) {
 		return
 	}
@@ -320,14 +337,38 @@ func (s *snapshots) failedAt(tenant string, session uuid.UUID) (uint64, bool) {
 	return rev, ok
 }
 
-// clean notes that the workspace here matches a snapshot. The caller holds
-// s.mu.
+// clean notes that the workspace here matches a snapshot. The note on disk
+// is left saying it is ahead until [snapshots.settle]: a call's result
+// need not wait for it, and a node restarted meanwhile only keeps a
+// workspace that matches its snapshot, and snapshots it again. The caller
+// holds s.mu.
 func (s *snapshots) clean(tenant string, session uuid.UUID) {
 	key := bus.SessionKey(tenant, session)
 	if _, ok := s.dirty[key]; !ok {
 		return
 	}
 	delete(s.dirty, key)
+	if _, ok := s.noted[key]; ok {
+		s.owed[key] = struct{}{}
+		return
+	}
+	s.unnote(tenant, session)
+}
+
+// settle writes down on disk that the workspace of session matches its
+// snapshot, if it does and its note still says otherwise (see
+// [snapshots.clean]).
+func (s *snapshots) settle(tenant string, session uuid.UUID) {
+	key := bus.SessionKey(tenant, session)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.owed[key]; !ok {
+		return
+	}
+	delete(s.owed, key)
+	if _, ahead := s.dirty[key]; ahead {
+		return
+	}
 	if rev, ok := s.noted[key]; !ok || !s.setNote(tenant, session, rev, noteClean) {
 		s.unnote(tenant, session)
 	}
@@ -339,6 +380,7 @@ func (s *snapshots) unnote(tenant string, session uuid.UUID) {
 	key := bus.SessionKey(tenant, session)
 	delete(s.dirty, key)
 	delete(s.noted, key)
+	delete(s.owed, key)
 	_ = os.Remove(s.failedFile(tenant, session))
 }
 

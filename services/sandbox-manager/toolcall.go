@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -90,6 +91,11 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		return err
 	}
 	defer unlock()
+	if s.snaps != nil {
+		// Whether the workspace matches its snapshot is written on disk
+		// once the result is out, off its path (see snapshots.clean).
+		defer s.snaps.settle(c.Tenant, c.Session)
+	}
 	if !s.place.owns(key) {
 		// Released while this call waited (the reaper, a stop, a lapse
 		// of the node's lease): deliver it again, to be placed afresh.
@@ -112,6 +118,22 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 	if err != nil {
 		return err
 	}
+	// Until its snapshot is taken, the workspace here may be ahead of the
+	// last one: a restart over it keeps it. Noted while the call is
+	// marked as started, before it runs, and taken back if it does not.
+	var (
+		noting         sync.WaitGroup
+		noted, running bool
+	)
+	if mayChange(c.Name) && s.snaps != nil {
+		noting.Go(func() { noted = s.snaps.ahead(c.Tenant, c.Session, at.rev) })
+	}
+	defer func() {
+		noting.Wait()
+		if noted && !running {
+			s.snaps.notRun(c.Tenant, c.Session)
+		}
+	}()
 	if repeatable(c.Name) {
 		// Safe to run twice, so not marked: a copy delivered again runs
 		// again, unless its result is recorded already.
@@ -151,11 +173,8 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 		return s.recordNoted(ctx, c, &res)
 	}
 	defer done()
-	if mayChange(c.Name) && s.snaps != nil {
-		// Until its snapshot is taken, the workspace here may be ahead
-		// of the last one: a restart over it keeps it.
-		s.snaps.ahead(c.Tenant, c.Session, at.rev)
-	}
+	noting.Wait()
+	running = true
 	start := time.Now()
 	r, err := s.driver.RunWithOutput(callCtx, egressapi.Identity{Tenant: c.Tenant, User: c.User, Session: c.Session, Vaults: env.vaults}, args, s.liveOutput(c))
 	if r.NewSandbox {
@@ -195,9 +214,6 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 	if c.Name == tool.Bash {
 		res.Output = noteSkillsWrite(res.Output)
 	}
-	// The reaper keeps a workspace while its session uses it.
-	now := time.Now()
-	_ = os.Chtimes(s.driver.Workspace(c.Tenant, c.Session), now, now)
 	if mayChange(c.Name) {
 		if msg := s.snapshot(ctx, c, at); msg != "" {
 			res.IsError = true
@@ -213,7 +229,12 @@ func (s *Service) runHere(ctx context.Context, c *event.ToolCall, redelivered bo
 	}
 	res.Truncated, res.TimedOut, res.DurationMS = r.Truncated, r.TimedOut, r.Duration.Milliseconds()
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", r.IsError, "duration", r.Duration)
-	return s.recordNoted(ctx, c, &res)
+	err = s.recordNoted(ctx, c, &res)
+	// The reaper keeps a workspace while its session uses it: touched
+	// once the result is out.
+	now := time.Now()
+	_ = os.Chtimes(s.driver.Workspace(c.Tenant, c.Session), now, now)
+	return err
 }
 
 // unmark forgets that call c was started, so that its next delivery runs

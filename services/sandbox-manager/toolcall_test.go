@@ -217,3 +217,32 @@ func TestInterruptedCalls(t *testing.T) {
 		})
 	}
 }
+
+// A call that may change its workspace but does not run (here, its
+// arguments do not parse) leaves the workspace up to date with its
+// snapshot, here and in the note on disk that a restarted node reads: it
+// is not kept as the only up-to-date copy.
+func TestCallNotRunLeavesItsWorkspaceUpToDate(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	svc, _ := startNode(t, js, nil)
+	session := uuid.Must(uuid.NewV7())
+	dispatch(t, js, session, uuid.Must(uuid.NewV7()), "Bash", `{"command":"echo hi > kept"}`, "c1")
+	resultsOf(t, js, session, 1)
+	dispatch(t, js, session, uuid.Must(uuid.NewV7()), "Bash", `{"commmand":"echo typo"}`, "c2")
+	if res := resultsOf(t, js, session, 2)[1]; !res.IsError || !strings.Contains(res.Output, "Error:") {
+		t.Fatalf("call with bad arguments: %+v, want an error", res)
+	}
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if rev, ahead := svc.snaps.failedAt("acme", session); ahead {
+			return fmt.Errorf("failedAt = %d, true; want the workspace up to date", rev)
+		}
+		again, err := newSnapshots(context.Background(), js, svc.snaps.dir, t.TempDir(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rev, ahead := again.failedAt("acme", session); ahead {
+			return fmt.Errorf("on disk: failedAt = %d, true; want the workspace up to date", rev)
+		}
+		return nil
+	})
+}

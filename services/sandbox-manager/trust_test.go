@@ -271,8 +271,8 @@ func TestFailedSnapshotNotesArePerTenant(t *testing.T) {
 
 // A note stays on disk while its workspace is here and says whether the
 // workspace is ahead of its snapshot: a node restarted after a call's
-// snapshot was taken reads it as up to date, one restarted before as
-// ahead; the note goes with the workspace.
+// snapshot was taken and its result recorded (settle) reads it as up to
+// date, one restarted before as ahead; the note goes with the workspace.
 func TestNoteSaysWhetherTheWorkspaceIsAhead(t *testing.T) {
 	_, _, js := natstest.Run(t)
 	notes, workspaces := t.TempDir(), t.TempDir()
@@ -293,8 +293,15 @@ func TestNoteSaysWhetherTheWorkspaceIsAhead(t *testing.T) {
 	s.mu.Lock()
 	s.clean("acme", session)
 	s.mu.Unlock()
+	if rev, dirty := open().failedAt("acme", session); !dirty || rev != 4 {
+		t.Errorf("after its snapshot, before its result: failedAt = %d, %v; want 4, true (a restart keeps the workspace)", rev, dirty)
+	}
+	if rev, dirty := s.failedAt("acme", session); dirty {
+		t.Errorf("after its snapshot, here: failedAt = %d, %v; want the workspace up to date", rev, dirty)
+	}
+	s.settle("acme", session)
 	if rev, dirty := open().failedAt("acme", session); dirty {
-		t.Errorf("after its snapshot: failedAt = %d, %v; want the workspace up to date", rev, dirty)
+		t.Errorf("after its snapshot and result: failedAt = %d, %v; want the workspace up to date", rev, dirty)
 	}
 	s.ahead("acme", session, 4)
 	if rev, dirty := open().failedAt("acme", session); !dirty || rev != 4 {
@@ -317,6 +324,7 @@ func TestNoteSaysWhetherTheWorkspaceIsAhead(t *testing.T) {
 	s.mu.Lock()
 	s.clean("acme", old)
 	s.mu.Unlock()
+	s.settle("acme", old)
 	if rev, dirty := open().failedAt("acme", old); dirty {
 		t.Errorf("an older version's note, after a snapshot: failedAt = %d, %v; want the workspace up to date", rev, dirty)
 	}
@@ -330,5 +338,44 @@ func TestNoteSaysWhetherTheWorkspaceIsAhead(t *testing.T) {
 	}
 	if _, dirty := open().failedAt("acme", session); dirty {
 		t.Error("a workspace gone is still noted as ahead after a restart")
+	}
+}
+
+// A call noted as about to change its workspace that then does not run
+// (its session stopped, its arguments invalid, its result recorded
+// already) leaves the workspace as up to date as it was: clean if it was,
+// here and on disk, and still ahead of its snapshot if a snapshot had
+// failed before it.
+func TestCallNotRunLeavesTheNoteAsItWas(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	notes, workspaces := t.TempDir(), t.TempDir()
+	open := func() *snapshots {
+		t.Helper()
+		s, err := newSnapshots(context.Background(), js, notes, workspaces, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := open()
+	clean, failed := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	if !s.ahead("acme", clean, 3) {
+		t.Error("ahead of a workspace up to date = false, want true")
+	}
+	s.notRun("acme", clean)
+	s.settle("acme", clean)
+	if rev, dirty := s.failedAt("acme", clean); dirty {
+		t.Errorf("a call not run: failedAt = %d, %v here; want the workspace up to date", rev, dirty)
+	}
+	if rev, dirty := open().failedAt("acme", clean); dirty {
+		t.Errorf("a call not run: failedAt = %d, %v on disk; want the workspace up to date", rev, dirty)
+	}
+
+	s.failed("acme", failed, 5)
+	if s.ahead("acme", failed, 5) {
+		t.Error("ahead of a workspace whose snapshot failed = true, want false: it was ahead already")
+	}
+	if rev, dirty := open().failedAt("acme", failed); !dirty || rev != 5 {
+		t.Errorf("a failed snapshot, then a call not run: failedAt = %d, %v on disk; want 5, true", rev, dirty)
 	}
 }
