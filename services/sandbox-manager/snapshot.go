@@ -252,16 +252,19 @@ func (s *snapshots) failed(tenant string, session uuid.UUID, rev uint64) {
 // call did to it, rather than restore the older snapshot over it. Noted as
 // [snapshots.failed] notes, and cleared the same way. It reports whether
 // the workspace was taken to match its snapshot until then: a call that
-// then does not run leaves it so ([snapshots.notRun]).
+// then does not run leaves it so ([snapshots.notRun]). One that was ahead
+// already, at this placement or an earlier one, stays ahead, noted at
+// this one.
 func (s *snapshots) ahead(tenant string, session uuid.UUID, rev uint64) (noted bool) {
 	key := bus.SessionKey(tenant, session)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if have, ok := s.dirty[key]; ok && have == rev {
+	have, was := s.dirty[key]
+	if was && have == rev {
 		return false // noted already
 	}
 	s.note(tenant, session, rev)
-	return true
+	return !was
 }
 
 // notRun takes back [snapshots.ahead] for a call that did not run after

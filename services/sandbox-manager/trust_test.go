@@ -378,4 +378,14 @@ func TestCallNotRunLeavesTheNoteAsItWas(t *testing.T) {
 	if rev, dirty := open().failedAt("acme", failed); !dirty || rev != 5 {
 		t.Errorf("a failed snapshot, then a call not run: failedAt = %d, %v on disk; want 5, true", rev, dirty)
 	}
+	// Its session placed here again (the node's lease lapsed meanwhile):
+	// a call not run at the new placement leaves it ahead, noted there.
+	if s.ahead("acme", failed, 6) {
+		t.Error("ahead at a new placement of a workspace whose snapshot failed = true, want false: it was ahead already")
+	}
+	for _, s := range []*snapshots{s, open()} {
+		if rev, dirty := s.failedAt("acme", failed); !dirty || rev != 6 {
+			t.Errorf("a failed snapshot, then a call not run at a new placement: failedAt = %d, %v; want 6, true", rev, dirty)
+		}
+	}
 }
