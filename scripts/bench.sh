@@ -76,12 +76,24 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 echo
 echo "| benchmark | p50 | p99 | other |"
 echo "|---|---|---|---|"
-awk '/^Benchmark/ {
+awk '
+# ratios prints own as multiples of the bare round trip: paired with it,
+# alone, and back to back.
+function ratios(own, what, paired, alone, hot, target,    r, more) {
+	r = ""; more = ""
+	if (paired > 0) r = sprintf("%.2f×", own / paired)
+	if (alone > 0) more = more sprintf("; to the round trip alone %.2f×", own / alone)
+	if (hot > 0) more = more sprintf("; back to back %.2f×", own / hot)
+	printf "| %s / JetStreamRoundTrip | %s | | target ≤ %s%s |\n", what, r, target, more
+}
+/^Benchmark/ {
 	name=$1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
 	p50=""; p99=""; mean=""; other=""
 	for (i = 3; i < NF; i += 2) {
 		unit=$(i+1)
 		if (unit ~ /^steady-/) other=other $i " " unit " "
+		else if (unit == "paired-js-p50-ms") paired[name]=$i
+		else if (unit == "paired-js-p99-ms") continue
 		else if (unit ~ /p50-ms$/) p50=$i " ms"
 		else if (unit ~ /p99-ms$/) p99=$i " ms"
 		else if (unit == "ns/op") mean=$i
@@ -93,27 +105,29 @@ awk '/^Benchmark/ {
 		if (mean < 1e5) { p50=sprintf("%.2f µs (mean)", mean / 1e3); us[name]=mean / 1e3 }
 		else p50=sprintf("%.2f ms (mean)", mean / 1e6)
 	}
+	if (name in paired) other=other "(bare round trip beside it: " paired[name] " ms) "
 	printf "| %s | %s | %s | %s|\n", name, p50, p99, other
 	split(p50, v, " "); ms[name]=v[1]
 	split(p99, v, " "); ms99[name]=v[1]
 }
 END {
 	# The ratios are to the bare round trip idle before each op, as the
-	# call, the warm call and the step are; beside them, to the same round
-	# trip back to back.
+	# call, the warm call and the step are: measured beside the call and
+	# the step, op for op (paired), and alone; then to the same round trip
+	# back to back.
 	js = ("JetStreamRoundTrip" in ms) ? ms["JetStreamRoundTrip"] : 0
 	hot = ("JetStreamRoundTripBackToBack" in ms) ? ms["JetStreamRoundTripBackToBack"] : 0
 	if (("ToolCallRoundTrip" in ms) && ("WarmCall" in ms)) {
 		own = ms["ToolCallRoundTrip"] - ms["WarmCall"]
 		printf "| OwnCost (ToolCallRoundTrip - WarmCall) | %.2f ms | | |\n", own
-		if (js > 0) printf "| OwnCost / JetStreamRoundTrip | %.2f× | | target ≤ 2×%s |\n", own / js, hot > 0 ? sprintf("; back to back %.2f×", own / hot) : ""
+		ratios(own, "OwnCost", paired["ToolCallRoundTrip"], js, hot, "2×")
 	}
 	for (c = 1; c <= 2; c++) {
 		step = c == 1 ? "StepRoundTrip/open" : "StepRoundTrip/deployed"
 		if ((step in ms) && ("WarmCall" in ms) && ("ModelRoundTrip" in ms)) {
 			own = ms[step] - ms["WarmCall"] - ms["ModelRoundTrip"]
 			printf "| StepOwnCost%s (%s - WarmCall - ModelRoundTrip) | %.2f ms | | |\n", c == 1 ? "" : "/deployed", step, own
-			if (js > 0) printf "| StepOwnCost%s / JetStreamRoundTrip | %.2f× | | target ≤ 3×%s |\n", c == 1 ? "" : "/deployed", own / js, hot > 0 ? sprintf("; back to back %.2f×", own / hot) : ""
+			ratios(own, "StepOwnCost" (c == 1 ? "" : "/deployed"), paired[step], js, hot, "3×")
 		}
 	}
 	if (("StepRoundTrip/open" in ms) && ("StepRoundTrip/deployed" in ms))

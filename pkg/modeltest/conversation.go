@@ -3,6 +3,7 @@ package modeltest
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // Turn is what the fake model says next: text, tool calls, or both.
@@ -104,6 +105,9 @@ type Conversation struct {
 	// for ("1h", "5m", or "" when they name none: the API's five
 	// minutes), or OpenAI's prompt_cache_retention.
 	CacheTTL string
+	// Received is when the request had come whole, before the fake
+	// decoded it: a provider's own time over a request starts there.
+	Received time.Time
 }
 
 // Script decides the next turn from the conversation so far. Returning an

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"corral.dev/pkg/modeltest"
 )
@@ -95,6 +96,10 @@ func TestAnthropic(t *testing.T) {
 	if len(reqs) != 1 {
 		t.Fatalf("Requests() has %d, want 1", len(reqs))
 	}
+	if reqs[0].Received.IsZero() {
+		t.Error("the request's Received is not set")
+	}
+	reqs[0].Received = time.Time{}
 	if !reflect.DeepEqual(reqs[0], want) {
 		t.Errorf("conversation:\ngot  %+v\nwant %+v", reqs[0], want)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // maxRequest bounds the request bodies the server reads.
@@ -171,7 +172,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, p protocol) {
 		s.fail(w, p, &rejection{status: http.StatusBadRequest, msg: "read request: " + err.Error()})
 		return
 	}
-	c := Conversation{Provider: p.name, APIKey: r.Header.Get("x-api-key"), Body: body}
+	c := Conversation{Provider: p.name, APIKey: r.Header.Get("x-api-key"), Body: body, Received: time.Now()}
 	if bearer, ok := strings.CutPrefix(r.Header.Get("authorization"), "Bearer "); ok {
 		c.APIKey = bearer
 	}

@@ -62,11 +62,14 @@ func benchSettings(b testing.TB) map[string]string {
 }
 
 // benchClient is the client a benchmark starts sessions with: its
-// connection, and the tenant and user its requests are of.
+// connection, and the tenant and user its requests are of; and a
+// connection to the same server that may create consumers of every
+// stream, for [pairedRoundTrip].
 type benchClient struct {
 	js     jetstream.JetStream
 	tenant string
 	user   string
+	admin  jetstream.JetStream
 }
 
 // benchConfigs are the configurations the step and throughput benchmarks
@@ -84,7 +87,8 @@ var benchConfigs = []struct {
 // returns that client, of tenant bench and user bench.
 func openClient(b *testing.B, script modeltest.Script) benchClient {
 	b.Helper()
-	return benchClient{js: inproc(b, script), tenant: "bench", user: "bench"}
+	js := inproc(b, script)
+	return benchClient{js: js, tenant: "bench", user: "bench", admin: js}
 }
 
 // deployedClient starts a deployment (deploy/nats.conf's server; the
@@ -105,7 +109,7 @@ func deployedClient(b *testing.B, script modeltest.Script) benchClient {
 			}
 		}
 	})
-	return benchClient{js: js, tenant: d.getenv("CORRAL_TENANT"), user: d.getenv("CORRAL_USER")}
+	return benchClient{js: js, tenant: d.getenv("CORRAL_TENANT"), user: d.getenv("CORRAL_USER"), admin: d.admin}
 }
 
 // benchPolicy writes the default policy with the fake model priced at a
@@ -295,9 +299,10 @@ func percentiles(b *testing.B, ds []time.Duration, prefix string) (p50, p99 floa
 // call, the sandbox-manager runs `true` in the session's warm sandbox and
 // records the result, and the harness folds it in and asks the model for
 // the next turn. Each op is the time from the fake model's answer to its
-// next request. The fake takes [modelTime] over each answer, not counted,
-// as a model takes its turn: the platform idles meanwhile, as it does
-// between a step and the next, and the sandbox has started its next
+// next request, as it comes whole (the fake's decoding it is the
+// provider's time). The fake takes [modelTime] over each answer, not
+// counted, as a model takes its turn: the platform idles meanwhile, as it
+// does between a step and the next, and the sandbox has started its next
 // call's shell, as in BenchmarkWarmCall. Sessions run one after the other,
 // rtTurns calls each, so the conversation the harness sends stays small;
 // each session's first call cold-starts its sandbox and is not counted. It runs in each of
@@ -319,8 +324,9 @@ func stepRoundTrip(b *testing.B, newClient func(*testing.B, modeltest.Script) be
 	var mu sync.Mutex
 	var ds []time.Duration
 	answered := map[string]time.Time{} // by session prompt
+	var paired *pairedRoundTrip
 	client := newClient(b, func(c modeltest.Conversation) (modeltest.Turn, error) {
-		now := time.Now()
+		now := c.Received
 		n := modeltest.Turns(c)
 		key := c.Messages[0].Text
 		mu.Lock()
@@ -328,6 +334,12 @@ func stepRoundTrip(b *testing.B, newClient func(*testing.B, modeltest.Script) be
 			ds = append(ds, now.Sub(answered[key]))
 		}
 		mu.Unlock()
+		// The model's time: idle, a bare round trip from idle in its
+		// middle, idle again.
+		mu.Lock()
+		p := paired
+		mu.Unlock()
+		p.measure(b)
 		time.Sleep(modelTime)
 		t := modeltest.Turn{Text: "done"}
 		if n < rtTurns {
@@ -338,6 +350,9 @@ func stepRoundTrip(b *testing.B, newClient func(*testing.B, modeltest.Script) be
 		mu.Unlock()
 		return t, nil
 	})
+	mu.Lock()
+	paired = newPairedRoundTrip(b, client.admin)
+	mu.Unlock()
 	b.ResetTimer()
 	for i := 0; i < b.N; i += rtTurns - 1 {
 		_, done := startSessionPrompt(b, client, fmt.Sprint("session ", i))
@@ -347,6 +362,54 @@ func stepRoundTrip(b *testing.B, newClient func(*testing.B, modeltest.Script) be
 	mu.Lock()
 	defer mu.Unlock()
 	percentiles(b, ds, "")
+	paired.report(b)
+}
+
+// pairedRoundTrip is BenchmarkJetStreamRoundTrip's bare round trip,
+// measured on the server of another benchmark, one op before each of its
+// own after the same idle, so that the two see the machine alike: on a
+// VM whose speed moves by half from one minute to the next, a ratio of
+// two benchmarks run apart moves with it. Its p50 is reported beside the
+// benchmark's own as paired-js-p50-ms.
+type pairedRoundTrip struct {
+	js   jetstream.JetStream
+	cons jetstream.Consumer
+	ds   []time.Duration
+}
+
+func newPairedRoundTrip(b *testing.B, js jetstream.JetStream) *pairedRoundTrip {
+	b.Helper()
+	cons, err := js.CreateOrUpdateConsumer(b.Context(), bus.StreamTools, jetstream.ConsumerConfig{
+		Durable: "bench-paired", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "tools.bench-paired.>",
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &pairedRoundTrip{js: js, cons: cons}
+}
+
+// measure idles [modelTime], then makes one round trip.
+func (p *pairedRoundTrip) measure(b *testing.B) {
+	time.Sleep(modelTime)
+	ctx := context.Background()
+	t0 := time.Now()
+	if _, err := p.js.Publish(ctx, "tools.bench-paired.x", []byte(`{}`), jetstream.WithMsgID(uuid.NewString())); err != nil {
+		b.Error(err)
+		return
+	}
+	msg, err := p.cons.Next()
+	if err == nil {
+		err = msg.DoubleAck(ctx)
+	}
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	p.ds = append(p.ds, time.Since(t0))
+}
+
+func (p *pairedRoundTrip) report(b *testing.B) {
+	percentiles(b, p.ds, "paired-js-")
 }
 
 // BenchmarkToolCallRoundTrip measures one durable tool call on its own:
@@ -407,16 +470,19 @@ func BenchmarkToolCallRoundTrip(b *testing.B) {
 		return took
 	}
 	call() // starts the sandbox
+	paired := newPairedRoundTrip(b, js)
 	ds := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
+		paired.measure(b)
 		time.Sleep(modelTime)
 		b.StartTimer()
 		ds = append(ds, call())
 	}
 	b.StopTimer()
 	percentiles(b, ds, "")
+	paired.report(b)
 }
 
 // modelTime is how long the fake model of the step benchmarks takes over
@@ -431,8 +497,9 @@ const modelTime = 10 * time.Millisecond
 // harness's system prompt, the tools, ten Bash calls and their results)
 // to the fake model, which decodes it and answers with one more call, and
 // the client decodes the answer. The fake takes [modelTime] over its
-// answer, as in the step, which is not counted: each op is the client's
-// whole request less that.
+// answer, as in the step; that and its decoding of the request are the
+// provider's time, not counted: each op is the client's whole request
+// less the fake's time from the request's coming whole to its answer.
 func BenchmarkModelRoundTrip(b *testing.B) {
 	const calls = 10
 	var mu sync.Mutex
@@ -446,11 +513,10 @@ func BenchmarkModelRoundTrip(b *testing.B) {
 	_, done := startSessionPrompt(b, benchClient{js: js, tenant: "bench", user: "bench"}, "session 0")
 	<-done
 	var held time.Duration // the fake's time over the last answer
-	fake := modeltest.New(b, func(modeltest.Conversation) (modeltest.Turn, error) {
-		t0 := time.Now()
+	fake := modeltest.New(b, func(c modeltest.Conversation) (modeltest.Turn, error) {
 		time.Sleep(modelTime)
 		mu.Lock()
-		held = time.Since(t0)
+		held = time.Since(c.Received)
 		mu.Unlock()
 		return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "true"}}}}, nil
 	})
