@@ -101,7 +101,9 @@ func TestBudgetsPauseSessions(t *testing.T) {
 	}{
 		// The harness's own tests cover the budgets it counts alone
 		// (steps, tokens, cost, daily); these need the sandbox.
-		{"sandbox", "sleep 0.2", "session.sandbox_seconds", "--sandbox-seconds 2", 3},
+		// Paused when its calls' time in the sandbox reached its budget,
+		// however many that took (see below).
+		{"sandbox", "sleep 0.2", "session.sandbox_seconds", "--sandbox-seconds 2", 2},
 		{"wall", "sleep 0.7", "session.wall_time", "--wall-time 4s", 2},
 		// Over its wall time while a call runs: paused there, the call
 		// finishing, its result kept for when the session goes on.
@@ -118,6 +120,23 @@ func TestBudgetsPauseSessions(t *testing.T) {
 			}
 			if turns < tc.minTurns {
 				t.Errorf("paused after %d turns, want at least %d", turns, tc.minTurns)
+			}
+			if tc.tenant == "sandbox" {
+				// One call a turn: the budget (1 s) is checked before each
+				// turn, so the session pauses right after the result that
+				// takes its calls' time to it.
+				var spent, last int64
+				for _, ev := range p.events(t, session) {
+					if r, ok := ev.(*event.ToolCompleted); ok {
+						spent, last = spent+r.DurationMS, r.DurationMS
+					}
+					if _, ok := ev.(*event.SessionPaused); ok {
+						break
+					}
+				}
+				if spent < 1000 || spent-last >= 1000 {
+					t.Errorf("paused with %d ms of calls, %d ms before its last result; want it paused by the result that reached 1000 ms", spent, spent-last)
+				}
 			}
 			// The sandbox keeps the workspace, and the call out runs on:
 			// its result is recorded after the pause.
