@@ -43,6 +43,22 @@ func TestMemoryCappedPerSandbox(t *testing.T) {
 	}
 }
 
+// A call's processes, and what they start, are the kernel's first choice
+// when the sandbox runs out of memory; the executor, which the sandbox
+// cannot lose, is not. (Where bash is missing, the /bin/sh that starts each
+// call sets its score first: see shellArgs and TestShellFallbackLimits.)
+func TestCallsAreKilledBeforeTheExecutor(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t, Config{})
+	session := uuid.New()
+	for i := range 2 { // the first call's shell, and one started ahead
+		res := bash(t, d, session, "cat /proc/self/oom_score_adj /proc/$$/oom_score_adj /proc/1/oom_score_adj")
+		if want := "1000\n1000\n0\n"; res.Output != want {
+			t.Errorf("call %d: the scores of a command, its shell and the executor = %q, want %q", i, res.Output, want)
+		}
+	}
+}
+
 // Each sandbox's CPU time is bounded by its cpu cgroup, and all of them
 // together by the node's.
 func TestCPUCappedPerSandbox(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -174,7 +175,17 @@ func (x *executor) startAhead() (*waiting, error) {
 		closeAll(call, out[0], start[1])
 		return nil, err
 	}
+	killFirst(pid)
 	return &waiting{pid: pid, out: out[0], call: call, start: start[1]}, nil
+}
+
+// killFirst has the kernel kill process pid, and whatever it starts, before
+// the executor when the sandbox runs out of memory: a command's processes
+// may each be smaller than the executor, which the sandbox cannot lose.
+// Raising a score needs no privilege; a failure leaves the kernel's own
+// choice.
+func killFirst(pid int) {
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("1000"), 0)
 }
 
 // give sets the shell's limits, hands it its command, and lets it go. The
@@ -360,7 +371,8 @@ func exitCode(ws syscall.WaitStatus) int {
 // then the other. Failing to set the other limits fails the call rather
 // than running unconfined.
 func shellArgs(l limits, shell, command string) []string {
-	script := fmt.Sprintf(`ulimit -S -t %d && ulimit -H -t %d && ulimit -v %d && ulimit -f %d && ulimit -n %d || exit 126
+	script := fmt.Sprintf(`echo 1000 >/proc/self/oom_score_adj 2>/dev/null
+ulimit -S -t %d && ulimit -H -t %d && ulimit -v %d && ulimit -f %d && ulimit -n %d || exit 126
 { ulimit -u %d || ulimit -p %d; } 2>/dev/null
 exec %s -c "$1"`,
 		l.CPU, l.CPUHard, l.AS/1024, l.FSize/512, l.NoFile, l.NProc, l.NProc, shell)
