@@ -3,7 +3,9 @@
 # figures side by side: the durable tool call round trip next to a bare
 # fork-exec, a bare bwrap start and a bare JetStream round trip, and what is
 # left of it without the command, Corral's own cost; a whole step around one
-# call, and what is left of it without the command and the model's part;
+# call, stage by stage, and what is left of it without the command and the
+# model's part; the same writes as the call's and the step's by bare
+# clients, what those own costs could come to (the durable floor);
 # the step and the throughput each in the open configuration (no users)
 # and the deployed one (deploy/nats.conf, every service under its own
 # user, the client signed in with a credential), one after the other; what
@@ -35,7 +37,7 @@ trap 'rm -f "$out"' EXIT
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
 (cd services/sandbox-manager && go test -run '^$' -bench 'ForkExecTrue|ForkExecBash|BwrapTrue|WarmCall|ColdStart|ResumeSuspended|Thaw' -benchtime "${n}x" ./internal/sandbox) | tee -a "$out"
 (cd services/sandbox-manager && go test -run '^$' -bench 'SuspendedMemory' -benchtime 100x ./internal/sandbox) | tee -a "$out"
-(cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ModelRoundTrip|ToolCallRoundTrip|StepRoundTrip' -benchtime "${n}x" .) | tee -a "$out"
+(cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ModelRoundTrip|ToolCallRoundTrip|StepRoundTrip|DurableFloor' -benchtime "${n}x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Throughput' -benchtime "$((n * 20))x" .) | tee -a "$out"
 (cd pkg && go test -run '^$' -bench 'Judge' -benchtime "$((n * 1000))x" ./sessionlog) | tee -a "$out"
 # Decoding a model's turn from its stream, next to the same turn whole.
@@ -129,6 +131,16 @@ END {
 			printf "| StepOwnCost%s (%s - WarmCall - ModelRoundTrip) | %.2f ms | | |\n", c == 1 ? "" : "/deployed", step, own
 			ratios(own, "StepOwnCost" (c == 1 ? "" : "/deployed"), paired[step], js, hot, "3×")
 		}
+	}
+	# What the writes of a call and of a step cost with no Corral code
+	# (BenchmarkDurableFloor), as multiples of the round trip beside them:
+	# the least OwnCost and StepOwnCost could come to with this design, and
+	# with designs that write less.
+	split("call step step-dispatch-in-response step-calls-from-log", fl, " ")
+	for (i = 1; i <= 4; i++) {
+		f = "DurableFloor/" fl[i]
+		if ((f in ms) && paired[f] > 0)
+			printf "| %s / JetStreamRoundTrip | %.2f× | | paired; the least %s could cost |\n", f, ms[f] / paired[f], i == 1 ? "OwnCost" : "StepOwnCost"
 	}
 	if (("StepRoundTrip/open" in ms) && ("StepRoundTrip/deployed" in ms))
 		printf "| StepRoundTrip deployed/open | %.2f× | %.2f× | |\n", ms["StepRoundTrip/deployed"] / ms["StepRoundTrip/open"], ms99["StepRoundTrip/deployed"] / ms99["StepRoundTrip/open"]

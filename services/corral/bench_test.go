@@ -324,6 +324,7 @@ func stepRoundTrip(b *testing.B, newClient func(*testing.B, modeltest.Script) be
 	var mu sync.Mutex
 	var ds []time.Duration
 	answered := map[string]time.Time{} // by session prompt
+	asks := map[string]*modelTimes{}   // likewise
 	var paired *pairedRoundTrip
 	client := newClient(b, func(c modeltest.Conversation) (modeltest.Turn, error) {
 		now := c.Received
@@ -333,6 +334,10 @@ func stepRoundTrip(b *testing.B, newClient func(*testing.B, modeltest.Script) be
 		if n >= 2 {
 			ds = append(ds, now.Sub(answered[key]))
 		}
+		if asks[key] == nil {
+			asks[key] = &modelTimes{}
+		}
+		asks[key].received = append(asks[key].received, now)
 		mu.Unlock()
 		// The model's time: idle, a bare round trip from idle in its
 		// middle, idle again.
@@ -347,15 +352,19 @@ func stepRoundTrip(b *testing.B, newClient func(*testing.B, modeltest.Script) be
 		}
 		mu.Lock()
 		answered[key] = time.Now()
+		asks[key].answered = append(asks[key].answered, answered[key])
 		mu.Unlock()
 		return t, nil
 	})
 	mu.Lock()
 	paired = newPairedRoundTrip(b, client.admin)
 	mu.Unlock()
+	sessions := map[string]uuid.UUID{}
 	b.ResetTimer()
 	for i := 0; i < b.N; i += rtTurns - 1 {
-		_, done := startSessionPrompt(b, client, fmt.Sprint("session ", i))
+		prompt := fmt.Sprint("session ", i)
+		session, done := startSessionPrompt(b, client, prompt)
+		sessions[prompt] = session
 		<-done
 	}
 	b.StopTimer()
@@ -363,6 +372,99 @@ func stepRoundTrip(b *testing.B, newClient func(*testing.B, modeltest.Script) be
 	defer mu.Unlock()
 	percentiles(b, ds, "")
 	paired.report(b)
+	var stages stepStages
+	for prompt, session := range sessions {
+		stages.add(b, client, session, asks[prompt])
+	}
+	stages.report(b)
+}
+
+// modelTimes are when the fake model of a session got each of its
+// requests whole, and when it answered each.
+type modelTimes struct{ received, answered []time.Time }
+
+// stepStages are where the steps of BenchmarkStepRoundTrip went, stage
+// by stage, taken from when the server stored what each stage wrote
+// (the server, the services and the fake model share the clock of this
+// process): from the model's answer to its response stored (the answer
+// read and decoded, the response encoded and sent), to its call's
+// tool.dispatched stored, to the call marked started (queued, delivered,
+// checked, marked), to its result stored (the command run, the workspace
+// checked, the result sent), to the next request come whole to the model
+// (the result delivered, folded in, the request built and sent). The
+// first step of each session, which cold-starts its sandbox, is left out,
+// as in the benchmark's own figure.
+type stepStages struct{ response, dispatched, marked, result, next []time.Duration }
+
+func (st *stepStages) add(b *testing.B, c benchClient, session uuid.UUID, m *modelTimes) {
+	b.Helper()
+	ctx := b.Context()
+	calls, err := c.admin.KeyValue(ctx, bus.BucketCalls)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cons, err := c.admin.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.SessionEvents(c.tenant, session)},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	stored := map[string][]time.Time{} // by event kind, in order
+	var marked []time.Time
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			b.Fatalf("session %s: %v", session, err)
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			b.Fatal(err)
+		}
+		kind := strings.Split(msg.Subject(), ".")
+		k := kind[3] + "." + kind[4]
+		stored[k] = append(stored[k], md.Timestamp)
+		if k == event.Kind(event.TypeToolDispatched) {
+			var d event.ToolDispatched
+			if err := json.Unmarshal(msg.Data(), &d); err != nil {
+				b.Fatal(err)
+			}
+			e, err := calls.Get(ctx, bus.CallKey(c.tenant, session, d.Call))
+			if err != nil {
+				b.Fatalf("mark of call %s: %v", d.Call, err)
+			}
+			marked = append(marked, e.Created())
+		}
+		if md.NumPending == 0 {
+			break
+		}
+	}
+	resp := stored[event.Kind(event.TypeModelResponded)]
+	disp := stored[event.Kind(event.TypeToolDispatched)]
+	done := stored[event.Kind(event.TypeToolCompleted)]
+	for i := 1; i < len(disp) && i < len(done) && i+1 < len(m.received); i++ {
+		st.response = append(st.response, resp[i].Sub(m.answered[i]))
+		st.dispatched = append(st.dispatched, disp[i].Sub(resp[i]))
+		st.marked = append(st.marked, marked[i].Sub(disp[i]))
+		st.result = append(st.result, done[i].Sub(marked[i]))
+		st.next = append(st.next, m.received[i+1].Sub(done[i]))
+	}
+}
+
+// report reports each stage's median, in ms.
+func (st *stepStages) report(b *testing.B) {
+	for _, s := range []struct {
+		name string
+		ds   []time.Duration
+	}{
+		{"response", st.response}, {"dispatched", st.dispatched}, {"marked", st.marked},
+		{"result", st.result}, {"next", st.next},
+	} {
+		if len(s.ds) == 0 {
+			continue
+		}
+		sort.Slice(s.ds, func(i, j int) bool { return s.ds[i] < s.ds[j] })
+		b.ReportMetric(float64(s.ds[len(s.ds)/2])/float64(time.Millisecond), "stage-"+s.name+"-ms")
+	}
 }
 
 // pairedRoundTrip is BenchmarkJetStreamRoundTrip's bare round trip,
