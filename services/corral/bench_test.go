@@ -409,10 +409,17 @@ func (st *stepStages) add(b *testing.B, c benchClient, session uuid.UUID, m *mod
 	if err != nil {
 		b.Fatal(err)
 	}
+	// One pull subscription for the whole log: an ordered consumer's Next
+	// makes a consumer on the server for each message.
+	msgs, err := cons.Messages()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer msgs.Stop()
 	stored := map[string][]time.Time{} // by event kind, in order
 	var marked []time.Time
 	for {
-		msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		msg, err := msgs.Next()
 		if err != nil {
 			b.Fatalf("session %s: %v", session, err)
 		}
