@@ -415,9 +415,22 @@ func TestReadAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before, err := js.AccountInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	viaConsumer, err := bus.ReadByConsumer(ctx, js, bus.StreamEvents, bus.SessionEvents("acme", b), 0)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// One consumer for the whole read, not one a message: a few JetStream
+	// API requests (its create and delete), whatever the log's length.
+	after, err := js.AccountInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := after.API.Total - before.API.Total - 1; n > 3 { // less this AccountInfo
+		t.Errorf("reading %d messages made %d JetStream API requests, want at most 3", len(viaConsumer), n)
 	}
 	for name, msgs := range map[string][]bus.Msg{"ReadAll": viaAll, "ReadByConsumer": viaConsumer} {
 		if !slices.EqualFunc(msgs, got, func(x, y bus.Msg) bool {

@@ -209,10 +209,19 @@ func ReadByConsumer(ctx context.Context, js jetstream.JetStream, stream, filter 
 			_ = js.DeleteConsumer(dctx, stream, info.Name)
 		}
 	}()
+	// One pull subscription for the whole read: an ordered consumer's
+	// Next or Fetch makes a new consumer on the server each time (and
+	// deletes the one before), two API requests a message, each a change
+	// of the meta layer in a cluster.
+	it, err := cons.Messages(jetstream.PullMaxMessages(readPull))
+	if err != nil {
+		return nil, fmt.Errorf("read %s after %d: %w", filter, seq, Refusal(ctx, err))
+	}
+	defer it.Stop()
 	var out []Msg
 	for {
 		rctx, cancel := Bound(ctx)
-		msg, err := cons.Next(jetstream.FetchContext(rctx))
+		msg, err := it.Next(jetstream.NextContext(rctx))
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("read %s after %d: %w", filter, seq, Refusal(ctx, err))
@@ -227,6 +236,11 @@ func ReadByConsumer(ctx context.Context, js jetstream.JetStream, stream, filter 
 		}
 	}
 }
+
+// readPull is how many messages [ReadByConsumer] asks for at a time, and
+// so holds at most before they are read: a bound in messages, not bytes,
+// so that a message larger than any bound still comes.
+const readPull = 64
 
 // lastValue returns the last value of header key in h.
 func lastValue(h nats.Header, key string) string {

@@ -44,6 +44,10 @@ func (s *Service) follow(ctx context.Context, session sessionRef) {
 // read again to see whether it is still open.
 const pollFor = 30 * time.Second
 
+// followPull is how many events a followed thread's session has pulled
+// ahead of those posted, at most.
+const followPull = 16
+
 // followed are the kinds of events whose effect shows in a thread; a
 // session's lifecycle events are all of its session.* ones.
 var followed = []string{
@@ -96,6 +100,14 @@ func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
 	if err != nil {
 		return fmt.Errorf("follow session %s: %w", session.key(), err)
 	}
+	// One pull subscription for as long as the thread is followed: an
+	// ordered consumer's Next makes a new consumer on the server at each
+	// call, every event and every poll. A few events are pulled ahead.
+	events, err := cons.Messages(jetstream.PullMaxMessages(followPull))
+	if err != nil {
+		return fmt.Errorf("follow session %s: %w", session.key(), err)
+	}
+	defer events.Stop()
 	log := s.log.With("tenant", session.Tenant, "session", session.ID)
 	log.DebugContext(ctx, "following session", "from", t.Seq+1)
 	live, stopLive, err := s.watchLive(ctx, tn, t)
@@ -109,7 +121,7 @@ func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
 			wait = min(wait, max(time.Until(t.expiry()), time.Millisecond))
 		}
 		fctx, cancel := context.WithTimeout(ctx, wait)
-		msg, err := cons.Next(jetstream.FetchContext(fctx))
+		msg, err := events.Next(jetstream.NextContext(fctx))
 		cancel()
 		if ctx.Err() != nil {
 			return nil
