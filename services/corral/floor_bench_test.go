@@ -80,7 +80,8 @@ func BenchmarkDurableFloor(b *testing.B) {
 	}
 }
 
-// floor is one session of BenchmarkDurableFloor on a server of its own.
+// floor is one session of BenchmarkDurableFloor, on the server of a
+// platform of its own.
 type floor struct {
 	admin, harness jetstream.JetStream
 	session        uuid.UUID
@@ -96,8 +97,8 @@ const floorCommand = 2 * time.Millisecond
 
 const floorTenant = "floor"
 
-// The kinds of the floor's events: of the same length as Corral's, but
-// none that a service of the platform beside it reads.
+// The kinds of the floor's events: about as long as Corral's, but none
+// that a service of the platform beside it reads.
 const (
 	floorResponded  = "floor.responded"
 	floorDispatched = "floor.dispatched"
