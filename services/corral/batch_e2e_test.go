@@ -309,6 +309,20 @@ func TestBatchInterruptedSubmitResumes(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr, "4 jobs: 4 submitted now, 0 before") {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
+	// Run again once the harness has started those four: a submit that
+	// looks at a job while the harness takes its request off the queue
+	// and has not yet recorded it finds it in neither, and sends it again
+	// (the harness records it once: see the end of this test), counting
+	// it as submitted now.
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		got := p.requestsRecorded(t, sessions[:4]...)
+		for _, s := range sessions[:4] {
+			if got[s] != 1 {
+				return fmt.Errorf("session %s: %d requests recorded", s, got[s])
+			}
+		}
+		return nil
+	})
 	// The whole file, interrupted once the fast jobs are done.
 	file := writeJobs(t, lines...)
 	ctx, cancel := context.WithCancel(context.Background())
