@@ -429,7 +429,7 @@ func TestReadAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := after.API.Total - before.API.Total - 1; n > 3 { // less this AccountInfo
+	if n := after.API.Total - before.API.Total - 1; n > 3 { // less the AccountInfo before
 		t.Errorf("reading %d messages made %d JetStream API requests, want at most 3", len(viaConsumer), n)
 	}
 	for name, msgs := range map[string][]bus.Msg{"ReadAll": viaAll, "ReadByConsumer": viaConsumer} {
