@@ -92,9 +92,9 @@ func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
 	// subject: a body naming another tenant, session or type, or an event
 	// its writer may not write, posts nothing.
 	cons, err := tn.js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{bus.SessionEvents(session.Tenant, session.ID)},
-		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       t.Seq + 1,
+		FilterSubjects: []string{bus.SessionEvents(session.Tenant, session.ID)},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    t.Seq + 1,
 		// One consumer for the whole follow, which pulls again only once
 		// most of what it pulled is posted: posting may take a while
 		// (Slack's rate limits, a thread catching up).
