@@ -199,16 +199,7 @@ func ReadByConsumer(ctx context.Context, js jetstream.JetStream, stream, filter 
 	if err != nil {
 		return nil, fmt.Errorf("read %s after %d: %w", filter, seq, Refusal(ctx, err))
 	}
-	// The consumer goes once read, rather than when the server finds it
-	// idle: a client may have only so many at once (see the auth
-	// service's gate).
-	defer func() {
-		if info := cons.CachedInfo(); info != nil {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			defer cancel()
-			_ = js.DeleteConsumer(dctx, stream, info.Name)
-		}
-	}()
+	defer DeleteOrdered(ctx, js, stream, cons)
 	// One pull subscription for the whole read: an ordered consumer's
 	// Next or Fetch makes a new consumer on the server each time (and
 	// deletes the one before), two API requests a message, each a change
@@ -235,6 +226,21 @@ func ReadByConsumer(ctx context.Context, js jetstream.JetStream, stream, filter 
 			return out, nil
 		}
 	}
+}
+
+// DeleteOrdered deletes the consumer on the server that cons, an ordered
+// consumer of stream, reads through at the moment: a reader done with it
+// drops it at once rather than leave it to the server until it has been
+// idle, since a client may have only so many at once (see the auth
+// service's gate).
+func DeleteOrdered(ctx context.Context, js jetstream.JetStream, stream string, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = js.DeleteConsumer(ctx, stream, info.Name)
 }
 
 // readPull is how many messages [ReadByConsumer] asks for at a time, and

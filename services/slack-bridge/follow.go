@@ -103,16 +103,8 @@ func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
 	if err != nil {
 		return fmt.Errorf("follow session %s: %w", session.key(), err)
 	}
-	// Gone once the thread is no longer followed, rather than when the
-	// server finds it idle: a client may have only so many at once (see
-	// the auth service's gate).
-	defer func() {
-		if info := cons.CachedInfo(); info != nil {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			defer cancel()
-			_ = tn.js.DeleteConsumer(dctx, bus.StreamEvents, info.Name)
-		}
-	}()
+	// Gone once the thread is no longer followed.
+	defer bus.DeleteOrdered(ctx, tn.js, bus.StreamEvents, cons)
 	// One pull subscription for as long as the thread is followed: an
 	// ordered consumer's Next makes a new consumer on the server at each
 	// call, every event and every poll. A few events are pulled ahead.
