@@ -157,7 +157,10 @@ func TestEscapeSuite(t *testing.T) {
 		{"fork bomb", bashCall(":(){ :|:& };:; sleep 1; echo bombed"), func(r *event.ToolCompleted) (bool, string) {
 			return strings.Contains(r.Output, "Resource temporarily unavailable"), "bounded by the process limit"
 		}},
-		{"allocate until out of memory", bashCall("tail /dev/zero"), func(r *event.ToolCompleted) (bool, string) {
+		// Given a minute, not the suite's 3 s: on a loaded machine the
+		// allocations, held to the sandbox's share of the CPU, may take
+		// longer than that to reach the memory limit.
+		{"allocate until out of memory", modeltest.Call{Name: "Bash", Input: map[string]any{"command": "tail /dev/zero", "timeout": 60000}}, func(r *event.ToolCompleted) (bool, string) {
 			// Whichever comes first: the process's address space, or the
 			// sandbox's memory cgroup.
 			return r.IsError && !r.TimedOut && (strings.Contains(r.Output, "memory exhausted") || strings.Contains(r.Output, "The sandbox ran out of memory")), "stopped by the memory limit"
