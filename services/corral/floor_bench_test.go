@@ -67,10 +67,7 @@ func BenchmarkDurableFloor(b *testing.B) {
 			f.op(b, v.response, v.dispatched, v.queued) // creates what the first op would
 			b.ResetTimer()
 			for range b.N {
-				b.StopTimer()
-				paired.measure(b)
-				time.Sleep(modelTime)
-				b.StartTimer()
+				paired.beforeOp(b)
 				ds = append(ds, f.op(b, v.response, v.dispatched, v.queued))
 			}
 			b.StopTimer()
