@@ -148,16 +148,26 @@ func TestProcessesNotSharedBetweenSandboxes(t *testing.T) {
 	a, b := uuid.New(), uuid.New()
 	var wg sync.WaitGroup
 	var resA Result
+	aDone := make(chan struct{})
+	// 24 in each: more than 40 together, which one RLIMIT_NPROC for both
+	// would refuse. Each cgroup also holds the executor's threads and the
+	// shells (up to 18 under -race), so 30 would leave no room for touch.
 	wg.Go(func() {
-		resA = bash(t, d, a, "for i in $(seq 30); do sleep 4 & done; touch started; wait; echo a done")
+		defer close(aDone)
+		resA = bash(t, d, a, "for i in $(seq 24); do sleep 4 & done; touch started; wait; echo a done")
 	})
-	natstest.WaitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		select {
+		case <-aDone:
+			return fmt.Errorf("sandbox a ended before it started its processes: %+v", resA)
+		default:
+		}
 		_, err := os.Stat(filepath.Join(d.Workspace(tenant, a), "started"))
 		return err
 	})
-	res := bash(t, d, b, "for i in $(seq 30); do sleep 0.1 & done; wait; echo b done")
+	res := bash(t, d, b, "for i in $(seq 24); do sleep 0.1 & done; wait; echo b done")
 	if res.IsError || res.Output != "b done\n" {
-		t.Errorf("sandbox b while a runs 30 processes: %+v", res)
+		t.Errorf("sandbox b while a runs 24 processes: %+v", res)
 	}
 	wg.Wait()
 	if resA.IsError || resA.Output != "a done\n" {
