@@ -113,13 +113,9 @@ func (s *Service) watchWallTime(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		for _, st := range s.watched.running() {
-			env := core.Env{Policy: s.cfg.Policy, ApprovalKey: s.cfg.ApprovalKey, Now: time.Now()}
-			if core.OverWallTime(st.State, env) == nil {
-				continue
-			}
-			if err := s.checkWallTime(ctx, st.Tenant, st.Session); err != nil && ctx.Err() == nil && !errors.Is(err, bus.ErrNotYet) {
-				s.log.WarnContext(ctx, "check a session's wall time", "session", st.Session, "err", err)
+		for _, w := range s.watched.over(time.Now()) {
+			if err := s.checkWallTime(ctx, w.tenant, w.session); err != nil && ctx.Err() == nil && !errors.Is(err, bus.ErrNotYet) {
+				s.log.WarnContext(ctx, "check a session's wall time", "session", w.session, "err", err)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -48,7 +49,7 @@ func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID, ow
 		last bool
 	)
 	if s.cfg.Speedups.FoldCache {
-		st, seq, last = s.folded.get(tenant, session)
+		st, seq, last = s.folded.take(tenant, session)
 	}
 	if st == nil {
 		st, seq = newState(tenant, session), 0
@@ -64,6 +65,9 @@ func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID, ow
 	// services each may write.
 	entries, err := s.logs.Read(ctx, st.trust, seq)
 	if err != nil {
+		if seq > 0 {
+			s.folded.put(st, seq, false) // as it was taken: it stands up to seq
+		}
 		return nil, fmt.Errorf("load session %s: %w", session, err)
 	}
 	for _, e := range entries {
@@ -95,12 +99,13 @@ func (s *Service) follower(ctx context.Context, st *state, seq uint64) (sessionl
 }
 
 // keep keeps st, which a step is done with, for the session's next step,
-// unless st no longer stands for the log up to st.seq.
-func (s *Service) keep(st *state) {
+// unless st no longer stands for the log up to st.Seq; failed says the
+// step failed, and may have written events st lacks.
+func (s *Service) keep(st *state, failed bool) {
 	if !st.stale {
-		s.folded.put(st, st.Seq)
+		s.folded.put(st, st.Seq, !failed)
 	}
-	s.watched.note(st)
+	s.watched.note(st, core.WallTimeEnds(st.State, core.Env{Policy: s.cfg.Policy, ApprovalKey: s.cfg.ApprovalKey}))
 }
 
 // append records ev, an event of st's session, and folds it into st. The
@@ -156,15 +161,11 @@ func (st *state) fold(seq uint64, ev event.Event) {
 	st.Apply(seq, ev)
 }
 
-// clone returns a copy of st that shares only immutable parts (events,
-// message contents) with it.
-func (st *state) clone() *state {
-	return &state{State: st.State.Clone(), stale: st.stale, trust: st.trust.Clone()}
-}
-
 // foldCache keeps the states this process folded last, so a step reads only
 // the events stored since. It is bounded; a state it dropped is folded
-// again from the whole log.
+// again from the whole log. A step takes its session's state out and puts
+// it back when done, unless it went stale: no copy is made, which would
+// cost in proportion to the session's length at every step.
 type foldCache struct {
 	mu sync.Mutex
 	m  map[string]foldedState // by bus.SessionKey
@@ -175,24 +176,29 @@ type foldedState struct {
 	seq uint64
 	// last is set while this process knows of no event of the session's
 	// written after seq by a harness: it was kept by a step that ended
-	// well, and no step of the session has failed here since. See
-	// [Service.load].
+	// well. See [Service.load].
 	last bool
 }
 
 const foldCacheSize = 4096
 
-func (c *foldCache) get(tenant string, session uuid.UUID) (_ *state, seq uint64, last bool) {
+// take returns the state kept for the session, now the caller's: it is
+// kept no more until put back. The caller holds the session's lock.
+func (c *foldCache) take(tenant string, session uuid.UUID) (_ *state, seq uint64, last bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f, ok := c.m[bus.SessionKey(tenant, session)]
+	key := bus.SessionKey(tenant, session)
+	f, ok := c.m[key]
 	if !ok || f.st.Tenant != tenant || f.st.Session != session {
 		return nil, 0, false
 	}
-	return f.st.clone(), f.seq, f.last
+	delete(c.m, key)
+	return f.st, f.seq, f.last
 }
 
-func (c *foldCache) put(st *state, seq uint64) {
+// put keeps st, a state that stands for its session's log up to seq; last
+// as in [foldedState].
+func (c *foldCache) put(st *state, seq uint64, last bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
@@ -205,43 +211,42 @@ func (c *foldCache) put(st *state, seq uint64) {
 			break
 		}
 	}
-	c.m[key] = foldedState{st: st, seq: seq, last: true}
-}
-
-// behind notes that events of the session may have been written after
-// its cached state by a step here that failed or went stale.
-func (c *foldCache) behind(tenant string, session uuid.UUID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	key := bus.SessionKey(tenant, session)
-	if f, ok := c.m[key]; ok {
-		f.last = false
-		c.m[key] = f
-	}
+	c.m[key] = foldedState{st: st, seq: seq, last: last}
 }
 
 // watchedSessions are the sessions this process has stepped that were
-// running when it last did, as it last saw them, for the wall-time watch.
-// They are kept apart from the fold cache, which keeps only the states a
-// step may build on (none that went stale, none at all with the
-// conditional append off), so that the watch sees the same sessions
-// whatever the speed-ups. Bounded as the fold cache is.
+// running under a wall-time budget when it last did, with when each, as
+// it last saw it, runs out of that budget: for the wall-time watch. They
+// are kept apart from the fold cache, which keeps only the states a step
+// may build on (none that went stale, none at all with the conditional
+// append off), so that the watch sees the same sessions whatever the
+// speed-ups; and by deadline, not by state, which the session's next step
+// goes on to change. Bounded as the fold cache is.
 type watchedSessions struct {
 	mu sync.Mutex
-	m  map[string]*state // by bus.SessionKey
+	m  map[string]watched // by bus.SessionKey
 }
 
-// note keeps st, a state no step changes any more, while it is running.
-func (w *watchedSessions) note(st *state) {
+// watched is a session of [watchedSessions].
+type watched struct {
+	tenant  string
+	session uuid.UUID
+	ends    time.Time
+}
+
+// note notes st's session, running out of its wall-time budget at ends,
+// or forgets it when it is not running or has no such budget (ends is
+// zero).
+func (w *watchedSessions) note(st *state, ends time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	key := bus.SessionKey(st.Tenant, st.Session)
-	if st.Status != core.StatusRunning {
+	if st.Status != core.StatusRunning || ends.IsZero() {
 		delete(w.m, key)
 		return
 	}
 	if w.m == nil {
-		w.m = make(map[string]*state)
+		w.m = make(map[string]watched)
 	}
 	if _, ok := w.m[key]; !ok && len(w.m) >= foldCacheSize {
 		for k := range w.m { // drop one at random
@@ -249,16 +254,19 @@ func (w *watchedSessions) note(st *state) {
 			break
 		}
 	}
-	w.m[key] = st
+	w.m[key] = watched{st.Tenant, st.Session, ends}
 }
 
-// running returns the states kept.
-func (w *watchedSessions) running() []*state {
+// over returns the sessions noted that ran out of their wall-time budget
+// by now.
+func (w *watchedSessions) over(now time.Time) []watched {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]*state, 0, len(w.m))
-	for _, st := range w.m {
-		out = append(out, st)
+	var out []watched
+	for _, s := range w.m {
+		if !now.Before(s.ends) {
+			out = append(out, s)
+		}
 	}
 	return out
 }

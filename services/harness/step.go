@@ -42,18 +42,16 @@ func (s *Service) withSession(ctx context.Context, lock func(context.Context, st
 		return err
 	}
 	st, err := s.load(ctx, tenant, session, owned)
-	if err == nil {
-		err = fn(ctx, st)
-	}
-	if err != nil || st.stale {
-		// It may have written events after the state kept.
-		s.folded.behind(tenant, session)
-	}
 	if err != nil {
 		release(false)
 		return err
 	}
-	s.keep(st)
+	err = fn(ctx, st)
+	s.keep(st, err != nil)
+	if err != nil {
+		release(false)
+		return err
+	}
 	// A running session's next step most often comes here soon.
 	release(st.Status == core.StatusRunning && s.cfg.Speedups.Linger && !s.stopping.Load())
 	return nil

@@ -118,6 +118,21 @@ func overBudget(st *State, env Env, asking bool) Action {
 	return nil
 }
 
+// WallTimeEnds returns when a running session runs out of its wall-time
+// budget, as far as its state says: zero if it is not running or has no
+// such budget. Until a step changes it, [OverWallTime] holds from then
+// on and not before.
+func WallTimeEnds(st *State, env Env) time.Time {
+	if st.Status != StatusRunning {
+		return time.Time{}
+	}
+	l := SessionLimits(st, env)
+	if l.WallTime <= 0 {
+		return time.Time{}
+	}
+	return st.Since.Add(l.WallTime)
+}
+
 // OverWallTime returns the pause of a running session past its wall-time
 // budget at env.Now, or nil.
 func OverWallTime(st *State, env Env) *Pause {
@@ -226,6 +241,6 @@ func (st *State) raiseDecided(e *event.ApprovalDecided) {
 		return
 	}
 	if slices.ContainsFunc(st.Raises, func(r *event.BudgetRaise) bool { return r.Raise == e.Call }) {
-		st.Unpause = append(slices.Clip(st.Unpause), e)
+		st.Unpause = append(st.Unpause, e)
 	}
 }

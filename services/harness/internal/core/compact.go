@@ -62,9 +62,11 @@ func (st *State) view() ([]model.Message, []origin) {
 	if st.Pending == nil {
 		return st.Messages, st.ctx.origins
 	}
-	c := st.Clone()
-	c.flushResults()
-	return c.Messages, c.ctx.origins
+	// The pending results, as flushResults will add them, on copies of
+	// the slices (at their length, append copies): st is not changed.
+	m, o := st.results()
+	n := len(st.Messages)
+	return append(st.Messages[:n:n], m), append(st.ctx.origins[:len(st.ctx.origins):len(st.ctx.origins)], o)
 }
 
 // clearResults returns msgs with the results of the turns after from and

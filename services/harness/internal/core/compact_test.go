@@ -130,15 +130,15 @@ func TestCompactionFolds(t *testing.T) {
 	if r := st.Results[l.calls["c1"].ID]; r.Output != big {
 		t.Errorf("the record of a cleared call changed: %.40q", r.Output)
 	}
-	// A state folded before the compaction, of which the compacted one
-	// is a clone, is not changed by it.
+	// The conversation the model was asked with before the compaction,
+	// which shares the state's messages, is not changed by folding it.
 	old := new(log)
 	old.events = l.events[:len(l.events)-1]
 	st = old.fold()
-	c := st.Clone()
-	c.Apply(uint64(len(l.events)), l.events[len(l.events)-1])
-	if after, _ := json.Marshal(st.Conversation()); string(after) != string(before) {
-		t.Error("folding a compaction into a clone changed the state it was cloned from")
+	asked := st.Conversation()
+	st.Apply(uint64(len(l.events)), l.events[len(l.events)-1])
+	if after, _ := json.Marshal(asked); string(after) != string(before) {
+		t.Error("folding a compaction changed the conversation the model was asked with before it")
 	}
 
 	l.work(1).compacted(3, 4, "the summary")

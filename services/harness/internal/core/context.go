@@ -149,22 +149,22 @@ func size(msgs []model.Message) int {
 	return n
 }
 
-// compaction returns how to compact the conversation before the model is
-// asked, or nil when the next request fits under the threshold, when a
-// compaction was made already since the conversation last grew, or when
-// there is nothing left to compact.
+// compaction returns how to compact msgs, the conversation the model is
+// asked with next (from origins: see [State.view]), or nil when the next
+// request fits under the threshold, when a compaction was made already
+// since the conversation last grew, or when there is nothing left to
+// compact.
 //
 // Results are cleared in batches, down to the most recent, and not a few
 // each turn: every compaction changes the conversation from its first
 // changed message on, which the provider's prompt cache must then write
 // again; between compactions the prompt only grows, and each turn reads
 // back what the turn before cached.
-func compaction(st *State, env Env) *Compact {
+func compaction(st *State, env Env, msgs []model.Message, origins []origin) *Compact {
 	c := env.Context
 	if c.Window <= 0 || st.ctx.compactions > 0 && st.ctx.last == (mark{st.Turn, st.LastRequest}) {
 		return nil
 	}
-	msgs, origins := st.view()
 	room := c.Window - c.Output
 	tokens := st.estimate(msgs, c.Overhead)
 	if float64(tokens) <= float64(room)*c.Threshold {

@@ -176,10 +176,11 @@ func Next(st *State, env Env) []Action {
 	if a := overBudget(st, env, true); a != nil {
 		return append(acts, a)
 	}
-	if c := compaction(st, env); c != nil {
+	msgs, origins := st.view()
+	if c := compaction(st, env, msgs, origins); c != nil {
 		return append(acts, *c)
 	}
-	return append(acts, AskModel{Messages: st.Conversation()})
+	return append(acts, AskModel{Messages: msgs})
 }
 
 // dispatch decides each call not yet dispatched: to be dispatched, held

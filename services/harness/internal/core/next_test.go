@@ -335,3 +335,31 @@ func mustParse(t *testing.T, yaml string) *policy.Policy {
 	}
 	return p
 }
+
+// The conversation a step asks with holds the pending calls' results,
+// which the state itself folds in only with the next response: asking
+// for it leaves the state as it is, and what it returned stays as it was
+// when the state goes on.
+func TestConversationLeavesTheStateAsItIs(t *testing.T) {
+	l := new(log).request("go").respond("sandbox", "a:Bash:"+`{"command":"true"}`).result("a", "one")
+	st := l.fold()
+	n := len(st.Messages)
+	asked := st.Conversation()
+	if len(asked) != n+1 || asked[n].Content[0].ToolUseID != "a" || asked[n].Content[0].Content != "one" {
+		t.Fatalf("the conversation asked with = %+v, want the state's %d messages and the result", asked, n)
+	}
+	if len(st.Messages) != n || st.Pending == nil {
+		t.Fatalf("asking for the conversation changed the state: %d messages, pending %v", len(st.Messages), st.Pending != nil)
+	}
+	before, _ := json.Marshal(asked)
+	l.respond("sandbox", "b:Bash:"+`{"command":"false"}`).result("b", "two")
+	for i, ev := range l.events[len(l.events)-2:] {
+		st.Apply(uint64(len(l.events)-1+i), ev)
+	}
+	if after, _ := json.Marshal(asked); string(after) != string(before) {
+		t.Errorf("the conversation asked with changed as the state went on:\n%s\nwas\n%s", after, before)
+	}
+	if again, _ := json.Marshal(st.Conversation()[:n+1]); string(again) != string(before) {
+		t.Errorf("the state's conversation = %s, want it to start with what was asked: %s", again, before)
+	}
+}

@@ -8,8 +8,6 @@ package core
 
 import (
 	"encoding/json"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -134,23 +132,6 @@ func New(tenant string, session uuid.UUID) *State {
 	}
 }
 
-// Clone returns a copy of st that shares only immutable parts (events,
-// message contents) with it.
-func (st *State) Clone() *State {
-	c := *st
-	c.Requests = maps.Clone(st.Requests)
-	c.Dispatched = maps.Clone(st.Dispatched)
-	c.Results = maps.Clone(st.Results)
-	c.Versions = maps.Clone(st.Versions)
-	c.Asked = maps.Clone(st.Asked)
-	c.Decisions = maps.Clone(st.Decisions)
-	c.ByModel = maps.Clone(st.ByModel)
-	c.Messages = slices.Clone(st.Messages)
-	c.Queued = slices.Clone(st.Queued)
-	c.ctx.origins = slices.Clone(st.ctx.origins)
-	return &c
-}
-
 // Apply folds in ev, an event of the session stored at seq (the last
 // sequence known, st.Seq, for an event recorded where its sequence is not
 // known).
@@ -221,10 +202,10 @@ func (st *State) Apply(seq uint64, ev any) {
 	case *event.ApprovalRequested:
 		st.Asked[e.Call] = true
 	case *event.ApprovalDecided:
-		st.Decisions[e.Call] = append(slices.Clip(st.Decisions[e.Call]), e)
+		st.Decisions[e.Call] = append(st.Decisions[e.Call], e)
 		st.raiseDecided(e)
 	case *event.BudgetRaise:
-		st.Raises = append(slices.Clip(st.Raises), e)
+		st.Raises = append(st.Raises, e)
 	case *event.SessionPaused:
 		st.pause(e)
 	case *event.SessionResumed:
@@ -292,7 +273,14 @@ func (st *State) flushResults() {
 	if st.Pending == nil {
 		return
 	}
-	blocks := make([]model.Block, 0, len(st.Pending.Calls))
+	m, o := st.results()
+	st.push(m, o.turn, o.calls)
+	st.Pending, st.Queued = nil, nil
+}
+
+// results returns the message flushResults adds, and where it comes from.
+func (st *State) results() (model.Message, origin) {
+	blocks := make([]model.Block, 0, len(st.Pending.Calls)+len(st.Queued))
 	for _, c := range st.Pending.Calls {
 		b := model.Block{Type: model.ToolResultBlock, ToolUseID: c.ToolUseID}
 		if r := st.Results[c.ID]; r != nil {
@@ -303,8 +291,7 @@ func (st *State) flushResults() {
 		blocks = append(blocks, b)
 	}
 	blocks = append(blocks, st.Queued...)
-	st.push(model.Message{Role: model.User, Content: blocks}, st.Pending.Turn, st.Pending.Calls)
-	st.Pending, st.Queued = nil, nil
+	return model.Message{Role: model.User, Content: blocks}, origin{st.Pending.Turn, st.Pending.Calls}
 }
 
 // input returns the input the pending response gave call c.
