@@ -135,7 +135,7 @@ func (d *Driver) startBox(workspace, skills, egress string, layer layerMount) (*
 	if d.cgroups != nil {
 		b.cgroup, err = d.cgroups.create(cgroupLimits{
 			// Room for the executor's own threads beside the commands'.
-			pids:   d.cfg.Processes + executorThreads,
+			pids:   d.cfg.Processes + ownPids,
 			memory: d.cfg.MemoryBytes,
 			cpus:   d.cfg.CPUs,
 		})

@@ -59,7 +59,9 @@ type Config struct {
 	// OpenFiles is RLIMIT_NOFILE (default 1024).
 	OpenFiles int
 	// Processes caps each sandbox's processes (default 512) with a pids
-	// cgroup of its own, where the manager may make cgroups (as root). It
+	// cgroup of its own, where the manager may make cgroups (as root):
+	// its commands may run this many, threads and each call's shell
+	// counted, beside the sandbox's own (see ownPids). It
 	// is also every command's RLIMIT_NPROC, which the kernel counts per host
 	// user across the whole machine, not per sandbox, and never enforces for
 	// host root: without the cgroup it bounds, at best, all sandboxes

@@ -158,6 +158,12 @@ func closeOnExec() error {
 // the runtime's own.
 const executorThreads = 8
 
+// ownPids is what a sandbox's pids cgroup holds besides its commands'
+// processes, which [Config.Processes] counts: bwrap's, and the executor's
+// threads, the warm ones and the Go runtime's own (17 in all when last
+// counted, idle), with room to spare.
+const ownPids = 24
+
 // warmThreads has the Go runtime start n threads now and keep them idle.
 // The sandbox's pids cgroup counts threads too: a command that takes every
 // process slot (a fork bomb) must not leave the executor unable to start a

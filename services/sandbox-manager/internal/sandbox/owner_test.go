@@ -149,9 +149,8 @@ func TestProcessesNotSharedBetweenSandboxes(t *testing.T) {
 	var wg sync.WaitGroup
 	var resA Result
 	aDone := make(chan struct{})
-	// 24 in each: more than 40 together, which one RLIMIT_NPROC for both
-	// would refuse. Each cgroup also holds the executor's threads and the
-	// shells (up to 18 under -race), so 30 would leave no room for touch.
+	// 24 in each, with their shells and what they run besides: more than
+	// 40 together, which one RLIMIT_NPROC for both would refuse.
 	wg.Go(func() {
 		defer close(aDone)
 		resA = bash(t, d, a, "for i in $(seq 24); do sleep 4 & done; touch started; wait; echo a done")
@@ -172,6 +171,22 @@ func TestProcessesNotSharedBetweenSandboxes(t *testing.T) {
 	wg.Wait()
 	if resA.IsError || resA.Output != "a done\n" {
 		t.Errorf("sandbox a: %+v", resA)
+	}
+}
+
+// A sandbox's commands may run as many processes as it allows, beside
+// the sandbox's own (bwrap, the executor's threads).
+func TestProcessesAllowedToCommands(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	d := newDriver(t, Config{Processes: 40})
+	if ok, why := d.ProcessesConfined(); !ok {
+		t.Skipf("no pids cgroup: %v", why)
+	}
+	session := uuid.New()
+	// The call's shell and 39 sleeps: 40.
+	if res := bash(t, d, session, "for i in $(seq 39); do sleep 2 & done; wait; echo ok"); res.IsError || res.Output != "ok\n" {
+		t.Errorf("40 processes of a sandbox allowed 40: %+v", res)
 	}
 }
 
