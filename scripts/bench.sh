@@ -6,6 +6,7 @@
 # call, stage by stage, and what is left of it without the command and the
 # model's part; the same writes as the call's and the step's by bare
 # clients, what those own costs could come to (the durable floor);
+# what the harness decides after a result, on sessions of growing length;
 # the step and the throughput each in the open configuration (no users)
 # and the deployed one (deploy/nats.conf, every service under its own
 # user, the client signed in with a credential), one after the other; what
@@ -40,6 +41,9 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}
 (cd services/corral && go test -run '^$' -bench 'JetStreamRoundTrip|ModelRoundTrip|ToolCallRoundTrip|StepRoundTrip|DurableFloor' -benchtime "${n}x" .) | tee -a "$out"
 (cd services/corral && go test -run '^$' -bench 'Throughput' -benchtime "$((n * 20))x" .) | tee -a "$out"
 (cd pkg && go test -run '^$' -bench 'Judge' -benchtime "$((n * 1000))x" ./sessionlog) | tee -a "$out"
+# What a step decides once a call's result is in (the model asked next),
+# on sessions of 20, 200 and 1,000 turns.
+(cd services/harness && go test -run '^$' -bench 'Next' -benchtime "$((n * 100))x" ./internal/core) | tee -a "$out"
 # Decoding a model's turn from its stream, next to the same turn whole.
 (cd pkg && go test -run '^$' -bench 'Decode(Streamed|JSON)' -benchtime "$((n * 10))x" ./model) | tee -a "$out"
 # Egress: a small HTTPS request on a fresh connection, direct on loopback,
