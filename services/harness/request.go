@@ -79,12 +79,18 @@ func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
 			// Not the session's to continue; the session goes on as it was.
 			return bus.Permanent(fmt.Errorf("session %s is not user %q's", session, user))
 		}
+		// A refusal is recorded as the session's failure, not folded into
+		// st: the next step reads the log again.
+		refuse := func(why string) error {
+			st.stale = true
+			return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, why, req.ID.String())
+		}
 		if req.Fork != uuid.Nil {
 			if why, err := s.checkFork(ctx, tenant, session, &req, len(st.Requests) > 0); err != nil || why != "" {
 				if err != nil {
 					return err
 				}
-				return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, why, req.ID.String())
+				return refuse(why)
 			}
 		}
 		ev := event.SessionRequested{
@@ -101,14 +107,14 @@ func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
 				return err
 			}
 			if why != "" {
-				return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, why, req.ID.String())
+				return refuse(why)
 			}
 		} else if req.Repo != nil || req.Files != "" || req.Environment != "" || req.Vaults != nil {
 			why := fmt.Sprintf("session %s has started already: what a workspace starts from (repo, files, environment, vaults) is named only by a session's first request", session)
-			return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, why, req.ID.String())
+			return refuse(why)
 		} else if !req.SessionConfig.IsZero() {
 			why := fmt.Sprintf("session %s has started already: what a session runs with (system, tools, ask, budget) is set only by its first request", session)
-			return s.recordFailure(ctx, tenant, session, event.CodeInvalidRequest, why, req.ID.String())
+			return refuse(why)
 		}
 		return s.append(ctx, st, &ev, "request:"+req.ID.String())
 	})

@@ -65,9 +65,8 @@ func (s *Service) load(ctx context.Context, tenant string, session uuid.UUID, ow
 	// services each may write.
 	entries, err := s.logs.Read(ctx, st.trust, seq)
 	if err != nil {
-		if seq > 0 {
-			s.folded.put(st, seq, false) // as it was taken: it stands up to seq
-		}
+		// Dropped: what was judged before the error is in st's trust,
+		// which would refuse it when read again.
 		return nil, fmt.Errorf("load session %s: %w", session, err)
 	}
 	for _, e := range entries {
