@@ -135,16 +135,25 @@ func TestFileToolsLeaveFilesToSandbox(t *testing.T) {
 	}
 }
 
+// pidsDriver returns a driver whose sandboxes may run processes each,
+// for a parallel test that runs as root, skipping it where sandboxes get
+// no pids cgroup.
+func pidsDriver(t *testing.T, processes int) *Driver {
+	t.Helper()
+	needRoot(t)
+	t.Parallel()
+	d := newDriver(t, Config{Processes: processes})
+	if ok, why := d.ProcessesConfined(); !ok {
+		t.Skipf("no pids cgroup: %v", why)
+	}
+	return d
+}
+
 // Every sandbox is the same host user, whose processes RLIMIT_NPROC
 // counts across the machine; with a pids cgroup of its own, a sandbox's
 // processes do not count against another's.
 func TestProcessesNotSharedBetweenSandboxes(t *testing.T) {
-	needRoot(t)
-	t.Parallel()
-	d := newDriver(t, Config{Processes: 40})
-	if ok, why := d.ProcessesConfined(); !ok {
-		t.Skipf("no pids cgroup: %v", why)
-	}
+	d := pidsDriver(t, 40)
 	a, b := uuid.New(), uuid.New()
 	var wg sync.WaitGroup
 	var resA Result
@@ -177,12 +186,7 @@ func TestProcessesNotSharedBetweenSandboxes(t *testing.T) {
 // A sandbox's commands may run as many processes as it allows, beside
 // the sandbox's own (bwrap, the executor's threads).
 func TestProcessesAllowedToCommands(t *testing.T) {
-	needRoot(t)
-	t.Parallel()
-	d := newDriver(t, Config{Processes: 40})
-	if ok, why := d.ProcessesConfined(); !ok {
-		t.Skipf("no pids cgroup: %v", why)
-	}
+	d := pidsDriver(t, 40)
 	session := uuid.New()
 	// The call's shell and 39 sleeps: 40.
 	if res := bash(t, d, session, "for i in $(seq 39); do sleep 2 & done; wait; echo ok"); res.IsError || res.Output != "ok\n" {
