@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
+	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
 	"corral.dev/pkg/logtest"
 	"corral.dev/pkg/modeltest"
@@ -183,5 +186,50 @@ func TestRunShowsARefusal(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "· the model refused: I won't help with that.") {
 		t.Errorf("stderr does not show the refusal:\n%s", stderr)
+	}
+}
+
+// `corral run` shows the model's text after the session's request, even
+// when its first piece comes before the log's first event does: the log's
+// consumer is made only once the request is sent, and a fast harness may
+// have the model streaming by then. Here the piece is sent the moment the
+// request reaches the server.
+func TestRunShowsTheRequestBeforeTheText(t *testing.T) {
+	p := startDev(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		if modeltest.Turns(c) > 1 {
+			return modeltest.Turn{Text: "done"}, nil
+		}
+		return modeltest.Turn{Calls: []modeltest.Call{{Name: "Bash", Input: map[string]any{"command": "true"}}}}, nil
+	}, nil)
+	nc, err := p.connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.Subscribe("requests.acme.>", func(m *nats.Msg) {
+		session, err := uuid.Parse(strings.Split(m.Subject, ".")[2])
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		piece, _ := json.Marshal(event.Live{Kind: event.LiveText, Turn: 1, Seq: 1, Text: "early piece"})
+		if err := nc.Publish(bus.LiveSubject("acme", session), piece); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	run := p.start(t, "run", "--tenant", "acme", "--user", "ada", "go")
+	p.waitFor(t, "run's stderr", &run.stderr, modelPrefix+"early piece", func() uuid.UUID { return sessionOf(t, run.stderr.String()) })
+	run.wait(t)
+	out := run.stderr.String()
+	request, text := strings.Index(out, "· request from"), strings.Index(out, modelPrefix+"early piece")
+	if request < 0 || request > text {
+		t.Errorf("the model's text is shown before the session's request:\n%s", out)
 	}
 }

@@ -153,7 +153,8 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 	}
 	// The session's output as it comes, heard from before the request
 	// goes (its first piece may follow at once), and shown once the
-	// session's ID is.
+	// session's first event is: the log's consumer, made after the
+	// request goes, may start after the model's first pieces came.
 	view := newLiveView(e.stderr)
 	if !o.json {
 		view.hold()
@@ -168,8 +169,8 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 	}
 	if !o.json {
 		fmt.Fprintf(e.stderr, "session %s\n", session)
-		view.release()
 	}
+	released := o.json
 	// liveAnswer is the text of the last response without calls, if it
 	// was shown as it streamed.
 	var liveAnswer string
@@ -210,6 +211,12 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 			fmt.Fprintf(e.stdout, "%s\n", eventJSON(en))
 		} else if shown := showProgress(view, ev); isResponse(ev) {
 			liveAnswer = shown
+		}
+		if !released {
+			// From here on, the live subject and the log come in the
+			// order the server sent them (see liveView).
+			view.release()
+			released = true
 		}
 		switch ev := ev.(type) {
 		case *event.SessionCompleted:
