@@ -327,10 +327,14 @@ func TestTrustedHeaderSignsIn(t *testing.T) {
 	if code, _ := post(t, c, f.srv.URL+"/decide", form, h); code != http.StatusSeeOther {
 		t.Fatalf("decide: %d", code)
 	}
-	got := f.svc.list("acme", Denied)
-	if len(got) != 1 || got[0].Reviewer != "carol" || got[0].Reason != "not today" {
-		t.Errorf("denied = %+v", got)
-	}
+	// The decision is kept once the service reads it back from the log.
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		got := f.svc.list("acme", Denied)
+		if len(got) != 1 || got[0].Reviewer != "carol" || got[0].Reason != "not today" {
+			return fmt.Errorf("denied = %+v", got)
+		}
+		return nil
+	})
 }
 
 // A carriage return in a call cannot end a live update early: each update

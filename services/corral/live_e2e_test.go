@@ -207,7 +207,7 @@ func TestRunShowsTheRequestBeforeTheText(t *testing.T) {
 	}
 	defer nc.Close()
 	sub, err := nc.Subscribe("requests.acme.>", func(m *nats.Msg) {
-		session, err := uuid.Parse(strings.Split(m.Subject, ".")[2])
+		_, session, err := bus.ParseSubject(m.Subject)
 		if err != nil {
 			t.Error(err)
 			return
