@@ -5,7 +5,8 @@
 # left of it without the command, Corral's own cost; a whole step around one
 # call, stage by stage, and what is left of it without the command and the
 # model's part; the same writes as the call's and the step's by bare
-# clients, what those own costs could come to (the durable floor);
+# clients, what those own costs could come to (the durable floor), the
+# step's by the same stages;
 # what the harness decides after a result, on sessions of growing length;
 # the step and the throughput each in the open configuration (no users)
 # and the deployed one (deploy/nats.conf, every service under its own

@@ -40,6 +40,13 @@ import (
 //     follows the session's last event → the call's tool.dispatched
 //     recorded after it → the call as above;
 //
+// The step also reports its time stage by stage, as BenchmarkStepRoundTrip
+// does, from when the server stored each stage's write: from the op's
+// start to the response stored, to tool.dispatched stored, to the call
+// marked started, to its result stored (the command taken out), to the
+// result delivered to the harness's consumer (where the step goes on to
+// fold it in and ask the model).
+//
 // and, to weigh designs that drop a write (not Corral's; each would take
 // changes to what the log holds and who reads it):
 //
@@ -65,6 +72,7 @@ func BenchmarkDurableFloor(b *testing.B) {
 			paired := newPairedRoundTrip(b, f.admin)
 			ds := make([]time.Duration, 0, b.N)
 			f.op(b, v.response, v.dispatched, v.queued) // creates what the first op would
+			f.ops = f.ops[:0]
 			b.ResetTimer()
 			for range b.N {
 				paired.beforeOp(b)
@@ -73,6 +81,9 @@ func BenchmarkDurableFloor(b *testing.B) {
 			b.StopTimer()
 			percentiles(b, ds, "")
 			paired.report(b)
+			if v.response && v.dispatched && v.queued {
+				f.stages(b).report(b)
+			}
 		})
 	}
 }
@@ -85,7 +96,20 @@ type floor struct {
 	last           uint64 // the stream sequence of the session's last event
 	results        chan jetstream.Msg
 	body           []byte
-	command        atomic.Int64 // how long the last call's command took
+	command        atomic.Int64  // how long the last call's command took
+	marked         atomic.Uint64 // the revision of the last call's mark
+	ops            []floorOp
+}
+
+// floorOp is what [floor.stages] needs of an op: where its writes went,
+// and when its result was delivered.
+type floorOp struct {
+	start                time.Time
+	response, dispatched uint64 // stream sequences, 0 if not written
+	marked               uint64 // revision in the calls bucket
+	result               time.Time
+	command              time.Duration
+	delivered            time.Time
 }
 
 // floorCommand stands for the command of BenchmarkDurableFloor's calls:
@@ -154,10 +178,12 @@ func newFloor(b *testing.B, queued bool) *floor {
 		} else {
 			after = binary.BigEndian.Uint64(m.Data())
 		}
-		if _, err := calls.Create(ctx, floorTenant+"."+uuid.NewString(), []byte("node")); err != nil {
+		rev, err := calls.Create(ctx, floorTenant+"."+uuid.NewString(), []byte("node"))
+		if err != nil {
 			b.Error(err)
 			return
 		}
+		f.marked.Store(rev)
 		// The command's time, taken out of the op: the platform idles
 		// meanwhile, as it does while a command runs.
 		t := time.Now()
@@ -204,7 +230,8 @@ func (f *floor) consume(b *testing.B, js jetstream.JetStream, stream string, cfg
 func (f *floor) op(b *testing.B, response, dispatched, queued bool) time.Duration {
 	ctx := context.Background()
 	start := time.Now()
-	record := func(kind string) {
+	o := floorOp{start: start}
+	record := func(kind string) uint64 {
 		ack, err := f.harness.Publish(ctx, floorSubject(f.session, kind), f.body,
 			jetstream.WithMsgID(uuid.NewString()),
 			jetstream.WithExpectLastSequenceForSubject(f.last, bus.SessionEvents(floorTenant, f.session)))
@@ -212,12 +239,13 @@ func (f *floor) op(b *testing.B, response, dispatched, queued bool) time.Duratio
 			b.Fatal(err)
 		}
 		f.last = ack.Sequence
+		return ack.Sequence
 	}
 	if response {
-		record(floorResponded)
+		o.response = record(floorResponded)
 	}
 	if dispatched {
-		record(floorDispatched)
+		o.dispatched = record(floorDispatched)
 	}
 	if queued {
 		call := binary.BigEndian.AppendUint64(nil, f.last)
@@ -232,7 +260,9 @@ func (f *floor) op(b *testing.B, response, dispatched, queued bool) time.Duratio
 	case <-time.After(time.Minute):
 		b.Fatal("no result after a minute")
 	}
-	took := time.Since(start) - time.Duration(f.command.Load())
+	o.delivered = time.Now()
+	o.command = time.Duration(f.command.Load())
+	took := o.delivered.Sub(start) - o.command
 	md, err := m.Metadata()
 	if err != nil {
 		b.Fatal(err)
@@ -241,5 +271,36 @@ func (f *floor) op(b *testing.B, response, dispatched, queued bool) time.Duratio
 		b.Fatalf("result at %d, not right after %d", md.Sequence.Stream, f.last)
 	}
 	f.last = md.Sequence.Stream
+	o.marked, o.result = f.marked.Load(), md.Timestamp
+	f.ops = append(f.ops, o)
 	return took
+}
+
+// stages reads back when the server stored each write of the ops, and
+// returns the ops' times stage by stage.
+func (f *floor) stages(b *testing.B) *stepStages {
+	b.Helper()
+	ctx := b.Context()
+	stored := func(stream string, seq uint64) time.Time {
+		s, err := f.admin.Stream(ctx, stream)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			b.Fatalf("%s %d: %v", stream, seq, err)
+		}
+		return m.Time
+	}
+	var st stepStages
+	for _, o := range f.ops {
+		resp, disp := stored(bus.StreamEvents, o.response), stored(bus.StreamEvents, o.dispatched)
+		marked := stored("KV_"+bus.BucketCalls, o.marked)
+		st.response = append(st.response, resp.Sub(o.start))
+		st.dispatched = append(st.dispatched, disp.Sub(resp))
+		st.marked = append(st.marked, marked.Sub(disp))
+		st.result = append(st.result, o.result.Sub(marked)-o.command)
+		st.next = append(st.next, o.delivered.Sub(o.result))
+	}
+	return &st
 }
