@@ -40,13 +40,6 @@ import (
 //     follows the session's last event → the call's tool.dispatched
 //     recorded after it → the call as above;
 //
-// The step also reports its time stage by stage, as BenchmarkStepRoundTrip
-// does, from when the server stored each stage's write: from the op's
-// start to the response stored, to tool.dispatched stored, to the call
-// marked started, to its result stored (the command taken out), to the
-// result delivered to the harness's consumer (where the step goes on to
-// fold it in and ask the model).
-//
 // and, to weigh designs that drop a write (not Corral's; each would take
 // changes to what the log holds and who reads it):
 //
@@ -55,6 +48,13 @@ import (
 //   - step-calls-from-log: besides, the sandbox-manager takes its calls
 //     from the session logs (a consumer of the responses), not from a
 //     queue the harness writes to after the response.
+//
+// The step also reports its time stage by stage, as BenchmarkStepRoundTrip
+// does, from when the server stored each stage's write: from the op's
+// start to the response stored, to tool.dispatched stored, to the call
+// marked started, to its result stored (the command taken out), to the
+// result delivered to the harness's consumer (where the step goes on to
+// fold it in and ask the model).
 func BenchmarkDurableFloor(b *testing.B) {
 	for _, v := range []struct {
 		name       string
@@ -281,21 +281,25 @@ func (f *floor) op(b *testing.B, response, dispatched, queued bool) time.Duratio
 func (f *floor) stages(b *testing.B) *stepStages {
 	b.Helper()
 	ctx := b.Context()
-	stored := func(stream string, seq uint64) time.Time {
-		s, err := f.admin.Stream(ctx, stream)
+	stream := func(name string) jetstream.Stream {
+		s, err := f.admin.Stream(ctx, name)
 		if err != nil {
 			b.Fatal(err)
 		}
+		return s
+	}
+	events, calls := stream(bus.StreamEvents), stream("KV_"+bus.BucketCalls)
+	stored := func(s jetstream.Stream, seq uint64) time.Time {
 		m, err := s.GetMsg(ctx, seq)
 		if err != nil {
-			b.Fatalf("%s %d: %v", stream, seq, err)
+			b.Fatalf("%s %d: %v", s.CachedInfo().Config.Name, seq, err)
 		}
 		return m.Time
 	}
 	var st stepStages
 	for _, o := range f.ops {
-		resp, disp := stored(bus.StreamEvents, o.response), stored(bus.StreamEvents, o.dispatched)
-		marked := stored("KV_"+bus.BucketCalls, o.marked)
+		resp, disp := stored(events, o.response), stored(events, o.dispatched)
+		marked := stored(calls, o.marked)
 		st.response = append(st.response, resp.Sub(o.start))
 		st.dispatched = append(st.dispatched, disp.Sub(resp))
 		st.marked = append(st.marked, marked.Sub(disp))
