@@ -47,8 +47,13 @@ const maxEarly = 256 << 10
 type liveView struct {
 	mu sync.Mutex
 	w  io.Writer
-	// heard is where the live subject's messages wait to be shown.
-	heard chan *nats.Msg
+	// heard is where the live subject's messages wait to be shown. Only
+	// the view's own goroutine takes them (see [liveView.lock]), so that
+	// none is shown out of order; syncs asks it to, and stopped is closed
+	// once it has stopped.
+	heard   chan *nats.Msg
+	syncs   chan chan struct{}
+	stopped chan struct{}
 	// open is the kind of the line left open, if any (text of the model,
 	// output), and call the call whose output it is.
 	open openLine
@@ -97,12 +102,13 @@ func (v *liveView) subscribe(nc *nats.Conn, tenant string, session uuid.UUID) (s
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("follow the live output of session %s: %w", session, err)
 	}
+	syncs, stopped := make(chan chan struct{}), make(chan struct{})
 	v.mu.Lock()
-	v.heard = heard
+	v.heard, v.syncs, v.stopped = heard, syncs, stopped
 	v.mu.Unlock()
 	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
+	go func() {
+		defer close(stopped)
 		for {
 			select {
 			case <-done:
@@ -112,18 +118,39 @@ func (v *liveView) subscribe(nc *nats.Conn, tenant string, session uuid.UUID) (s
 				v.take(m)
 				v.drain()
 				v.mu.Unlock()
+			case locked := <-syncs:
+				// Locked for the one who asked, who unlocks it.
+				v.mu.Lock()
+				v.drain()
+				close(locked)
 			}
 		}
-	})
+	}()
 	return func() {
 		_ = sub.Unsubscribe()
 		close(done)
-		wg.Wait()
+		<-stopped
 	}, nil
 }
 
 // lock locks v, once it has shown what the live subject brought so far.
+// The view's goroutine takes the lock and shows it, and hands the lock
+// over: were the caller to take from heard itself, a message the
+// goroutine had just taken, not yet shown, would be shown after later
+// ones.
 func (v *liveView) lock() {
+	v.mu.Lock()
+	syncs, stopped := v.syncs, v.stopped
+	v.mu.Unlock()
+	if syncs != nil {
+		locked := make(chan struct{})
+		select {
+		case syncs <- locked:
+			<-locked
+			return
+		case <-stopped:
+		}
+	}
 	v.mu.Lock()
 	v.drain()
 }
@@ -164,9 +191,8 @@ func (v *liveView) hold() {
 
 // release shows what was heard since hold, then what comes as it comes.
 func (v *liveView) release() {
-	v.mu.Lock()
+	v.lock()
 	defer v.mu.Unlock()
-	v.drain()
 	v.held = false
 	for _, l := range v.queue {
 		v.show(l)
