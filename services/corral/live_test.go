@@ -1,14 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
+	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
+	"corral.dev/pkg/natstest"
 )
 
 // hearing has v take l as the live subject would bring it.
@@ -112,5 +117,60 @@ func TestLiveViewEndsOutputFromTheResult(t *testing.T) {
 	v.line("← done")
 	if want := outputPrefix + "first\n" + outputPrefix + "second\n← first second\n← done\n"; out.String() != want {
 		t.Errorf("shown:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// The pieces of a turn are shown in the order they came, while the log's
+// lines lock the view as they come: a piece the view's goroutine has just
+// taken is not overtaken by later ones a log line would show first.
+func TestLiveViewKeepsPiecesInOrder(t *testing.T) {
+	t.Parallel()
+	_, nc, _ := natstest.Run(t)
+	session := uuid.New()
+	const pieces = 8
+	var want strings.Builder
+	want.WriteString(modelPrefix)
+	for seq := 1; seq <= pieces; seq++ {
+		want.WriteString(fmt.Sprint(seq, " "))
+	}
+	for round := range 100 {
+		var out strings.Builder
+		v := newLiveView(&out)
+		stop, err := v.subscribe(nc, "acme", session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The log's goroutine, showing its lines as they come.
+		locking, stopLocking := context.WithCancel(t.Context())
+		var locker sync.WaitGroup
+		locker.Go(func() {
+			for locking.Err() == nil {
+				v.lock()
+				v.mu.Unlock()
+			}
+		})
+		for seq := 1; seq <= pieces; seq++ {
+			b, err := json.Marshal(event.Live{Kind: event.LiveText, Turn: round + 1, Attempt: 1, Seq: seq, Text: fmt.Sprint(seq, " ")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Publish(bus.LiveSubject("acme", session), b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The server sends the pieces to this connection before its
+		// answer to the flush: they are all heard then, and shown once
+		// the view is locked.
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		v.lock()
+		v.mu.Unlock()
+		stopLocking()
+		locker.Wait()
+		stop()
+		if got := out.String(); got != want.String() {
+			t.Fatalf("round %d shows:\n%q\nwant:\n%q", round, got, want.String())
+		}
 	}
 }
