@@ -144,10 +144,16 @@ func TestCLIJSON(t *testing.T) {
 		t.Errorf("corral workspace diff --json: exit %d, want %d: %s", code, exitUsage, stderr)
 	}
 
-	rows := jsonLines(t, "corral usage --json", p.corralOK(t, "usage", "--tenant", "acme", "--json"))
-	if len(rows) != 2 { // the tenant's day, and ada's
-		t.Fatalf("corral usage --json: %v, want the tenant's and ada's", rows)
-	}
+	// Usage is counted from the logs a moment after it is spent, as the
+	// other tests of corral usage wait for.
+	var rows []map[string]any
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		rows = jsonLines(t, "corral usage --json", p.corralOK(t, "usage", "--tenant", "acme", "--json"))
+		if len(rows) != 2 { // the tenant's day, and ada's
+			return fmt.Errorf("corral usage --json: %v, want the tenant's and ada's", rows)
+		}
+		return nil
+	})
 	for _, r := range rows {
 		wantFields(t, "corral usage --json", r, usageFields)
 	}
