@@ -173,17 +173,33 @@ func (a *EditArgs) validate() error {
 }
 
 func (a *GlobArgs) validate() error {
-	if a.Pattern == "" {
-		return errors.New("pattern is required")
+	if err := checkPattern("pattern", a.Pattern, true); err != nil {
+		return err
 	}
 	return checkPath("path", a.Path, false)
 }
 
 func (a *GrepArgs) validate() error {
-	if a.Pattern == "" {
-		return errors.New("pattern is required")
+	if err := checkPattern("pattern", a.Pattern, true); err != nil {
+		return err
+	}
+	if err := checkPattern("glob", a.Glob, false); err != nil {
+		return err
 	}
 	return checkPath("path", a.Path, false)
+}
+
+// checkPattern refuses a pattern with a NUL byte: no file name holds one,
+// and the memory store, whose text cannot, would fail on it as on a fault
+// of its own. A pattern matches a NUL in a file's content written as \x00.
+func checkPattern(field, p string, required bool) error {
+	switch {
+	case p == "" && required:
+		return fmt.Errorf("%s is required", field)
+	case strings.ContainsRune(p, 0):
+		return fmt.Errorf(`%s contains a NUL byte: write it as \x00`, field)
+	}
+	return nil
 }
 
 func checkPath(field, p string, required bool) error {

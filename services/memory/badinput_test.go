@@ -42,6 +42,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"a skill named for another folder", "Write", writeArgs("/skills/s/SKILL.md", "---\nname: t\ndescription: d\n---\n"), `must be its folder's name, "s"`},
 		{"an empty root", "Read", readArgs("/memories"), "/memories does not exist"},
 		{"a bad pattern", "Grep", map[string]any{"pattern": "(", "path": "/memories"}, "invalid pattern"},
+		{"a NUL in a pattern", "Grep", map[string]any{"pattern": "a\x00", "path": "/memories"}, "pattern contains a NUL byte"},
 		{"a bad glob", "Glob", map[string]any{"pattern": "{a,", "path": "/memories"}, "glob"},
 		{"unknown tool", "Delete", readArgs("/memories/notes.md"), `unknown tool "Delete"`},
 		{"unknown field", "Read", map[string]any{"path": "/memories/notes.md"}, `unknown field "path"`},

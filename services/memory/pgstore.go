@@ -291,8 +291,12 @@ func postgresRegexp(pattern string) string {
 	return b.String()
 }
 
+// grepErr is a search's error: the pattern's fault when the server says
+// the data it was given is (class 22, data exception: an invalid regular
+// expression, a byte sequence that is not text), so that it becomes the
+// call's result rather than a failure tried again.
 func grepErr(tenant, prefix string, err error) error {
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "2201B" {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && strings.HasPrefix(pgErr.Code, "22") {
 		return fmt.Errorf("%w: %s", ErrBadPattern, pgErr.Message)
 	}
 	return fmt.Errorf("grep %s:%s: %w", tenant, prefix, err)

@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"corral.dev/pkg/natstest"
@@ -29,4 +30,18 @@ func TestKVStore(t *testing.T) {
 		}
 		return s
 	})
+}
+
+// A pattern PostgreSQL cannot take as text is the pattern's fault, not
+// the store's: a call that searches with it gets an error result at once
+// rather than being tried again.
+func TestPGStoreGrepRefusesWhatIsNotText(t *testing.T) {
+	pool := pgtest.Pool(t)
+	if err := memory.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	s := memory.NewPGStore(pool)
+	if _, err := s.Grep(context.Background(), "acme", "ada", "/memories/", "a\x00", 10); !errors.Is(err, memory.ErrBadPattern) {
+		t.Errorf("Grep with a NUL byte: %v, want ErrBadPattern", err)
+	}
 }
