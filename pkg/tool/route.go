@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -81,8 +82,10 @@ func MemoryPath(p string) (string, error) {
 	if !utf8.ValidString(p) {
 		return "", fmt.Errorf("%w: not valid UTF-8", ErrBadMemoryPath)
 	}
+	// C1 too (U+0080 to U+009F): a path is listed to other users, and a
+	// terminal takes U+009B as the start of an escape sequence.
 	for _, r := range p {
-		if r < 0x20 || r == 0x7f {
+		if unicode.IsControl(r) {
 			return "", fmt.Errorf("%w: %q contains a control character", ErrBadMemoryPath, p)
 		}
 	}

@@ -376,13 +376,13 @@ func printable(s string) string {
 // one a person watches, which shows the answer as it streams on stderr
 // and need not show it again on stdout.
 func oneTerminal(stdout, stderr io.Writer) bool {
-	for _, w := range []io.Writer{stdout, stderr} {
-		f, ok := w.(*os.File)
-		if !ok || !term.IsTerminal(int(f.Fd())) {
-			return false
-		}
-	}
-	return true
+	return isTerminal(stdout) && isTerminal(stderr)
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // isResponse reports whether ev is a model's response.

@@ -108,7 +108,9 @@ func ask(ctx context.Context, nc *nats.Conn, service, subject string, req, resp 
 func (e *env) printFiles(files []memoryapi.APIFile) {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	for _, f := range files {
-		fmt.Fprintf(w, "%s\t%d bytes\tv%d\t%s\t%s\n", f.Path, f.Size, f.Version, f.UpdatedBy, f.UpdatedAt.Local().Format(time.DateTime))
+		// Shown as text alone: the paths and names are others' (a model's,
+		// another user's), and a terminal acts on the controls in them.
+		fmt.Fprintf(w, "%s\t%d bytes\tv%d\t%s\t%s\n", printable(f.Path), f.Size, f.Version, printable(f.UpdatedBy), f.UpdatedAt.Local().Format(time.DateTime))
 	}
 	w.Flush()
 }
@@ -221,7 +223,7 @@ write with its file tools; /memories/private/... is the --user's own.`,
 				if v.Removed {
 					size = "removed"
 				}
-				fmt.Fprintf(w, "v%d\t%s\t%s\t%s\n", v.Version, size, v.ChangedBy, v.ChangedAt.Local().Format(time.DateTime))
+				fmt.Fprintf(w, "v%d\t%s\t%s\t%s\n", v.Version, size, printable(v.ChangedBy), v.ChangedAt.Local().Format(time.DateTime))
 			}
 			return w.Flush()
 		},

@@ -224,7 +224,13 @@ func (e *env) run(ctx context.Context, o runOpts) error {
 				// Shown whole as it streamed, on the terminal that
 				// would show it again.
 				if liveAnswer == "" || strings.TrimSpace(liveAnswer) != strings.TrimSpace(ev.Answer) || !oneTerminal(e.stdout, e.stderr) {
-					fmt.Fprintln(e.stdout, ev.Answer)
+					answer := ev.Answer
+					if isTerminal(e.stdout) {
+						// The model's text, shown as text alone, as it
+						// streamed; piped on as it is.
+						answer = printable(answer)
+					}
+					fmt.Fprintln(e.stdout, answer)
 				}
 				if ev.Changes != nil {
 					view.line(fmt.Sprintf("· changed in /workspace (corral workspace %s diff shows the patch):", session))
