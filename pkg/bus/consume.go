@@ -55,6 +55,10 @@ func Rejected(err error) error {
 	return fmt.Errorf("%w: %w", ErrRejected, err)
 }
 
+// ErrBusy is why a message is given up when too many of its key already
+// wait for their turn (see [Consumer.MaxKeyWaiting]).
+var ErrBusy = errors.New("busy")
+
 // Permanent wraps err so that it matches [ErrPermanent].
 func Permanent(err error) error {
 	return fmt.Errorf("%w: %w", ErrPermanent, err)
@@ -132,6 +136,15 @@ type Consumer struct {
 	// most the gate's PerGroup of one group at once. A message that waits
 	// for its key or its group holds no slot meanwhile (see [lock.Gate]).
 	Admit func(m Msg) (key, group string)
+	// MaxKeyWaiting, when set, bounds the messages of one key (see
+	// Admit) that wait here for their turn: one more is given up at once,
+	// as a permanent failure matching [ErrBusy], rather than kept. A
+	// message that waits is still pending on the server, and a consumer's
+	// pending messages are bounded (MaxAckPending): with no bound, one key
+	// whose handler runs long (a session asking its model), and a flood
+	// of messages behind it, would take them all, and the server would
+	// deliver no other key's, nor any other tenant's.
+	MaxKeyWaiting int
 	// Gate, when set, is where messages wait for their turn, and may be
 	// shared with other work of the process; its Size then bounds the
 	// handlers at once, and Concurrency only how many messages are
@@ -207,6 +220,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 	}
 	defer func() { stopKeeping(); helpers.Wait() }()
 	var wg sync.WaitGroup
+	var waiting keyCounts // this consumer's messages waiting for their turn, by key
 	gate := c.Gate
 	if gate == nil {
 		gate = &lock.Gate{Size: c.Concurrency}
@@ -225,18 +239,27 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 		if c.Admit != nil {
 			key, group = c.Admit(m)
 		}
+		if n := c.MaxKeyWaiting; n > 0 && key != "" && !waiting.add(key, n) {
+			busy := Permanent(fmt.Errorf("%w: %d messages of %s already wait for their turn here; send it again once they are done", ErrBusy, n, key))
+			wg.Go(func() { c.settle(base, log, msg, m, stop, func(context.Context, Msg) error { return busy }) })
+			return
+		}
 		t := gate.Enter(key, group)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := t.Wait(ctx); err != nil || ctx.Err() != nil {
+			err := t.Wait(ctx)
+			if c.MaxKeyWaiting > 0 && key != "" {
+				waiting.done(key)
+			}
+			if err != nil || ctx.Err() != nil {
 				t.Done()
 				stop()
 				_ = msg.Nak()
 				return
 			}
 			defer t.Done()
-			c.handle(context.WithValue(base, ticketKey{}, t), log, msg, m, stop)
+			c.settle(context.WithValue(base, ticketKey{}, t), log, msg, m, stop, c.call)
 		}()
 		// Take no more while a message that could be handled waits for a
 		// slot; one that waits for its key or group does not stop others.
@@ -270,6 +293,35 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 		<-done
 	}
 	return nil
+}
+
+// keyCounts counts messages by key.
+type keyCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// add counts one more message of key, unless max are counted already.
+func (k *keyCounts) add(key string, max int) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.n[key] >= max {
+		return false
+	}
+	if k.n == nil {
+		k.n = make(map[string]int)
+	}
+	k.n[key]++
+	return true
+}
+
+// done counts one message of key out.
+func (k *keyCounts) done(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.n[key]--; k.n[key] <= 0 {
+		delete(k.n, key)
+	}
 }
 
 func (c *Consumer) setDefaults() {
@@ -324,12 +376,14 @@ func Yield(ctx context.Context) {
 	}
 }
 
-func (c *Consumer) handle(base context.Context, log *slog.Logger, msg jetstream.Msg, m Msg, stopKeepAlive func()) {
+// settle handles a message with handle (the handler, or a refusal made
+// before it) and answers the server as its outcome says.
+func (c *Consumer) settle(base context.Context, log *slog.Logger, msg jetstream.Msg, m Msg, stopKeepAlive func(), handle Handler) {
 	log = log.With("subject", m.Subject, "stream_seq", m.StreamSeq, "msg_id", m.MsgID)
 	ctx, cancel := context.WithTimeout(context.WithValue(base, msgKey{}, m), c.Timeout)
 	defer cancel()
 
-	err := c.call(ctx, m)
+	err := handle(ctx, m)
 	stopKeepAlive()
 
 	switch {

@@ -3,16 +3,20 @@ package harness
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
 	"corral.dev/pkg/event"
@@ -66,6 +70,85 @@ func TestTenantShare(t *testing.T) {
 		t.Error("acme's second session asked the model while its first did")
 	default:
 	}
+}
+
+// Follow-ups sent to a session while its model turn runs wait for it in
+// the harness, each still pending on the server, which delivers a
+// harness a bounded number: a flood of them to one session would take
+// them all, and no other tenant's request would be delivered until the
+// turn ended. At most maxRequestsWaiting wait; the rest are refused at
+// once, dead-lettered as busy. Another tenant's session completes while
+// the flood's session still asks the model, and the follow-ups kept are
+// recorded once it answers.
+func TestFollowUpFloodLeavesOtherTenants(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	fake := modeltest.New(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		return modeltest.Turn{Text: "done"}, nil
+	})
+	release, slow := make(chan struct{}), make(chan struct{}, 64)
+	model := blockingModel(t, fake.URL(), func(body []byte) bool { return bytes.Contains(body, []byte(`"slow"`)) }, slow, release)
+	const concurrency = 4
+	runHarnessWith(t, js, fake, map[string]string{
+		"OPENAI_BASE_URL":            model,
+		"CORRAL_HARNESS_CONCURRENCY": fmt.Sprint(concurrency),
+	})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	ctx := context.Background()
+	publish := func(tenant, user string, session uuid.UUID, prompt string) {
+		req := event.Request{Header: event.NewHeader(event.TypeRequest, tenant, session), User: user, Prompt: prompt}
+		data, err := json.Marshal(&req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishAsync(bus.RequestSubject(tenant, session, user), data, jetstream.WithMsgID(req.ID.String())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flooded := uuid.Must(uuid.NewV7())
+	publish("acme", "mallory", flooded, "slow")
+	<-slow
+	// More than the harness may hold pending at once.
+	flood := requestsPending(concurrency) + 16
+	for range flood {
+		publish("acme", "mallory", flooded, "again")
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the flood was not stored")
+	}
+	quick := uuid.Must(uuid.NewV7())
+	publish("beta", "ada", quick, "quick")
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, sessionlog.SessionKind("beta", quick, event.TypeSessionCompleted))
+		if err != nil || len(msgs) == 0 {
+			pending := -1
+			if c, err := js.Consumer(ctx, bus.StreamRequests, bus.ConsumerHarnessRequests); err == nil {
+				pending = c.CachedInfo().NumAckPending
+			}
+			return fmt.Errorf("beta's session not completed (%v); the harness holds %d requests pending", err, pending)
+		}
+		return nil
+	})
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		dead := natstest.DeadLetters(t, js, "deadletter."+bus.StreamRequests+".>")
+		if want := flood - maxRequestsWaiting; len(dead) != want {
+			return fmt.Errorf("%d requests dead-lettered, want %d", len(dead), want)
+		}
+		if reason := dead[0].Reason; !strings.Contains(reason, "busy: 8 messages of acme.") {
+			return fmt.Errorf("dead-lettered for %q, want busy", reason)
+		}
+		return nil
+	})
+	once.Do(func() { close(release) })
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		msgs, err := bus.ReadAll(ctx, js, bus.StreamEvents, sessionlog.SessionKind("acme", flooded, event.TypeSessionRequested))
+		if err != nil || len(msgs) != 1+maxRequestsWaiting {
+			return fmt.Errorf("%d requests of the flooded session recorded, want %d (%v)", len(msgs), 1+maxRequestsWaiting, err)
+		}
+		return nil
+	})
 }
 
 // blockingModel returns the URL of a proxy to the fake model at target

@@ -153,6 +153,18 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 // (see askFree), so a killed harness's sessions go on within a second.
 const stepAckWait = 500 * time.Millisecond
 
+// maxRequestsWaiting bounds the requests of one session that wait in a
+// harness for its turn (a follow-up waits while the session's step asks
+// the model): one more is refused as busy, and dead-lettered with the
+// reason, rather than kept pending (see [bus.Consumer.MaxKeyWaiting]).
+const maxRequestsWaiting = 8
+
+// requestsPending bounds the requests a harness holds at once, running or
+// waiting for their session or tenant: with room for many, one tenant's
+// sessions, each with its requests waiting, leave the server room to
+// deliver another tenant's.
+func requestsPending(concurrency int) int { return max(1024, 16*concurrency) }
+
 // Run consumes requests and session events until ctx is done, then drains.
 func (s *Service) Run(ctx context.Context) error {
 	// Another harness takes a lease at once from a harness that does not
@@ -171,15 +183,17 @@ func (s *Service) Run(ctx context.Context) error {
 				Durable:       bus.ConsumerHarnessRequests,
 				FilterSubject: "requests.>",
 				AckWait:       stepAckWait,
+				MaxAckPending: requestsPending(s.cfg.Concurrency),
 			},
-			Concurrency: s.cfg.Concurrency,
-			Admit:       admitRequest,
-			Gate:        s.admission,
-			Handler:     s.handleRequest,
-			OnGiveUp:    s.refuseRequest,
-			RetryDelay:  s.cfg.RetryDelay,
-			Grace:       s.cfg.ShutdownGrace,
-			Logger:      s.log,
+			Concurrency:   s.cfg.Concurrency,
+			MaxKeyWaiting: maxRequestsWaiting,
+			Admit:         admitRequest,
+			Gate:          s.admission,
+			Handler:       s.handleRequest,
+			OnGiveUp:      s.refuseRequest,
+			RetryDelay:    s.cfg.RetryDelay,
+			Grace:         s.cfg.ShutdownGrace,
+			Logger:        s.log,
 		})
 	})
 	g.Go(func() error {
