@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"corral.dev/pkg/bus"
@@ -587,4 +588,59 @@ func TestConsumeDelaysAcks(t *testing.T) {
 	if handled["a"] != 1 || handled["b"] != 1 {
 		t.Errorf("handled %v, want each once", handled)
 	}
+}
+
+// A message stored with headers only the server writes on its answers (a
+// forged Nats-Subject and Nats-Sequence, as on an echo of a direct get's
+// answer) is read with the subject and sequence the server gave it, by
+// every reader, and marked spoofed; a message stored without them is not.
+func TestSpoofedHeaders(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	s := uuid.Must(uuid.NewV7())
+	failed(t, js, s, 0)
+	real := eventSubject("acme", s, "tool.completed", "sandbox")
+	m := nats.NewMsg(real)
+	m.Data = []byte(`{}`)
+	m.Header.Set(jetstream.SubjectHeader, eventSubject("acme", s, "model.responded", "harness"))
+	m.Header.Set(jetstream.SequenceHeader, "1")
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(how string, got bus.Msg) {
+		t.Helper()
+		if got.Subject != real || got.StreamSeq != ack.Sequence || got.Spoofed == "" {
+			t.Errorf("%s: subject %q seq %d spoofed %q; want %q, %d, spoofed", how, got.Subject, got.StreamSeq, got.Spoofed, real, ack.Sequence)
+		}
+	}
+	filter := bus.SessionEvents("acme", s)
+	all, err := bus.ReadAll(ctx, js, bus.StreamEvents, filter)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("ReadAll = %d messages, %v; want 2", len(all), err)
+	}
+	if all[0].Spoofed != "" {
+		t.Errorf("a message stored without the server's headers is marked spoofed: %q", all[0].Spoofed)
+	}
+	check("ReadAll", all[1])
+	stream, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := bus.ReadAfter(ctx, js, stream, filter, all[0].StreamSeq)
+	if err != nil || len(after) != 1 {
+		t.Fatalf("ReadAfter = %d messages, %v; want 1", len(after), err)
+	}
+	check("ReadAfter", after[0])
+	last, err := bus.LastBySubject(ctx, js, bus.StreamEvents, filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("LastBySubject", last)
+	byConsumer, err := bus.ReadByConsumer(ctx, js, bus.StreamEvents, filter, all[0].StreamSeq)
+	if err != nil || len(byConsumer) != 1 {
+		t.Fatalf("ReadByConsumer = %d messages, %v; want 1", len(byConsumer), err)
+	}
+	check("ReadByConsumer", byConsumer[0])
 }

@@ -75,6 +75,13 @@ type Msg struct {
 	// Stored is when the stream stored the message; only
 	// [LastBySubject] sets it.
 	Stored time.Time
+	// Spoofed names a header that only the server writes, on what it
+	// answers from a stream (its subject, its sequence), which the stored
+	// message carried itself: it is an echo of such an answer, which the
+	// server published on a reply subject its requester chose, or a
+	// forgery of one. Its subject and sequence are the server's all the
+	// same (see [FromRaw]); what it says speaks for no one. "" if none.
+	Spoofed string
 }
 
 type msgKey struct{}
@@ -234,7 +241,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 			_ = msg.Nak()
 			return
 		}
-		m := msgOf(msg)
+		m := FromDelivery(msg)
 		var key, group string
 		if c.Admit != nil {
 			key, group = c.Admit(m)
@@ -354,9 +361,12 @@ func (c *Consumer) setDefaults() {
 	}
 }
 
-// msgOf returns a delivered message as a handler sees it.
-func msgOf(msg jetstream.Msg) Msg {
+// FromDelivery returns a message a consumer delivered as a handler sees
+// it.
+func FromDelivery(msg jetstream.Msg) Msg {
 	m := Msg{Subject: msg.Subject(), Data: msg.Data(), MsgID: msg.Headers().Get(jetstream.MsgIDHeader)}
+	// A delivery's headers are the stored message's alone.
+	m.Spoofed = spoofed(msg.Headers(), 0)
 	if meta, err := msg.Metadata(); err == nil {
 		m.StreamSeq, m.Delivered = meta.Sequence.Stream, meta.NumDelivered
 	}

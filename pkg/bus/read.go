@@ -39,8 +39,9 @@ func readBatches(ctx context.Context, js jetstream.JetStream, stream, filter str
 			return nil, err
 		}
 		for _, raw := range batch {
-			out = append(out, rawMsg(raw))
-			seq = raw.Sequence
+			m := FromRaw(raw)
+			out = append(out, m)
+			seq = m.StreamSeq
 		}
 		if !more {
 			return out, nil
@@ -67,13 +68,45 @@ func readBatchAfter(ctx context.Context, js jetstream.JetStream, stream, filter 
 		}
 		batch = append(batch, raw)
 		// The server counts what matches after each message it sends.
-		more = raw.Header.Get(numPendingHeader) != "0"
+		more = lastValue(raw.Header, numPendingHeader) != "0"
 	}
 	return batch, more, nil
 }
 
-func rawMsg(raw *jetstream.RawStreamMsg) Msg {
-	return Msg{Subject: raw.Subject, Data: raw.Data, StreamSeq: raw.Sequence, MsgID: raw.Header.Get(jetstream.MsgIDHeader)}
+// FromRaw returns a message a direct get answered (raw) as a handler
+// sees it. The server writes the message's subject and sequence as headers
+// after those stored with it, which may have the same names (see
+// [Msg.Spoofed]): its are the last.
+func FromRaw(raw *jetstream.RawStreamMsg) Msg {
+	m := Msg{Subject: raw.Subject, Data: raw.Data, StreamSeq: raw.Sequence, MsgID: raw.Header.Get(jetstream.MsgIDHeader)}
+	if s := lastValue(raw.Header, jetstream.SubjectHeader); s != "" {
+		m.Subject = s
+	}
+	if seq, err := strconv.ParseUint(lastValue(raw.Header, jetstream.SequenceHeader), 10, 64); err == nil {
+		m.StreamSeq = seq
+	}
+	m.Spoofed = spoofed(raw.Header, 1)
+	return m
+}
+
+// serverHeaders are the headers the server writes on what it answers from
+// a stream: a direct get's answer, a batch's.
+var serverHeaders = []string{
+	jetstream.StreamHeader, jetstream.SubjectHeader, jetstream.SequenceHeader,
+	jetstream.TimeStampHeaer, numPendingHeader, "Nats-Last-Sequence",
+}
+
+// spoofed returns the first of serverHeaders that h holds more often than
+// the server wrote it: written times, 1 in an answer from a stream (at
+// most: those of a batch's answer alone appear in no other) and 0 in a
+// consumer's delivery.
+func spoofed(h nats.Header, written int) string {
+	for _, name := range serverHeaders {
+		if len(h.Values(name)) > written {
+			return name
+		}
+	}
+	return ""
 }
 
 // ReadAfter returns the messages of stream matching filter stored after
@@ -96,7 +129,7 @@ func ReadAfter(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 		return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
 	}
 	var out []Msg
-	for i := 0; seq < last.Sequence; i++ {
+	for i := 0; seq < FromRaw(last).StreamSeq; i++ {
 		if i == maxSingleGets {
 			return readBatches(ctx, js, stream.CachedInfo().Config.Name, filter, seq, out)
 		}
@@ -106,8 +139,9 @@ func ReadAfter(ctx context.Context, js jetstream.JetStream, stream jetstream.Str
 		if err != nil {
 			return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
 		}
-		out = append(out, rawMsg(raw))
-		seq = raw.Sequence
+		m := FromRaw(raw)
+		out = append(out, m)
+		seq = m.StreamSeq
 	}
 	return out, nil
 }
@@ -170,7 +204,7 @@ func LastBySubject(ctx context.Context, js jetstream.JetStream, stream, filter s
 		return Msg{}, fmt.Errorf("read the last of %s: no sequence in the answer", filter)
 	}
 	stored, _ := time.Parse(time.RFC3339Nano, lastValue(resp.Header, jetstream.TimeStampHeaer))
-	return Msg{Subject: lastValue(resp.Header, jetstream.SubjectHeader), Data: resp.Data, StreamSeq: seq, MsgID: resp.Header.Get(jetstream.MsgIDHeader), Stored: stored}, nil
+	return Msg{Subject: lastValue(resp.Header, jetstream.SubjectHeader), Data: resp.Data, StreamSeq: seq, MsgID: resp.Header.Get(jetstream.MsgIDHeader), Stored: stored, Spoofed: spoofed(resp.Header, 1)}, nil
 }
 
 // ReadByConsumer is [ReadAfter] for a reader that may not use batched
@@ -221,7 +255,7 @@ func ReadByConsumer(ctx context.Context, js jetstream.JetStream, stream, filter 
 		if err != nil {
 			return nil, fmt.Errorf("read %s after %d: %w", filter, seq, err)
 		}
-		out = append(out, Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: meta.Sequence.Stream, MsgID: msg.Headers().Get(jetstream.MsgIDHeader)})
+		out = append(out, FromDelivery(msg))
 		if meta.Sequence.Stream >= last.StreamSeq {
 			return out, nil
 		}

@@ -23,6 +23,7 @@ const (
 	ReasonUnresolvable = "unresolvable"
 	ReasonHash         = "args_hash_mismatch"
 	ReasonReplayed     = "replayed"
+	ReasonSpoofed      = "spoofed_header"
 )
 
 // Rejection is why an event was rejected.

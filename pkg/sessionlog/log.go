@@ -86,6 +86,9 @@ func (l *Log) events(ctx context.Context) (jetstream.Stream, error) {
 // it is). Other errors (the payloads store out of reach) are worth a
 // retry.
 func (l *Log) Judge(ctx context.Context, m bus.Msg) (Entry, error) {
+	if m.Spoofed != "" {
+		return Entry{}, l.rejected(ctx, m, reject(ReasonSpoofed, "the message carries the server's %s header itself: an echo of a stream's answer, or a forgery", m.Spoofed))
+	}
 	a, err := ParseSubject(m.Subject)
 	if err != nil {
 		return Entry{}, l.rejected(ctx, m, err)
@@ -248,14 +251,15 @@ func (l *Log) First(ctx context.Context, tenant string, session uuid.UUID, typ s
 		if err != nil {
 			return Entry{}, false, fmt.Errorf("read %s: %w", filter, err)
 		}
-		e, err := l.Judge(ctx, bus.Msg{Subject: raw.Subject, Data: raw.Data, StreamSeq: raw.Sequence})
+		m := bus.FromRaw(raw)
+		e, err := l.Judge(ctx, m)
 		if err == nil {
 			return e, true, nil
 		}
 		if !errors.Is(err, ErrRejected) {
 			return Entry{}, false, err
 		}
-		seq = raw.Sequence + 1
+		seq = m.StreamSeq + 1
 	}
 }
 

@@ -260,11 +260,10 @@ func (w *web) follow(ctx context.Context, sess *sessionlog.Session, after uint64
 			}
 			return err
 		}
-		meta, err := msg.Metadata()
-		if err != nil {
+		if _, err := msg.Metadata(); err != nil {
 			return err
 		}
-		m := bus.Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: meta.Sequence.Stream}
+		m := bus.FromDelivery(msg)
 		en, err := w.s.console.Judge(ctx, m)
 		if errors.Is(err, sessionlog.ErrRejected) {
 			continue

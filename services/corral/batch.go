@@ -345,11 +345,10 @@ func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, l *sessio
 			if !ok || states[i].ended() {
 				continue
 			}
-			meta, err := msg.Metadata()
-			if err != nil {
+			if _, err := msg.Metadata(); err != nil {
 				return fmt.Errorf("follow the batch: %w", err)
 			}
-			m := bus.Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: meta.Sequence.Stream}
+			m := bus.FromDelivery(msg)
 			en, err := l.Judge(ctx, m)
 			if errors.Is(err, sessionlog.ErrRejected) {
 				continue

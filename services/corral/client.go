@@ -99,7 +99,7 @@ func follow(ctx context.Context, js jetstream.JetStream, l *sessionlog.Log, sess
 		if err != nil {
 			return fmt.Errorf("follow session %s: %w", sess.ID, err)
 		}
-		m := bus.Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: meta.Sequence.Stream}
+		m := bus.FromDelivery(msg)
 		e, err := l.Judge(ctx, m)
 		if errors.Is(err, sessionlog.ErrRejected) {
 			continue

@@ -212,7 +212,7 @@ func (st *stream) take(ctx context.Context, c *caller, v *view, it streamItem, o
 	if meta.NumPending > st.maxBehind {
 		return errLagged
 	}
-	msg := bus.Msg{Subject: it.msg.Subject(), Data: it.msg.Data(), StreamSeq: meta.Sequence.Stream}
+	msg := bus.FromDelivery(it.msg)
 	en, err := c.logs.Judge(ctx, msg)
 	if errors.Is(err, sessionlog.ErrRejected) {
 		return nil

@@ -182,7 +182,7 @@ func (c *usageCounter) countHeld(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("read the session logs: %w", err)
 			}
-			sp, err := c.spending(ctx, bus.Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: meta.Sequence.Stream})
+			sp, err := c.spending(ctx, bus.FromDelivery(msg))
 			if err != nil {
 				return err
 			}

@@ -152,11 +152,7 @@ func (s *Service) watchStops(ctx context.Context) error {
 			continue
 		}
 		meta, merr := m.Metadata()
-		var seq uint64
-		if merr == nil {
-			seq = meta.Sequence.Stream
-		}
-		e, ok := s.judge(ctx, bus.Msg{Subject: m.Subject(), Data: m.Data(), StreamSeq: seq})
+		e, ok := s.judge(ctx, bus.FromDelivery(m))
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -154,7 +154,7 @@ func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
 			continue
 		}
 		var ev any
-		e, err := tn.logs.Judge(ctx, bus.Msg{Subject: msg.Subject(), Data: msg.Data(), StreamSeq: seq})
+		e, err := tn.logs.Judge(ctx, bus.FromDelivery(msg))
 		switch {
 		case err == nil:
 			ev = e.Event
