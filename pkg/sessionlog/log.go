@@ -2,6 +2,9 @@ package sessionlog
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +43,14 @@ type Options struct {
 	// through consumers and direct gets whose subjects name what they
 	// read, never by batched direct gets.
 	Client bool
+	// IDKey, when set, keys the message IDs the Log writes under: each is
+	// a keyed hash (HMAC-SHA256) of the ID its caller gives, the same
+	// every time, so that a retried write is still dropped as a
+	// duplicate. The stream drops a message whose ID it has stored within
+	// its window, on any subject: a writer that could tell the ID of the
+	// Log's next event could store a message under it first, and have
+	// the event dropped. One that does not hold the key cannot.
+	IDKey  []byte
 	Logger *slog.Logger
 }
 
@@ -322,6 +333,18 @@ func (l *Log) encode(ctx context.Context, ev event.Event) (string, []byte, error
 	return subject, data, nil
 }
 
+// msgID is the message ID the Log writes the event id names under: id
+// within the session's key, keyed (see [Options.IDKey]).
+func (l *Log) msgID(tenant string, session uuid.UUID, id string) string {
+	key := bus.SessionKey(tenant, session)
+	if len(l.o.IDKey) == 0 {
+		return key + ":" + id
+	}
+	mac := hmac.New(sha256.New, l.o.IDKey)
+	mac.Write([]byte(key + ":" + id))
+	return key + ":" + hex.EncodeToString(mac.Sum(nil))
+}
+
 func (l *Log) record(ctx context.Context, ev event.Event, msgID string, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	ctx, cancel := bus.Bound(ctx)
 	defer cancel()
@@ -330,7 +353,7 @@ func (l *Log) record(ctx context.Context, ev event.Event, msgID string, opts ...
 	if err != nil {
 		return nil, err
 	}
-	ack, err := l.js.Publish(ctx, subject, data, append(opts, jetstream.WithMsgID(bus.SessionKey(h.Tenant, h.Session)+":"+msgID))...)
+	ack, err := l.js.Publish(ctx, subject, data, append(opts, jetstream.WithMsgID(l.msgID(h.Tenant, h.Session, msgID)))...)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", subject, err)
 	}

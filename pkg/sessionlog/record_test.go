@@ -265,3 +265,41 @@ func TestGiveUpCall(t *testing.T) {
 		t.Errorf("evil's session has %d events, %v; want none", len(msgs), err)
 	}
 }
+
+// With an IDKey, what the Log writes is under a keyed ID: not the one its
+// caller gave, which another writer could take first, but the same each
+// time, so that a write again is a duplicate still; and another key gives
+// another.
+func TestRecordKeyedIDs(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	s := uuid.Must(uuid.NewV7())
+	keyed := sessionlog.New(js, sessionlog.Options{As: sessionlog.Harness, IDKey: []byte("k1")})
+	other := sessionlog.New(js, sessionlog.Options{As: sessionlog.Harness, IDKey: []byte("k2")})
+	ev := func() event.Event {
+		return &event.SessionFailed{Header: event.NewHeader(event.TypeSessionFailed, "acme", s), Code: "x", Reason: "y"}
+	}
+	if err := keyed.Record(ctx, ev(), "turn:1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := keyed.Record(ctx, ev(), "turn:1"); !errors.Is(err, sessionlog.ErrDuplicate) {
+		t.Errorf("the same ID again: err = %v, want ErrDuplicate", err)
+	}
+	if err := other.Record(ctx, ev(), "turn:1"); err != nil {
+		t.Errorf("the same ID under another key: %v, want it recorded", err)
+	}
+	raw, err := bus.ReadAll(ctx, js, bus.StreamEvents, bus.SessionEvents("acme", s))
+	if err != nil || len(raw) != 2 {
+		t.Fatalf("%d log messages, %v; want 2", len(raw), err)
+	}
+	prefix := bus.SessionKey("acme", s) + ":"
+	for _, m := range raw {
+		if !strings.HasPrefix(m.MsgID, prefix) || strings.Contains(m.MsgID, "turn:1") {
+			t.Errorf("msg id %q: want the session's key and a keyed hash of turn:1", m.MsgID)
+		}
+	}
+	if raw[0].MsgID == raw[1].MsgID {
+		t.Errorf("two keys gave the same msg id %q", raw[0].MsgID)
+	}
+}

@@ -131,3 +131,45 @@ func TestSpoofedServerHeaders(t *testing.T) {
 		return nil
 	})
 }
+
+// TestHarnessEventIDsCannotBeTakenFirst: the stream drops a message whose
+// ID it has stored, on any subject, and the IDs the harness writes its
+// events under were its sessions' and turns' (acme.<session>:<session>:turn:1
+// for the first response): a compromised sandbox-manager that stored an
+// empty result under that ID first had the harness's response dropped,
+// and the harness ask the model again and again. The harness's IDs are
+// keyed now, so the same message takes nothing: the model is asked once
+// and the session ends with its answer.
+func TestHarnessEventIDsCannotBeTakenFirst(t *testing.T) {
+	hold := make(chan struct{})
+	var asked atomic.Int32
+	d := startDeployment(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		if asked.Add(1) == 1 {
+			return modeltest.Turn{Text: "the answer", Hold: hold}, nil
+		}
+		return modeltest.Turn{Text: "the answer"}, nil
+	}, nil)
+	run := d.runBackground(t, "acme", "hello")
+	session := d.firstSession(t, "acme")
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		if asked.Load() == 0 {
+			return fmt.Errorf("the model is not asked yet")
+		}
+		return nil
+	})
+	sandbox, _ := connectAs(t, d.url, credential.UserSandbox)
+	m := nats.NewMsg(sessionlog.Subject("acme", session, event.TypeToolCompleted, sessionlog.Sandbox))
+	m.Data = []byte(`{}`)
+	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%s:turn:1", bus.SessionKey("acme", session), session))
+	if _, err := sandbox.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	r := wait(t, run)
+	if r.code != 0 || !strings.Contains(r.stdout, "the answer") {
+		t.Errorf("corral run exited %d with %q, want the answer:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("the model was asked %d times, want once", n)
+	}
+}

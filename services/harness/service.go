@@ -7,6 +7,8 @@ package harness
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -122,6 +124,7 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		cfg:          cfg,
 		logs: sessionlog.New(js, sessionlog.Options{
 			As: sessionlog.Harness, Reader: "harness", DeadLetters: true, Logger: log,
+			IDKey: eventIDKey(cfg.CallKey),
 		}),
 		js:        js,
 		providers: cfg.Providers(),
@@ -152,6 +155,19 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 // message here. The other harness then takes the session's lease at once
 // (see askFree), so a killed harness's sessions go on within a second.
 const stepAckWait = 500 * time.Millisecond
+
+// eventIDKey is the key of the message IDs of the events the harness
+// writes (see [sessionlog.Options.IDKey]), drawn from its call-signing
+// key, which every harness of a deployment holds and no other service
+// does: another service cannot take the ID of a harness's next event
+// first, and have it dropped as a duplicate.
+func eventIDKey(callKey ed25519.PrivateKey) []byte {
+	if callKey == nil {
+		return nil
+	}
+	k := sha256.Sum256(append([]byte("corral event message IDs\x00"), callKey.Seed()...))
+	return k[:]
+}
 
 // maxRequestsWaiting bounds the requests of one session that wait in a
 // harness for its turn (a follow-up waits while the session's step asks
