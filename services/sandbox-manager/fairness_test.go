@@ -82,6 +82,54 @@ func TestFloodDoesNotHoldBackAnotherTenant(t *testing.T) {
 	}
 }
 
+// A turn of more calls than a node has pending room for, behind a long
+// one, leaves the room to others: at most maxSessionWaiting of a session's
+// calls wait on a node, and the rest are answered at once with an error
+// result saying the node is busy with them. Another tenant's call runs
+// while the long one still does, and the calls kept run once it ends.
+func TestLongTurnLeavesPendingRoom(t *testing.T) {
+	_, _, js := natstest.Run(t)
+	svc, _ := startNode(t, js, map[string]string{"CORRAL_SANDBOX_CONCURRENCY": "2"})
+	flood, victim := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	dispatchIn(t, js, "flood", flood, uuid.Must(uuid.NewV7()), "Bash", blocking, "flood-0")
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if !started(svc, "flood", flood) {
+			return fmt.Errorf("the flood's first call has not started")
+		}
+		return nil
+	})
+	n := maxWaiting(2) + 16 // more than the node may hold pending
+	for i := 1; i < n; i++ {
+		dispatchIn(t, js, "flood", flood, uuid.Must(uuid.NewV7()), "Bash", `{"command":"echo ran"}`, fmt.Sprintf("flood-%d", i))
+	}
+	dispatchIn(t, js, "acme", victim, uuid.Must(uuid.NewV7()), "Bash", `{"command":"echo hi"}`, "victim")
+	resultsIn(t, js, "acme", victim, 1)
+	busy := n - 1 - maxSessionWaiting
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		got := 0
+		for _, r := range results(t, js, "flood", flood) {
+			if r.IsError && strings.Contains(r.Output, "busy") {
+				got++
+			}
+		}
+		if got != busy {
+			return fmt.Errorf("%d calls answered busy, want %d", got, busy)
+		}
+		return nil
+	})
+	release(t, svc, "flood", flood)
+	rs := resultsIn(t, js, "flood", flood, n)
+	ran := 0
+	for _, r := range rs {
+		if !r.IsError && r.Output == "ran\n" {
+			ran++
+		}
+	}
+	if ran != maxSessionWaiting {
+		t.Errorf("%d of the calls kept ran, want %d", ran, maxSessionWaiting)
+	}
+}
+
 // A node that forwards a call to the node its session is placed on holds
 // no slot while the owner runs it: with one slot, it runs another
 // tenant's call meanwhile.

@@ -381,6 +381,13 @@ func (s *Service) serveForwarded(ctx context.Context) error {
 // queue a moment later.
 func maxWaiting(concurrency int) int { return max(1024, 16*concurrency) }
 
+// maxSessionWaiting bounds the calls of one session waiting on a node for
+// their turn: one more is answered with an error result (busy) at once,
+// rather than kept among the node's pending calls (see
+// [bus.Consumer.MaxKeyWaiting]), which a turn of hundreds of calls behind
+// a long one would take from every other tenant.
+const maxSessionWaiting = 64
+
 // runForwarded runs a call another node forwarded here, if the session is
 // still placed here. The call is checked against the subject it was
 // delivered on, as the forwarder checked it.

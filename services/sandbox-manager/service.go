@@ -201,7 +201,10 @@ func (s *Service) Run(ctx context.Context) error {
 		},
 		Concurrency: s.cfg.Concurrency,
 		Admit:       bus.BySession,
-		Gate:        s.gate,
+		// One session's calls run one at a time: a turn of many, behind a
+		// long one, would otherwise take the pending room of the node.
+		MaxKeyWaiting: maxSessionWaiting,
+		Gate:          s.gate,
 		// A call may wait for its session's lock (the reaper's, a
 		// stop's), and then run up to the longest Bash timeout, which
 		// kills it first.
