@@ -2,6 +2,7 @@ package credential
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -46,6 +47,30 @@ var jsRead = []string{
 	"$JS.API.INFO", "$JS.API.STREAM.INFO.>", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
 	"$JS.API.STREAM.MSG.GET.>", "$JS.API.DIRECT.GET.>", "$JS.API.CONSUMER.>",
 	"$JS.ACK.>", "$JS.FC.>", "deadletter.>",
+}
+
+// jsReadOnly is jsRead for a service that needs only some streams: the
+// JetStream API of streams (their info, direct and stored gets, and
+// consumers of them), and of its own durable consumers on others:
+// durables maps each such consumer to its stream. Nothing else of the
+// account's streams (the session logs, their large events, the uploads,
+// the workspaces) is its to read.
+func jsReadOnly(streams []string, durables map[string]string) []string {
+	out := []string{"$JS.API.INFO", "$JS.FC.>", "deadletter.>"}
+	for _, s := range streams {
+		out = append(out,
+			"$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.MSG.GET."+s,
+			"$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>",
+			"$JS.API.CONSUMER.*."+s, "$JS.API.CONSUMER.*."+s+".>",
+			"$JS.API.CONSUMER.MSG.NEXT."+s+".>", "$JS.ACK."+s+".>")
+	}
+	for _, d := range slices.Sorted(maps.Keys(durables)) {
+		s := durables[d]
+		out = append(out,
+			"$JS.API.CONSUMER.*."+s+"."+d, "$JS.API.CONSUMER.*."+s+"."+d+".>",
+			"$JS.API.CONSUMER.MSG.NEXT."+s+"."+d, "$JS.ACK."+s+"."+d+".>")
+	}
+	return out
 }
 
 // denyConsumers denies a service the subjects of the other services'
@@ -156,9 +181,12 @@ func Services() []Service {
 			Responds: true,
 		},
 		{
+			// It reads its own stores (the embedded one's bucket, the
+			// skills) and its calls; no session's log: it records results
+			// on the condition of the event before, which takes no read.
 			User: UserMemory,
 			Permissions: Permissions{
-				Publish: concat(jsRead, []string{
+				Publish: concat(jsReadOnly([]string{"KV_memories", "OBJ_" + bus.BucketSkills}, map[string]string{bus.ConsumerMemoryCalls: bus.StreamTools}), []string{
 					"$JS.API.STREAM.PURGE.OBJ_" + bus.BucketSkills,
 					// Pruning old versions in the embedded store.
 					"$JS.API.STREAM.MSG.DELETE.KV_memories",
@@ -187,10 +215,11 @@ func Services() []Service {
 			// On every sandbox node: it alone reads and writes the vaults,
 			// asks reviewers about the requests it holds and hears their
 			// decisions, and answers the vault API. It reads the
-			// environments, for what their sessions may reach, with jsRead.
+			// environments, for what their sessions may reach; no
+			// session's log but the decisions its consumer hears.
 			User: UserEgress,
 			Permissions: Permissions{
-				Publish: concat(jsRead, []string{"$KV." + bus.BucketVaults + ".>", "$KV." + bus.BucketEgress + ".>"},
+				Publish: concat(jsReadOnly([]string{"KV_" + bus.BucketVaults, "KV_" + bus.BucketEgress, "KV_" + bus.BucketEnvironments}, map[string]string{bus.ConsumerEgressDecisions: bus.StreamEvents}), []string{"$KV." + bus.BucketVaults + ".>", "$KV." + bus.BucketEgress + ".>"},
 					events("egress", "approval.requested")),
 				Deny:      concat(denyConsumers(bus.ConsumerEgressDecisions), denyWebhooks),
 				Subscribe: []string{bus.InboxPrefix(UserEgress) + ".>", bus.VaultAPI("*", "*", ">"), "$SRV.>"},

@@ -710,3 +710,43 @@ func checkVaultsReadableByEgressAlone(t *testing.T, url, seed string) {
 		}
 	}
 }
+
+// TestDeployedReadsOnlyTheirStreams: egress and the memory service read
+// no session's log, so they may not: neither by batched direct gets nor
+// by a consumer of their own on the logs, nor the logs' large events or
+// the uploads. What they do read (their buckets, their calls, the
+// decisions egress hears) they still do: a session writes a memory and
+// the whole flow ends with no violation in normal work.
+func TestDeployedReadsOnlyTheirStreams(t *testing.T) {
+	d := startDeployment(t, byPrompt(map[string][]modeltest.Call{
+		"the secret plan is 42": {bash("echo TOP-SECRET-OUTPUT"), write("/memories/plan.md", "42\n")},
+	}), nil)
+	if r := wait(t, d.runBackground(t, "acme", "the secret plan is 42")); r.code != 0 {
+		t.Fatalf("corral run exited %d:\n%s", r.code, r.stderr)
+	}
+	for name, v := range d.violations {
+		if errs := v.all(); len(errs) > 0 {
+			t.Errorf("%s hit permission violations in normal work: %v", name, errs)
+		}
+	}
+	for _, user := range []string{credential.UserEgress, credential.UserMemory} {
+		js, v := connectAs(t, d.url, user)
+		// Refused, a read has no answer: it ends at its deadline.
+		ctx := func() context.Context {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			t.Cleanup(cancel)
+			return ctx
+		}
+		for _, stream := range []string{bus.StreamEvents, bus.StreamPayloads, bus.StreamUploads} {
+			if msgs, _ := bus.ReadAll(ctx(), js, stream, ">"); len(msgs) > 0 {
+				t.Errorf("%s read %d messages of %s", user, len(msgs), stream)
+			}
+		}
+		if _, err := js.OrderedConsumer(ctx(), bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"events.>"}}); err == nil {
+			t.Errorf("%s made a consumer of every session's log", user)
+		}
+		if len(v.all()) == 0 {
+			t.Errorf("%s's reads were not refused by the server", user)
+		}
+	}
+}
