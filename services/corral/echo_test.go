@@ -90,6 +90,25 @@ func TestServiceEcho(t *testing.T) {
 		return nil
 	})
 
+	// A follow-up of the waiting session, as its user's, and a request
+	// starting a session of its own.
+	for _, s := range []uuid.UUID{session, uuid.Must(uuid.NewV7())} {
+		req := event.Request{Header: event.NewHeader(event.TypeRequest, "acme", s), User: "ada", Prompt: "FORGED request"}
+		body, _ := json.Marshal(&req)
+		echo(t, sjs, "acme", bus.RequestSubject("acme", s, "ada"), body)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if n := len(natstest.DeadLetters(t, d.admin, "deadletter."+bus.StreamRequests+".>")); n < 2 {
+			return fmt.Errorf("%d requests dead-lettered, want the two echoed", n)
+		}
+		return nil
+	})
+	for _, m := range natstest.DeadLetters(t, d.admin, "deadletter."+bus.StreamRequests+".>") {
+		if !strings.Contains(m.Reason, "echo of a stream's answer") {
+			t.Errorf("an echoed request dead-lettered for %q", m.Reason)
+		}
+	}
+
 	// The echoes have been answered, or dropped, once a request sent
 	// after them on the same subjects is.
 	for _, s := range []string{memoryapi.Subject("acme", "ada", memoryapi.OpList), approvalapi.Subject("acme", "ada", bus.OpList)} {
@@ -105,6 +124,15 @@ func TestServiceEcho(t *testing.T) {
 	}
 	if _, listing := d.pending(t, "acme"); !strings.Contains(listing, id.String()) {
 		t.Errorf("the echoed decision was taken: %s is no longer pending:\n%s", id, listing)
+	}
+	if msgs, err := bus.ReadAll(ctx, d.admin, bus.StreamEvents, "events.acme.>"); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, m := range msgs {
+			if strings.Contains(string(m.Data), "FORGED request") {
+				t.Errorf("an echoed request was recorded: %s on %s", m.Data, m.Subject)
+			}
+		}
 	}
 
 	// The session still finishes on a reviewer's decision.

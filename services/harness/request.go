@@ -32,6 +32,11 @@ const MaxPromptBytes = 256 << 10
 // refused. A session is its first request's user's: a follow-up from
 // anyone else is refused.
 func (s *Service) handleRequest(ctx context.Context, m bus.Msg) error {
+	if m.Spoofed != "" {
+		// The server's answer to someone's read, published on a request
+		// subject the reader chose: no client sent it.
+		return bus.Rejected(fmt.Errorf("a request carrying the server's %s header: an echo of a stream's answer, or a forgery", m.Spoofed))
+	}
 	if tenant, session, ok := consoleSubject(m.Subject); ok {
 		return s.handleConsoleStop(ctx, tenant, session, m.Data)
 	}
