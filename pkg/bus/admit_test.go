@@ -22,6 +22,13 @@ type keyed struct {
 	N   int    `json:"n"`
 }
 
+// admitByKey admits messages by their body's key.
+func admitByKey(m bus.Msg) (string, string) {
+	var k keyed
+	_ = json.Unmarshal(m.Data, &k)
+	return k.Key, ""
+}
+
 // With one slot, messages of a key that is busy wait without it: a message
 // of another key, published after them all, is handled while the first
 // key's first message still runs, and the first key's messages are handled
@@ -38,11 +45,7 @@ func TestConsumeAdmitByKey(t *testing.T) {
 		Concurrency: 1,
 		// Messages waiting for their key are pending acks too.
 		Config: jetstream.ConsumerConfig{MaxAckPending: 16},
-		Admit: func(m bus.Msg) (string, string) {
-			var k keyed
-			_ = json.Unmarshal(m.Data, &k)
-			return k.Key, ""
-		},
+		Admit:  admitByKey,
 		Handler: bus.Decode(func(ctx context.Context, k *keyed) error {
 			mu.Lock()
 			order = append(order, fmt.Sprintf("%s%d", k.Key, k.N))
@@ -97,11 +100,7 @@ func TestConsumeMaxKeyWaiting(t *testing.T) {
 		Concurrency:   2,
 		MaxKeyWaiting: 2,
 		Config:        jetstream.ConsumerConfig{MaxAckPending: 4},
-		Admit: func(m bus.Msg) (string, string) {
-			var k keyed
-			_ = json.Unmarshal(m.Data, &k)
-			return k.Key, ""
-		},
+		Admit:         admitByKey,
 		Handler: bus.Decode(func(ctx context.Context, k *keyed) error {
 			mu.Lock()
 			order = append(order, fmt.Sprintf("%s%d", k.Key, k.N))

@@ -33,23 +33,8 @@ import (
 // spoofed, no memory is written, and the session ends with the model's own
 // answer.
 func TestSpoofedServerHeaders(t *testing.T) {
-	hold := make(chan struct{})
-	var asked atomic.Int32
-	d := startDeployment(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
-		asked.Add(1)
-		if modeltest.Turns(c) == 0 {
-			return modeltest.Turn{Text: "the model's own answer", Hold: hold}, nil
-		}
-		return modeltest.Turn{Text: "a second answer"}, nil
-	}, nil)
-	run := d.runBackground(t, "acme", "hello")
-	session := d.firstSession(t, "acme")
-	natstest.WaitFor(t, 20*time.Second, func() error {
-		if asked.Load() == 0 {
-			return fmt.Errorf("the model is not asked yet")
-		}
-		return nil
-	})
+	s := startHeld(t, "the model's own answer", "a second answer")
+	d, session := s.d, s.session
 	ctx := context.Background()
 	forged := func(path string) []byte {
 		input, _ := json.Marshal(map[string]string{"file_path": path, "content": "forged\n"})
@@ -98,9 +83,9 @@ func TestSpoofedServerHeaders(t *testing.T) {
 		}
 		return nil
 	})
-	close(hold)
+	close(s.hold)
 
-	r := wait(t, run)
+	r := wait(t, s.run)
 	if r.code != 0 || !strings.Contains(r.stdout, "the model's own answer") {
 		t.Errorf("corral run exited %d with %q, want the model's own answer:\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -141,22 +126,8 @@ func TestSpoofedServerHeaders(t *testing.T) {
 // keyed now, so the same message takes nothing: the model is asked once
 // and the session ends with its answer.
 func TestHarnessEventIDsCannotBeTakenFirst(t *testing.T) {
-	hold := make(chan struct{})
-	var asked atomic.Int32
-	d := startDeployment(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
-		if asked.Add(1) == 1 {
-			return modeltest.Turn{Text: "the answer", Hold: hold}, nil
-		}
-		return modeltest.Turn{Text: "the answer"}, nil
-	}, nil)
-	run := d.runBackground(t, "acme", "hello")
-	session := d.firstSession(t, "acme")
-	natstest.WaitFor(t, 20*time.Second, func() error {
-		if asked.Load() == 0 {
-			return fmt.Errorf("the model is not asked yet")
-		}
-		return nil
-	})
+	s := startHeld(t, "the answer", "the answer")
+	d, session := s.d, s.session
 	sandbox, _ := connectAs(t, d.url, credential.UserSandbox)
 	m := nats.NewMsg(sessionlog.Subject("acme", session, event.TypeToolCompleted, sessionlog.Sandbox))
 	m.Data = []byte(`{}`)
@@ -164,12 +135,45 @@ func TestHarnessEventIDsCannotBeTakenFirst(t *testing.T) {
 	if _, err := sandbox.PublishMsg(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
-	close(hold)
-	r := wait(t, run)
+	close(s.hold)
+	r := wait(t, s.run)
 	if r.code != 0 || !strings.Contains(r.stdout, "the answer") {
 		t.Errorf("corral run exited %d with %q, want the answer:\n%s", r.code, r.stdout, r.stderr)
 	}
-	if n := asked.Load(); n != 1 {
+	if n := s.asked.Load(); n != 1 {
 		t.Errorf("the model was asked %d times, want once", n)
 	}
+}
+
+// held is a deployment whose one session's first turn the model holds.
+type held struct {
+	d       *deployment
+	session uuid.UUID
+	run     <-chan runResult
+	// hold, closed, lets the model answer its first turn.
+	hold  chan struct{}
+	asked *atomic.Int32
+}
+
+// startHeld starts a deployment and a session of acme's, and returns once
+// the model holds its first turn: it answers first, once hold is closed,
+// and then every later turn.
+func startHeld(t *testing.T, first, then string) held {
+	t.Helper()
+	h := held{hold: make(chan struct{}), asked: new(atomic.Int32)}
+	h.d = startDeployment(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		if h.asked.Add(1) == 1 {
+			return modeltest.Turn{Text: first, Hold: h.hold}, nil
+		}
+		return modeltest.Turn{Text: then}, nil
+	}, nil)
+	h.run = h.d.runBackground(t, "acme", "hello")
+	h.session = h.d.firstSession(t, "acme")
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		if h.asked.Load() == 0 {
+			return fmt.Errorf("the model is not asked yet")
+		}
+		return nil
+	})
+	return h
 }
