@@ -22,6 +22,15 @@ type keyed struct {
 	N   int    `json:"n"`
 }
 
+// publishKeyed publishes n messages of key a, then one of key b.
+func publishKeyed(t *testing.T, js jetstream.JetStream, n int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		publish(t, js, fmt.Sprintf("a%d", i), fmt.Appendf(nil, `{"key":"a","n":%d}`, i))
+	}
+	publish(t, js, "b1", []byte(`{"key":"b","n":1}`))
+}
+
 // admitByKey admits messages by their body's key.
 func admitByKey(m bus.Msg) (string, string) {
 	var k keyed
@@ -58,10 +67,7 @@ func TestConsumeAdmitByKey(t *testing.T) {
 		}),
 	})
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before consume's
-	for i := 1; i <= 5; i++ {
-		publish(t, js, fmt.Sprintf("a%d", i), fmt.Appendf(nil, `{"key":"a","n":%d}`, i))
-	}
-	publish(t, js, "b1", []byte(`{"key":"b","n":1}`))
+	publishKeyed(t, js, 5)
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -123,10 +129,7 @@ func TestConsumeMaxKeyWaiting(t *testing.T) {
 		},
 	})
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before consume's
-	for i := 1; i <= 10; i++ {
-		publish(t, js, fmt.Sprintf("a%d", i), fmt.Appendf(nil, `{"key":"a","n":%d}`, i))
-	}
-	publish(t, js, "b1", []byte(`{"key":"b","n":1}`))
+	publishKeyed(t, js, 10)
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
