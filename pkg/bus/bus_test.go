@@ -643,4 +643,20 @@ func TestSpoofedHeaders(t *testing.T) {
 		t.Fatalf("ReadByConsumer = %d messages, %v; want 1", len(byConsumer), err)
 	}
 	check("ReadByConsumer", byConsumer[0])
+
+	// A forged sequence alone, far ahead, hides none of what follows.
+	m = nats.NewMsg(real)
+	m.Data = []byte(`{}`)
+	m.Header.Set(jetstream.SequenceHeader, "1000000")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	failed(t, js, s, 1)
+	all, err = bus.ReadAll(ctx, js, bus.StreamEvents, filter)
+	if err != nil || len(all) != 4 {
+		t.Fatalf("ReadAll after a forged sequence = %d messages, %v; want 4", len(all), err)
+	}
+	if all[2].Spoofed == "" || all[2].StreamSeq != all[1].StreamSeq+1 || all[3].Spoofed != "" {
+		t.Errorf("read %+v then %+v: want the forged sequence spoofed at its own, and the next", all[2], all[3])
+	}
 }

@@ -73,19 +73,32 @@ func readBatchAfter(ctx context.Context, js jetstream.JetStream, stream, filter 
 	return batch, more, nil
 }
 
-// FromRaw returns a message a direct get answered (raw) as a handler
-// sees it. The server writes the message's subject and sequence as headers
-// after those stored with it, which may have the same names (see
-// [Msg.Spoofed]): its are the last.
+// FromRaw returns a message read from a stream (raw) as a handler sees
+// it. A direct get's answer names the message's subject and sequence in
+// headers the server writes after those stored with it, which may have the
+// same names (see [Msg.Spoofed]): the server's are the last. A stored get's
+// answer names them in its body, and its headers are the stored ones
+// alone: one naming another subject is spoofed.
 func FromRaw(raw *jetstream.RawStreamMsg) Msg {
 	m := Msg{Subject: raw.Subject, Data: raw.Data, StreamSeq: raw.Sequence, MsgID: raw.Header.Get(jetstream.MsgIDHeader)}
-	if s := lastValue(raw.Header, jetstream.SubjectHeader); s != "" {
-		m.Subject = s
-	}
-	if seq, err := strconv.ParseUint(lastValue(raw.Header, jetstream.SequenceHeader), 10, 64); err == nil {
-		m.StreamSeq = seq
-	}
 	m.Spoofed = spoofed(raw.Header, 1)
+	switch subjects := raw.Header.Values(jetstream.SubjectHeader); {
+	case len(subjects) > 1:
+		m.Subject = subjects[len(subjects)-1]
+	case len(subjects) == 1 && subjects[0] != raw.Subject:
+		m.Spoofed = jetstream.SubjectHeader
+	}
+	switch seqs := raw.Header.Values(jetstream.SequenceHeader); {
+	case len(seqs) > 1:
+		seq, err := strconv.ParseUint(seqs[len(seqs)-1], 10, 64)
+		if err != nil {
+			m.Spoofed = jetstream.SequenceHeader
+			break
+		}
+		m.StreamSeq = seq
+	case len(seqs) == 1 && seqs[0] != strconv.FormatUint(raw.Sequence, 10):
+		m.Spoofed = jetstream.SequenceHeader
+	}
 	return m
 }
 
