@@ -130,7 +130,7 @@ func TestConsumeMaxKeyWaiting(t *testing.T) {
 	})
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before consume's
 	publishKeyed(t, js, 10)
-	natstest.WaitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 30*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if !slices.Contains(order, "b1") {
@@ -139,7 +139,7 @@ func TestConsumeMaxKeyWaiting(t *testing.T) {
 		return nil
 	})
 	once.Do(func() { close(release) })
-	natstest.WaitFor(t, 10*time.Second, func() error {
+	natstest.WaitFor(t, 30*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if want := []string{"a1", "b1", "a2", "a3"}; !slices.Equal(order, want) {

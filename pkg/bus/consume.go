@@ -252,11 +252,17 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 			return
 		}
 		t := gate.Enter(key, group)
+		// Counted while it waits: out at once if it need not.
+		counted := c.MaxKeyWaiting > 0 && key != ""
+		if counted && t.Admitted() {
+			waiting.done(key)
+			counted = false
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			err := t.Wait(ctx)
-			if c.MaxKeyWaiting > 0 && key != "" {
+			if counted {
 				waiting.done(key)
 			}
 			if err != nil || ctx.Err() != nil {

@@ -98,6 +98,16 @@ func (g *Gate) heldBack(t *Ticket, ahead map[string]bool) bool {
 	return t.group != "" && g.PerGroup > 0 && g.groups[t.group] >= g.PerGroup
 }
 
+// Admitted reports whether t is admitted, without waiting.
+func (t *Ticket) Admitted() bool {
+	select {
+	case <-t.admitted:
+		return true
+	default:
+		return false
+	}
+}
+
 // Wait waits until t is admitted or ctx is done. It returns ctx's error
 // if it gave up, and t is then done: it left the queue, or gave back what
 // it was admitted to.

@@ -6,19 +6,9 @@ import (
 	"time"
 )
 
-// admitted reports whether t is admitted, without waiting.
-func admitted(t *Ticket) bool {
-	select {
-	case <-t.admitted:
-		return true
-	default:
-		return false
-	}
-}
-
 func wantAdmitted(t *testing.T, name string, tk *Ticket, want bool) {
 	t.Helper()
-	if got := admitted(tk); got != want {
+	if got := tk.Admitted(); got != want {
 		t.Errorf("%s admitted = %v, want %v", name, got, want)
 	}
 }
