@@ -184,6 +184,10 @@ type delayedAck struct {
 // that died is taken up elsewhere.
 const AckWait = 5 * time.Second
 
+// pullHeartbeat is how often the server tells a consumer's pull that it
+// is still waiting for messages (see [Consume]).
+const pullHeartbeat = time.Second
+
 // ShutdownGrace is how long [Consume] lets in-flight handlers finish after
 // its context is done, before cancelling theirs, unless [Consumer.Grace]
 // says otherwise.
@@ -279,6 +283,11 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 		_ = t.Queued(ctx)
 	},
 		jetstream.PullMaxMessages(c.Concurrency),
+		// The client sends no pull while one is being sent: messages
+		// handled in that moment can leave none outstanding, and none is
+		// sent again until the server's heartbeats are missed, 30 s later
+		// by default (nats.go v1.55.0). With heartbeats every second, two.
+		jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			log.DebugContext(ctx, "consume", "err", err)
 		}),
