@@ -184,9 +184,13 @@ type delayedAck struct {
 // that died is taken up elsewhere.
 const AckWait = 5 * time.Second
 
-// pullHeartbeat is how often the server tells a consumer's pull that it
-// is still waiting for messages (see [Consume]).
-const pullHeartbeat = time.Second
+// PullHeartbeat is how often the server tells a consumer's pull that it
+// is still waiting for messages: every reader of a stream through a
+// consumer asks for it (jetstream.PullHeartbeat). nats.go v1.55.0 sends
+// no pull while another is being sent, and messages handled in that
+// moment can leave none outstanding: none is sent again until two
+// heartbeats are missed, 30 s by default, 10 s for an ordered consumer.
+const PullHeartbeat = time.Second
 
 // ShutdownGrace is how long [Consume] lets in-flight handlers finish after
 // its context is done, before cancelling theirs, unless [Consumer.Grace]
@@ -283,11 +287,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 		_ = t.Queued(ctx)
 	},
 		jetstream.PullMaxMessages(c.Concurrency),
-		// The client sends no pull while one is being sent: messages
-		// handled in that moment can leave none outstanding, and none is
-		// sent again until the server's heartbeats are missed, 30 s later
-		// by default (nats.go v1.55.0). With heartbeats every second, two.
-		jetstream.PullHeartbeat(pullHeartbeat),
+		// A pull skipped stalls the consumer 2 s, not 30 (see
+		// [PullHeartbeat]).
+		jetstream.PullHeartbeat(PullHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			log.DebugContext(ctx, "consume", "err", err)
 		}),

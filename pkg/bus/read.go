@@ -251,9 +251,7 @@ func ReadByConsumer(ctx context.Context, js jetstream.JetStream, stream, filter 
 	// Next or Fetch makes a new consumer on the server each time (and
 	// deletes the one before), two API requests a message, each a change
 	// of the meta layer in a cluster.
-	// Heartbeats every second, as [Consume]'s: a pull the client skips
-	// stalls the read two seconds, not ten.
-	it, err := cons.Messages(jetstream.PullMaxMessages(readPull), jetstream.PullHeartbeat(pullHeartbeat))
+	it, err := cons.Messages(jetstream.PullMaxMessages(readPull), jetstream.PullHeartbeat(PullHeartbeat))
 	if err != nil {
 		return nil, fmt.Errorf("read %s after %d: %w", filter, seq, Refusal(ctx, err))
 	}

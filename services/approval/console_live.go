@@ -245,7 +245,7 @@ func (w *web) follow(ctx context.Context, sess *sessionlog.Session, after uint64
 	if err != nil {
 		return err
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages(jetstream.PullHeartbeat(bus.PullHeartbeat))
 	if err != nil {
 		return err
 	}

@@ -319,7 +319,7 @@ func (e *env) followBatch(ctx context.Context, js jetstream.JetStream, l *sessio
 		if err != nil {
 			return fmt.Errorf("follow the batch: %w", err)
 		}
-		it, err := cons.Messages()
+		it, err := cons.Messages(jetstream.PullHeartbeat(bus.PullHeartbeat))
 		if err != nil {
 			return fmt.Errorf("follow the batch: %w", err)
 		}

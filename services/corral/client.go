@@ -80,7 +80,7 @@ func follow(ctx context.Context, js jetstream.JetStream, l *sessionlog.Log, sess
 	if err != nil {
 		return fmt.Errorf("follow session %s: %w", sess.ID, err)
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages(jetstream.PullHeartbeat(bus.PullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("follow session %s: %w", sess.ID, err)
 	}

@@ -118,7 +118,7 @@ func (st *stream) follow(ctx context.Context, c *caller, v view, out *sse) error
 	var msgs jetstream.MessagesContext
 	if err == nil {
 		// Made here: the consumer is created by its first pull.
-		msgs, err = cons.Messages(jetstream.PullMaxMessages(streamPull))
+		msgs, err = cons.Messages(jetstream.PullMaxMessages(streamPull), jetstream.PullHeartbeat(bus.PullHeartbeat))
 	}
 	stop()
 	if err != nil {

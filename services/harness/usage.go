@@ -139,7 +139,7 @@ func (c *usageCounter) countHeld(ctx context.Context) error {
 		case arrived <- msg:
 		case <-ctx.Done():
 		}
-	})
+	}, jetstream.PullHeartbeat(bus.PullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("read the session logs: %w", err)
 	}

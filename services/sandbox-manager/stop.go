@@ -128,7 +128,7 @@ func (s *Service) watchStops(ctx context.Context) error {
 		case <-time.After(time.Second):
 		}
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages(jetstream.PullHeartbeat(bus.PullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("watch session stops: %w", err)
 	}

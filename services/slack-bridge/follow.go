@@ -108,7 +108,7 @@ func (s *Service) followOnce(ctx context.Context, session sessionRef) error {
 	// One pull subscription for as long as the thread is followed: an
 	// ordered consumer's Next makes a new consumer on the server at each
 	// call, every event and every poll. A few events are pulled ahead.
-	events, err := cons.Messages(jetstream.PullMaxMessages(followPull))
+	events, err := cons.Messages(jetstream.PullMaxMessages(followPull), jetstream.PullHeartbeat(bus.PullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("follow session %s: %w", session.key(), err)
 	}
