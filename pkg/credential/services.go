@@ -2,13 +2,14 @@ package credential
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/event"
+	"corral.dev/pkg/sessionlog"
 )
 
 // Service is a service's NATS user and what it may do: what
@@ -51,11 +52,12 @@ var jsRead = []string{
 
 // jsReadOnly is jsRead for a service that needs only some streams: the
 // JetStream API of streams (their info, direct and stored gets, and
-// consumers of them), and of its own durable consumers on others:
-// durables maps each such consumer to its stream. Nothing else of the
-// account's streams (the session logs, their large events, the uploads,
-// the workspaces) is its to read.
-func jsReadOnly(streams []string, durables map[string]string) []string {
+// consumers of them), and of its own durable consumers on others, each
+// made with the filter it has alone: one made again with another filter
+// would read what it may not. Nothing else of the account's streams (the
+// session logs, their large events, the uploads, the workspaces) is its
+// to read.
+func jsReadOnly(streams []string, durables ...durable) []string {
 	out := []string{"$JS.API.INFO", "$JS.FC.>", "deadletter.>"}
 	for _, s := range streams {
 		out = append(out,
@@ -64,14 +66,18 @@ func jsReadOnly(streams []string, durables map[string]string) []string {
 			"$JS.API.CONSUMER.*."+s, "$JS.API.CONSUMER.*."+s+".>",
 			"$JS.API.CONSUMER.MSG.NEXT."+s+".>", "$JS.ACK."+s+".>")
 	}
-	for _, d := range slices.Sorted(maps.Keys(durables)) {
-		s := durables[d]
+	for _, d := range durables {
 		out = append(out,
-			"$JS.API.CONSUMER.*."+s+"."+d, "$JS.API.CONSUMER.*."+s+"."+d+".>",
-			"$JS.API.CONSUMER.MSG.NEXT."+s+"."+d, "$JS.ACK."+s+"."+d+".>")
+			bus.ConsumerCreate+d.stream+"."+d.name+"."+d.filter,
+			"$JS.API.CONSUMER.INFO."+d.stream+"."+d.name,
+			"$JS.API.CONSUMER.MSG.NEXT."+d.stream+"."+d.name, "$JS.ACK."+d.stream+"."+d.name+".>")
 	}
 	return out
 }
+
+// durable is a service's durable consumer: its name, its stream and its
+// filter.
+type durable struct{ name, stream, filter string }
 
 // denyConsumers denies a service the subjects of the other services'
 // durable consumers: it may not create, change, pull from, acknowledge or
@@ -186,7 +192,7 @@ func Services() []Service {
 			// on the condition of the event before, which takes no read.
 			User: UserMemory,
 			Permissions: Permissions{
-				Publish: concat(jsReadOnly([]string{"KV_memories", "OBJ_" + bus.BucketSkills}, map[string]string{bus.ConsumerMemoryCalls: bus.StreamTools}), []string{
+				Publish: concat(jsReadOnly([]string{"KV_memories", "OBJ_" + bus.BucketSkills}, durable{bus.ConsumerMemoryCalls, bus.StreamTools, bus.ToolFilter(bus.ServiceMemory)}), []string{
 					"$JS.API.STREAM.PURGE.OBJ_" + bus.BucketSkills,
 					// Pruning old versions in the embedded store.
 					"$JS.API.STREAM.MSG.DELETE.KV_memories",
@@ -219,7 +225,7 @@ func Services() []Service {
 			// session's log but the decisions its consumer hears.
 			User: UserEgress,
 			Permissions: Permissions{
-				Publish: concat(jsReadOnly([]string{"KV_" + bus.BucketVaults, "KV_" + bus.BucketEgress, "KV_" + bus.BucketEnvironments}, map[string]string{bus.ConsumerEgressDecisions: bus.StreamEvents}), []string{"$KV." + bus.BucketVaults + ".>", "$KV." + bus.BucketEgress + ".>"},
+				Publish: concat(jsReadOnly([]string{"KV_" + bus.BucketVaults, "KV_" + bus.BucketEgress, "KV_" + bus.BucketEnvironments}, durable{bus.ConsumerEgressDecisions, bus.StreamEvents, sessionlog.KindFilter(event.TypeApprovalDecided)}), []string{"$KV." + bus.BucketVaults + ".>", "$KV." + bus.BucketEgress + ".>"},
 					events("egress", "approval.requested")),
 				Deny:      concat(denyConsumers(bus.ConsumerEgressDecisions), denyWebhooks),
 				Subscribe: []string{bus.InboxPrefix(UserEgress) + ".>", bus.VaultAPI("*", "*", ">"), "$SRV.>"},

@@ -745,6 +745,11 @@ func TestDeployedReadsOnlyTheirStreams(t *testing.T) {
 		if _, err := js.OrderedConsumer(ctx(), bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"events.>"}}); err == nil {
 			t.Errorf("%s made a consumer of every session's log", user)
 		}
+		// Nor by its own durable, made again with a wider filter.
+		own := map[string]string{credential.UserEgress: bus.ConsumerEgressDecisions, credential.UserMemory: bus.ConsumerMemoryCalls}[user]
+		if _, err := js.CreateOrUpdateConsumer(ctx(), bus.StreamEvents, jetstream.ConsumerConfig{Durable: own, FilterSubject: "events.>"}); err == nil {
+			t.Errorf("%s made its durable %s a consumer of every session's log", user, own)
+		}
 		if len(v.all()) == 0 {
 			t.Errorf("%s's reads were not refused by the server", user)
 		}
