@@ -254,23 +254,23 @@ func Consume(ctx context.Context, js jetstream.JetStream, c Consumer) error {
 		if c.Admit != nil {
 			key, group = c.Admit(m)
 		}
-		if n := c.MaxKeyWaiting; n > 0 && key != "" && !waiting.add(key, n) {
-			busy := Permanent(fmt.Errorf("%w: %d messages of %s already wait for their turn here; send it again once they are done", ErrBusy, n, key))
+		bounded := c.MaxKeyWaiting > 0 && key != ""
+		if bounded && waiting.count(key) >= c.MaxKeyWaiting {
+			busy := Permanent(fmt.Errorf("%w: %d messages of %s already wait for their turn here; send it again once they are done", ErrBusy, c.MaxKeyWaiting, key))
 			wg.Go(func() { c.settle(base, log, msg, m, stop, func(context.Context, Msg) error { return busy }) })
 			return
 		}
 		t := gate.Enter(key, group)
-		// Counted while it waits: out at once if it need not.
-		counted := c.MaxKeyWaiting > 0 && key != ""
-		if counted && t.Admitted() {
-			waiting.done(key)
-			counted = false
+		// Counted while it waits (only this callback counts one in).
+		waits := bounded && !t.Admitted()
+		if waits {
+			waiting.add(key)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			err := t.Wait(ctx)
-			if counted {
+			if waits {
 				waiting.done(key)
 			}
 			if err != nil || ctx.Err() != nil {
@@ -325,18 +325,21 @@ type keyCounts struct {
 	n  map[string]int
 }
 
-// add counts one more message of key, unless max are counted already.
-func (k *keyCounts) add(key string, max int) bool {
+// count returns how many messages of key are counted.
+func (k *keyCounts) count(key string) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.n[key] >= max {
-		return false
-	}
+	return k.n[key]
+}
+
+// add counts one more message of key.
+func (k *keyCounts) add(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.n == nil {
 		k.n = make(map[string]int)
 	}
 	k.n[key]++
-	return true
 }
 
 // done counts one message of key out.
