@@ -64,5 +64,8 @@ func decodeCall(m Msg, prefix string, harness ed25519.PublicKey, verify func(*ev
 			return nil, Rejected(err)
 		}
 	}
+	if err := c.CheckResultID(); err != nil {
+		return nil, Rejected(err)
+	}
 	return &c, nil
 }

@@ -46,6 +46,21 @@ func TestDecodeToolCall(t *testing.T) {
 	otherArgs.Input = json.RawMessage(`{"command":"rm -rf /workspace"}`)
 	otherUser := call("acme", s)
 	otherUser.User = "bob"
+	// The result's ID is not signed (it says only where the result goes),
+	// but it goes into the result's headers: only the form the harness
+	// makes passes.
+	withResultID := func(id func(c *event.ToolCall) string) *event.ToolCall {
+		c := call("acme", s)
+		c.ResultID = id(c)
+		return c
+	}
+	resultID := withResultID(func(c *event.ToolCall) string { return event.ResultID(c.Call, make([]byte, 32)) })
+	injected := withResultID(func(c *event.ToolCall) string {
+		return c.Call.String() + ":result:00000000000000000000000000000000\r\nNats-Expected-Stream: X"
+	})
+	othersResultID := withResultID(func(*event.ToolCall) string { return event.ResultID(uuid.New(), make([]byte, 32)) })
+	shortResultID := withResultID(func(c *event.ToolCall) string { return c.Call.String() + ":result:00" })
+	upperResultID := withResultID(func(c *event.ToolCall) string { return c.Call.String() + ":result:0000000000000000000000000000000A" })
 	tests := []struct {
 		name    string
 		subject string
@@ -67,6 +82,11 @@ func TestDecodeToolCall(t *testing.T) {
 		{"signed for another service", bus.ToolSubject(bus.ServiceMemory, "acme", s), encode(good), false},
 		{"other arguments", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(otherArgs), false},
 		{"another user", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(otherUser), false},
+		{"result ID", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(resultID), true},
+		{"result ID with a header in it", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(injected), false},
+		{"result ID of another call", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(othersResultID), false},
+		{"result ID too short", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(shortResultID), false},
+		{"result ID in capitals", bus.ToolSubject(bus.ServiceSandbox, "acme", s), encode(upperResultID), false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,7 +101,9 @@ func TestDecodeToolCall(t *testing.T) {
 			if err != nil {
 				t.Fatalf("DecodeToolCall: %v", err)
 			}
-			if c.Tenant != "acme" || c.Session != s || c.Call != good.Call || c.Name != "Bash" || string(c.Input) != `{"command":"ls"}` {
+			var sent event.ToolCall
+			_ = json.Unmarshal(tc.data, &sent)
+			if c.Tenant != "acme" || c.Session != s || c.Call != sent.Call || c.ResultID != sent.ResultID || c.Name != "Bash" || string(c.Input) != `{"command":"ls"}` {
 				t.Errorf("DecodeToolCall = %+v, want the call as sent", c)
 			}
 		})

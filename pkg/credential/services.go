@@ -99,20 +99,39 @@ func denyConsumers(own ...string) []string {
 	return out
 }
 
-// denyVaults denies a service every JetStream API subject of the vaults'
-// stream: its info, direct and stored gets, and consumers, which would
-// read the sealed secrets. Only the egress service reads it.
-var denyVaults = []string{
-	"$JS.API.*.*.KV_" + bus.BucketVaults, "$JS.API.*.*.KV_" + bus.BucketVaults + ".>",
-	"$JS.API.*.*.*.KV_" + bus.BucketVaults, "$JS.API.*.*.*.KV_" + bus.BucketVaults + ".>",
+// denyStream denies a service every JetStream API subject of stream:
+// its info, direct and stored gets, and consumers.
+func denyStream(stream string) []string {
+	return []string{
+		"$JS.API.*.*." + stream, "$JS.API.*.*." + stream + ".>",
+		"$JS.API.*.*.*." + stream, "$JS.API.*.*.*." + stream + ".>",
+	}
 }
 
-// denyWebhooks denies a service every JetStream API subject of the
-// webhooks' stream, as [denyVaults] the vaults': it holds the secrets
-// that sign the tenants' webhooks. Only the gateway reads it.
-var denyWebhooks = []string{
-	"$JS.API.*.*.KV_" + bus.BucketWebhooks, "$JS.API.*.*.KV_" + bus.BucketWebhooks + ".>",
-	"$JS.API.*.*.*.KV_" + bus.BucketWebhooks, "$JS.API.*.*.*.KV_" + bus.BucketWebhooks + ".>",
+// denyVaults denies a service the vaults' stream, which would read the
+// sealed secrets. Only the egress service reads it.
+var denyVaults = denyStream("KV_" + bus.BucketVaults)
+
+// denyWebhooks denies a service the webhooks' stream, as [denyVaults]
+// the vaults': it holds the secrets that sign the tenants' webhooks. Only
+// the gateway reads it.
+var denyWebhooks = denyStream("KV_" + bus.BucketWebhooks)
+
+// denyCalls denies a service the calls' stream: a call names the ID its
+// result is to be recorded under ([event.ToolCall.ResultID]), which a
+// service that read it could store something under first, and have the
+// result dropped. Only the harness, which queues them, and the tool
+// services, each through its own consumer, read it.
+var denyCalls = denyStream(bus.StreamTools)
+
+// denyCallGets denies a tool service the stored and direct gets of the
+// calls' stream, which would read every service's calls: it reads its own
+// through its consumer. No other consumer can read them: the stream is a
+// work queue, on which the server refuses a consumer whose filter
+// overlaps another's.
+var denyCallGets = []string{
+	"$JS.API.STREAM.MSG.GET." + bus.StreamTools,
+	"$JS.API.DIRECT.GET." + bus.StreamTools, "$JS.API.DIRECT.GET." + bus.StreamTools + ".>",
 }
 
 // events returns the subjects on which writer may publish the session
@@ -178,7 +197,7 @@ func Services() []Service {
 					// A running Bash call's output, as it comes.
 					bus.LiveFilter("*"),
 				}, events("sandbox", "tool.completed")),
-				Deny: concat(denyConsumers(bus.ConsumerSandboxCalls), denyVaults, denyWebhooks),
+				Deny: concat(denyConsumers(bus.ConsumerSandboxCalls), denyVaults, denyWebhooks, denyCallGets),
 				// It answers the workspace and environment APIs (nats.go/micro
 				// services, which also hear $SRV.>).
 				Subscribe: []string{bus.InboxPrefix(UserSandbox) + ".>", "sandbox.node.>", bus.PreviewFilter(bus.ServiceSandbox), bus.WorkspaceAPI("*", "*", ">"),
@@ -212,7 +231,7 @@ func Services() []Service {
 			User: UserApproval,
 			Permissions: Permissions{
 				Publish:   concat(jsRead, []string{"$KV.approvals.>", "payloads.>", "requests.*.*." + bus.ConsoleToken}, events("approval", "approval.decided")),
-				Deny:      concat(denyConsumers(bus.ConsumerApprovals), denyVaults, denyWebhooks),
+				Deny:      concat(denyConsumers(bus.ConsumerApprovals), denyVaults, denyWebhooks, denyCalls),
 				Subscribe: []string{bus.InboxPrefix(UserApproval) + ".>", "corral.approval.>", "$SRV.>", bus.LiveFilter("*")},
 			},
 			Responds: true,
@@ -245,7 +264,7 @@ func Services() []Service {
 			Permissions: Permissions{
 				Publish: concat(jsRead, []string{"$KV." + bus.BucketSessions + ".>",
 					"$KV." + bus.BucketWebhooks + ".>", bus.WebhookDeliverySubject("*", "*", "*")}),
-				Deny:      concat(denyConsumers(bus.ConsumerGatewayIndex, bus.ConsumerGatewayWebhooks, bus.ConsumerGatewayTraces), denyVaults),
+				Deny:      concat(denyConsumers(bus.ConsumerGatewayIndex, bus.ConsumerGatewayWebhooks, bus.ConsumerGatewayTraces), denyVaults, denyCalls),
 				Subscribe: []string{bus.InboxPrefix(UserGateway) + ".>", bus.WebhookAPI("*", "*", ">"), "$SRV.>"},
 			},
 			Responds: true,

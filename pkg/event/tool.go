@@ -2,9 +2,11 @@ package event
 
 import (
 	"crypto/ed25519"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -117,11 +119,40 @@ type ToolCall struct {
 	// right after it if nothing came in between, and says so (see
 	// [ToolCompleted].After). Zero when unknown.
 	After uint64 `json:"after,omitempty"`
+	// ResultID is the message ID its result is recorded under (within
+	// the session's key): drawn by the harness from the call's ID and a
+	// key of its own, so that no one who saw the call's ID in the log
+	// can record something under that ID first and have the result
+	// dropped as a duplicate. Empty in a call of an earlier harness,
+	// whose result goes under <call>:result. Like After, it says only
+	// where the result goes.
+	ResultID string `json:"result_id,omitempty"`
 	// Signature is the harness's Ed25519 signature of
 	// [ToolCall.SignedBytes]. A tool service runs a call only if it
 	// verifies with the harness's public key: whoever else managed to put
 	// a body on its queue, only the harness decides what runs.
 	Signature []byte `json:"signature,omitempty"`
+}
+
+// ResultID returns the ID the result of call is recorded under, drawn
+// from mac, a keyed hash of the call that only its harness can make (see
+// [ToolCall.ResultID]): the call's ID, then 128 bits of mac in hex.
+func ResultID(call uuid.UUID, mac []byte) string {
+	return call.String() + ":result:" + hex.EncodeToString(mac[:16])
+}
+
+// CheckResultID reports whether c's ResultID, if any, is one
+// [ResultID] makes for c: it goes into a header of the result's message,
+// and whatever else it said would go there too.
+func (c *ToolCall) CheckResultID() error {
+	if c.ResultID == "" {
+		return nil
+	}
+	mac, ok := strings.CutPrefix(c.ResultID, c.Call.String()+":result:")
+	if b, err := hex.DecodeString(mac); !ok || err != nil || len(b) != 16 || strings.ToLower(mac) != mac {
+		return fmt.Errorf("the call's result_id %q is not one of the call's", c.ResultID)
+	}
+	return nil
 }
 
 // What a call's signature says of it: that it runs, or only that its
@@ -133,7 +164,7 @@ const (
 
 // SignedBytes returns what a call's signature covers: the service it is
 // for and every field that decides what it does (After only says where
-// its result goes in the log).
+// its result goes in the log, and ResultID under which ID).
 func (c *ToolCall) SignedBytes(service string) []byte {
 	return c.signed(signedCall, service)
 }

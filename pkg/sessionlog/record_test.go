@@ -180,7 +180,7 @@ func TestRecordResult(t *testing.T) {
 	r1 := result(c1, "one")
 	started := r1.Time
 	r1.Time = started.Add(-time.Minute) // made when the call started
-	if err := sandbox.RecordResult(ctx, r1, after); err != nil {
+	if err := sandbox.RecordResult(ctx, r1, &event.ToolCall{Call: c1, After: after}); err != nil {
 		t.Fatal(err)
 	}
 	if r1.Time.Before(started) {
@@ -189,12 +189,12 @@ func TestRecordResult(t *testing.T) {
 	if r1.After != after {
 		t.Errorf("result recorded right after %d says After %d", after, r1.After)
 	}
-	if err := sandbox.RecordResult(ctx, result(c1, "one again"), 0); err != nil {
+	if err := sandbox.RecordResult(ctx, result(c1, "one again"), &event.ToolCall{Call: c1}); err != nil {
 		t.Errorf("recording a result again: %v, want it counted as recorded", err)
 	}
 	// c2's call followed the response too, but c1's result came between.
 	r2 := result(c2, "two")
-	if err := sandbox.RecordResult(ctx, r2, after); err != nil {
+	if err := sandbox.RecordResult(ctx, r2, &event.ToolCall{Call: c2, After: after}); err != nil {
 		t.Fatal(err)
 	}
 	if r2.After != 0 {
@@ -214,6 +214,71 @@ func TestRecordResult(t *testing.T) {
 	}
 	if entries[1].Seq != after+1 {
 		t.Errorf("first result at %d, want right after %d", entries[1].Seq, after)
+	}
+}
+
+// A result is recorded under the ID its call names, which the harness
+// keys: a message stored first under the call's unkeyed ID, which anyone
+// who saw the call's ID could make, takes nothing from it, and the ID is
+// the same for the same call every time, so a result recorded again is
+// still dropped.
+func TestRecordResultUnderTheCallsID(t *testing.T) {
+	t.Parallel()
+	_, _, js := natstest.Run(t)
+	ctx := context.Background()
+	keyed := func(key string) *sessionlog.Log {
+		return sessionlog.New(js, sessionlog.Options{As: sessionlog.Harness, Reader: "test", IDKey: []byte(key)})
+	}
+	harness, sandbox := keyed("k1"), newLog(js, sessionlog.Sandbox)
+	s, c := uuid.Must(uuid.NewV7()), uuid.New()
+	id := harness.ResultID("acme", s, c)
+	if id == "" || id != keyed("k1").ResultID("acme", s, c) {
+		t.Fatalf("result ID %q, and %q made again: want one, the same", id, keyed("k1").ResultID("acme", s, c))
+	}
+	for what, other := range map[string]string{
+		"another key":     keyed("k2").ResultID("acme", s, c),
+		"another call":    harness.ResultID("acme", s, uuid.New()),
+		"another session": harness.ResultID("acme", uuid.Must(uuid.NewV7()), c),
+		"another tenant":  harness.ResultID("initech", s, c),
+	} {
+		if other == id {
+			t.Errorf("the result ID of %s is the same: %s", what, id)
+		}
+	}
+	if got := newLog(js, sessionlog.Harness).ResultID("acme", s, c); got != "" {
+		t.Errorf("a Log without a key made the result ID %q, want none", got)
+	}
+	if err := (&event.ToolCall{Call: c, ResultID: id}).CheckResultID(); err != nil {
+		t.Errorf("the result ID does not check: %v", err)
+	}
+
+	if _, err := harness.Append(ctx, &event.ModelResponded{Header: event.NewHeader(event.TypeModelResponded, "acme", s), Turn: 1, Calls: []event.Call{{ID: c, Name: "Bash", Service: bus.ServiceSandbox}}}, "r1", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := newLog(js, sessionlog.Approval).Record(ctx, &event.ApprovalDecided{Header: event.NewHeader(event.TypeApprovalDecided, "acme", s), Call: c}, c.String()+":result"); err != nil {
+		t.Fatal(err)
+	}
+	call := &event.ToolCall{Call: c, ResultID: id}
+	result := func(output string) *event.ToolCompleted {
+		return &event.ToolCompleted{Header: event.NewHeader(event.TypeToolCompleted, "acme", s), Call: c, Name: "Bash", Output: output, Service: bus.ServiceSandbox}
+	}
+	for _, out := range []string{"one", "one again"} {
+		if err := sandbox.RecordResult(ctx, result(out), call); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, _, err := harness.ReadAll(ctx, "acme", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		if r, ok := e.Event.(*event.ToolCompleted); ok {
+			got = append(got, r.Output)
+		}
+	}
+	if !slices.Equal(got, []string{"one"}) {
+		t.Errorf("results recorded %q, want the first alone", got)
 	}
 }
 

@@ -177,3 +177,64 @@ func startHeld(t *testing.T, first, then string) held {
 	})
 	return h
 }
+
+// TestResultIDsCannotBeTakenFirst: a tool service recorded a call's
+// result under <call>:result, and the call's ID is in its session's log.
+// The approval service, which reads the logs and may write decisions into
+// them, stored a message under a running call's result ID first, and the
+// sandbox-manager's result was dropped as a duplicate: the session waited
+// on it until stopped. The harness now names the ID in the call, keyed,
+// and only the services that run calls read them, each its own: the
+// message takes nothing, and the session ends with the call's output.
+func TestResultIDsCannotBeTakenFirst(t *testing.T) {
+	d := startDeployment(t, byPrompt(map[string][]modeltest.Call{
+		"sleep, then answer": {bash("sleep 2; echo SLEPT")},
+	}), nil)
+	run := d.runBackground(t, "acme", "sleep, then answer")
+	session := d.firstSession(t, "acme")
+	ctx := context.Background()
+	approval, refused := connectAs(t, d.url, credential.UserApproval)
+	var call uuid.UUID
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		msgs, err := bus.ReadAll(ctx, approval, bus.StreamEvents, sessionlog.SessionKind("acme", session, event.TypeToolDispatched))
+		if err != nil || len(msgs) == 0 {
+			return fmt.Errorf("no call dispatched yet (%v)", err)
+		}
+		var ev event.ToolDispatched
+		if err := json.Unmarshal(msgs[0].Data, &ev); err != nil {
+			return err
+		}
+		call = ev.Call
+		return nil
+	})
+	m := nats.NewMsg(sessionlog.Subject("acme", session, event.TypeApprovalDecided, sessionlog.Approval))
+	m.Data = []byte(`{}`)
+	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%s:result", bus.SessionKey("acme", session), call))
+	if ack, err := approval.PublishMsg(ctx, m); err != nil || ack.Duplicate {
+		t.Fatalf("the message under the call's former result ID: %v, %+v", err, ack)
+	}
+
+	// Nor can it, or the sandbox-manager, read the call to learn its ID.
+	short := func() context.Context {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	sandbox, sandboxRefused := connectAs(t, d.url, credential.UserSandbox)
+	for user, js := range map[string]jetstream.JetStream{credential.UserApproval: approval, credential.UserSandbox: sandbox} {
+		if msgs, _ := bus.ReadAll(short(), js, bus.StreamTools, ">"); len(msgs) > 0 {
+			t.Errorf("%s read %d calls", user, len(msgs))
+		}
+		if _, err := js.CreateOrUpdateConsumer(short(), bus.StreamTools, jetstream.ConsumerConfig{Name: "peek", FilterSubject: bus.ToolFilter(bus.ServiceMemory)}); err == nil {
+			t.Errorf("%s made a consumer of the memory service's calls", user)
+		}
+	}
+	if len(refused.all()) == 0 || len(sandboxRefused.all()) == 0 {
+		t.Errorf("reads of the calls were not refused by the server: approval %v, sandbox-manager %v", refused.all(), sandboxRefused.all())
+	}
+
+	if r := wait(t, run); r.code != 0 || !strings.Contains(r.stdout, "SLEPT") {
+		t.Errorf("corral run exited %d with %q, want the call's output:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+

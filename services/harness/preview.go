@@ -33,6 +33,7 @@ func (s *Service) preview(ctx context.Context, st *state, c event.Call, service,
 		return s.skills.preview(ctx, st.Tenant, c.Name, st.Pending.Input(c))
 	}
 	call := s.toolCall(st, c, memPath)
+	call.ResultID = "" // a preview records nothing
 	if s.cfg.CallKey != nil {
 		call.SignPreview(s.cfg.CallKey, service)
 	}

@@ -324,6 +324,8 @@ func (s *Service) toolCall(st *state, c event.Call, memPath string) event.ToolCa
 		User:   st.User,
 		Name:   c.Name,
 		Input:  st.Pending.Input(c),
+		// Known to the service the call is queued for alone.
+		ResultID: s.logs.ResultID(st.Tenant, st.Session, c.ID),
 	}
 	if c.Name == tool.Write || c.Name == tool.Edit {
 		call.ExpectVersion = st.Versions[memPath]
@@ -351,11 +353,12 @@ func (s *Service) prepareCall(ctx context.Context, st *state, p core.Prepare) (e
 		}
 	}
 	return event.ToolCall{
-		Header: event.NewHeader(event.TypeToolCall, st.Tenant, st.Session),
-		Call:   p.Call,
-		User:   st.User,
-		Name:   event.PrepareTool,
-		Input:  input,
+		Header:   event.NewHeader(event.TypeToolCall, st.Tenant, st.Session),
+		Call:     p.Call,
+		User:     st.User,
+		Name:     event.PrepareTool,
+		Input:    input,
+		ResultID: s.logs.ResultID(st.Tenant, st.Session, p.Call),
 	}, nil
 }
 

@@ -66,7 +66,7 @@ func startTools(t *testing.T, js jetstream.JetStream, run runTool) *tools {
 			}
 			r.Header = event.NewHeader(event.TypeToolCompleted, c.Tenant, c.Session)
 			r.Call, r.Name, r.Service, r.User = c.Call, c.Name, service, c.User
-			return logs.RecordResult(ctx, r, c.After)
+			return logs.RecordResult(ctx, r, c)
 		}
 		wg.Go(func() {
 			err := bus.Consume(ctx, js, bus.Consumer{

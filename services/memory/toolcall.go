@@ -57,7 +57,7 @@ func (s *Service) handleCall(ctx context.Context, m bus.Msg) error {
 	}
 	s.calls.WithLabelValues(metrics.Tool(c.Name), outcome).Observe(time.Since(start).Seconds())
 	s.log.DebugContext(ctx, "toolcall finished", "call", c.Call, "tool", c.Name, "is_error", out.isError)
-	return s.logs.RecordResult(ctx, &res, c.After)
+	return s.logs.RecordResult(ctx, &res, c)
 }
 
 // result is what a call tells the model, and the file version it saw.

@@ -271,7 +271,7 @@ func (s *Service) record(ctx context.Context, c *event.ToolCall, r *event.ToolCo
 	if note != "" {
 		r.Output = note + "\n" + r.Output
 	}
-	return s.logs.RecordResult(ctx, r, c.After)
+	return s.logs.RecordResult(ctx, r, c)
 }
 
 // recordNoted records call c's result after the note its session's model
