@@ -2,6 +2,7 @@ package sessionlog
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -331,6 +332,17 @@ func (l *Log) encode(ctx context.Context, ev event.Event) (string, []byte, error
 		}
 	}
 	return subject, data, nil
+}
+
+// IDKeyFrom returns an [Options.IDKey] drawn from a service's private
+// key, for use (a label of what the IDs are of): the same in every
+// replica of the service, which all hold the key, and in no other.
+func IDKeyFrom(use string, key ed25519.PrivateKey) []byte {
+	if key == nil {
+		return nil
+	}
+	k := sha256.Sum256(append([]byte(use+"\x00"), key.Seed()...))
+	return k[:]
 }
 
 // msgID is the message ID the Log writes the event id names under: id

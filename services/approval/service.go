@@ -97,6 +97,11 @@ func New(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		log:   log,
 		logs: sessionlog.New(js, sessionlog.Options{
 			As: sessionlog.Approval, Reader: "approval", DeadLetters: true, Logger: log,
+			// Its decisions' IDs (<call>:decided) keyed from its signing
+			// key: a service that saw the call's ID in the log cannot
+			// store something under a decision's ID first and have the
+			// decision dropped.
+			IDKey: sessionlog.IDKeyFrom("corral approval decision message IDs", cfg.SigningKey),
 		}),
 		console: sessionlog.New(js, sessionlog.Options{Reader: "approval-console", Logger: log}),
 		items:   make(map[string]*Approval),

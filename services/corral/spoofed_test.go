@@ -238,3 +238,31 @@ func TestResultIDsCannotBeTakenFirst(t *testing.T) {
 	}
 }
 
+// TestDecisionIDsCannotBeTakenFirst: the approval service recorded a
+// decision under <call>:decided, and the call's ID is in its session's
+// log. The sandbox-manager, which reads the logs and writes its results
+// into them, stored a message under a held call's decision ID first, and
+// the reviewer's decision was dropped: the call waited for a decision
+// already made. The approval service keys its IDs now: the message takes
+// nothing, and the approved call runs.
+func TestDecisionIDsCannotBeTakenFirst(t *testing.T) {
+	d := startDeployment(t, byPrompt(map[string][]modeltest.Call{
+		"remove it": {bash("echo rm -rf done")},
+	}), nil)
+	run := d.runBackground(t, "acme", "remove it")
+	id, _ := d.pending(t, "acme")
+	session := d.firstSession(t, "acme")
+	sandbox, _ := connectAs(t, d.url, credential.UserSandbox)
+	m := nats.NewMsg(sessionlog.Subject("acme", session, event.TypeToolCompleted, sessionlog.Sandbox))
+	m.Data = []byte(`{}`)
+	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s:%s:decided", bus.SessionKey("acme", session), id))
+	if ack, err := sandbox.PublishMsg(context.Background(), m); err != nil || ack.Duplicate {
+		t.Fatalf("the message under the decision's former ID: %v, %+v", err, ack)
+	}
+	if code, _, stderr := d.corral(t, "approve", id.String()); code != 0 {
+		t.Fatalf("corral approve: exit %d: %s", code, stderr)
+	}
+	if r := wait(t, run); r.code != 0 || !strings.Contains(r.stdout, "rm -rf done") {
+		t.Errorf("corral run exited %d with %q, want the approved call's output:\n%s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -8,7 +8,6 @@ package harness
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -162,11 +161,7 @@ const stepAckWait = 500 * time.Millisecond
 // does: another service cannot take the ID of a harness's next event
 // first, and have it dropped as a duplicate.
 func eventIDKey(callKey ed25519.PrivateKey) []byte {
-	if callKey == nil {
-		return nil
-	}
-	k := sha256.Sum256(append([]byte("corral event message IDs\x00"), callKey.Seed()...))
-	return k[:]
+	return sessionlog.IDKeyFrom("corral event message IDs", callKey)
 }
 
 // maxRequestsWaiting bounds the requests of one session that wait in a
