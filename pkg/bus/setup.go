@@ -32,9 +32,15 @@ type setupOptions struct {
 // service's user: every other is denied even their info.
 var privateBuckets = map[string]string{BucketVaults: "egress"}
 
+// readersOnly are the streams only some services may read, by their
+// users: every other is denied even their info. The calls name the IDs
+// their results go under, which only the services that run them read.
+var readersOnly = map[string][]string{StreamTools: {"harness", "sandbox-manager", "memory"}}
+
 // As makes [Setup] check only what the service (by its NATS user) may
-// read: it leaves out the buckets private to another service. Without it,
-// Setup sets up everything, as the administrator does.
+// read: it leaves out the buckets private to another service, and the
+// streams only others may read. Without it, Setup sets up everything, as
+// the administrator does.
 func As(service string) SetupOption {
 	return func(o *setupOptions) { o.as = service }
 }
@@ -186,6 +192,9 @@ func setup(ctx context.Context, js jetstream.JetStream, opts ...SetupOption) err
 	// was asked for.
 	replicasDiffer := func(have int) bool { return o.replicas != 0 && max(have, 1) != o.replicas }
 	for _, cfg := range streams {
+		if readers, ok := readersOnly[cfg.Name]; ok && o.as != "" && !slices.Contains(readers, o.as) {
+			continue
+		}
 		cfg.Replicas = o.replicas
 		s, err := js.Stream(ctx, cfg.Name)
 		switch {
