@@ -120,9 +120,13 @@ func (l *Log) Judge(ctx context.Context, m bus.Msg) (Entry, error) {
 }
 
 // Admit is [Session.Admit] for an entry that [Log.Judge] accepted, with
-// the Log's handling of a rejection.
+// the Log's handling of a rejection: it is dead-lettered. An entry passed
+// over with [ErrFolded] is not.
 func (l *Log) Admit(ctx context.Context, s *Session, e Entry, data []byte) error {
 	if err := s.Admit(e.Address, e.Event); err != nil {
+		if errors.Is(err, ErrFolded) {
+			return err
+		}
 		return l.rejected(ctx, bus.Msg{Subject: e.Subject, StreamSeq: e.Seq, Data: data}, err)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package sessionlog
 
 import (
+	"errors"
 	"maps"
 
 	"github.com/google/uuid"
@@ -22,11 +23,15 @@ type Session struct {
 	// seen holds the IDs of the events admitted: an event stored twice
 	// (a stored copy of another, say) is not folded twice.
 	seen map[uuid.UUID]bool
+	// unplaced holds the events the reader wrote and admitted itself
+	// without learning where the log stored them ([Session.AdmitUnplaced]),
+	// at the addresses they were written to.
+	unplaced map[uuid.UUID]Address
 }
 
 // NewSession returns the state of a session whose log was not read yet.
 func NewSession(tenant string, id uuid.UUID) *Session {
-	return &Session{Tenant: tenant, ID: id, calls: make(map[uuid.UUID]Writer), seen: make(map[uuid.UUID]bool)}
+	return &Session{Tenant: tenant, ID: id, calls: make(map[uuid.UUID]Writer), seen: make(map[uuid.UUID]bool), unplaced: make(map[uuid.UUID]Address)}
 }
 
 // User is the session's user, as its first request said; "" before it.
@@ -37,6 +42,7 @@ func (s *Session) Clone() *Session {
 	c := *s
 	c.calls = maps.Clone(s.calls)
 	c.seen = maps.Clone(s.seen)
+	c.unplaced = maps.Clone(s.unplaced)
 	return &c
 }
 
@@ -48,12 +54,34 @@ func (s *Session) Clone() *Session {
 //
 // Errors match [ErrRejected].
 func (s *Session) Admit(a Address, ev event.Event) error {
+	if at, ok := s.unplaced[ev.Head().ID]; ok && at == a {
+		delete(s.unplaced, ev.Head().ID)
+		return ErrFolded
+	}
 	if err := s.admit(a, ev); err != nil {
 		return err
 	}
 	s.seen[ev.Head().ID] = true
 	return nil
 }
+
+// AdmitUnplaced is [Session.Admit] for an event the reader wrote itself,
+// at a, and folds in before it knows where the log stored it (a write made
+// without the condition that it follow what the reader read last). When
+// it is read back, at the same address, Admit passes over it once with
+// [ErrFolded]: it is neither folded again nor rejected as a replay.
+func (s *Session) AdmitUnplaced(a Address, ev event.Event) error {
+	if err := s.Admit(a, ev); err != nil {
+		return err
+	}
+	s.unplaced[ev.Head().ID] = a
+	return nil
+}
+
+// ErrFolded is returned by [Session.Admit] for an event read back that
+// the reader admitted already with [Session.AdmitUnplaced]. It does not
+// match [ErrRejected]: nothing is wrong with the event.
+var ErrFolded = errors.New("folded already, where it was written")
 
 func (s *Session) admit(a Address, ev event.Event) error {
 	if id := ev.Head().ID; s.seen[id] {

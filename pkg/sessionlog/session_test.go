@@ -1,6 +1,7 @@
 package sessionlog_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/google/uuid"
@@ -159,5 +160,38 @@ func TestAdmitRefusesReplays(t *testing.T) {
 	}
 	if err := s.Admit(a, req); sessionlog.ReasonOf(err) != sessionlog.ReasonReplayed {
 		t.Errorf("the same event again: %v, want %s", err, sessionlog.ReasonReplayed)
+	}
+}
+
+// An event the reader wrote itself and admitted before learning where it
+// was stored is passed over once when read back, where it was written:
+// neither folded again nor taken for a replay. A second copy, or a copy at
+// another address, is a replay.
+func TestAdmitUnplaced(t *testing.T) {
+	s := sessionlog.NewSession("acme", uuid.Must(uuid.NewV7()))
+	at := func(typ string, w sessionlog.Writer) sessionlog.Address {
+		return sessionlog.Address{Tenant: "acme", Session: s.ID, Type: typ, Writer: w}
+	}
+	req := &event.SessionRequested{Header: event.NewHeader(event.TypeSessionRequested, "acme", s.ID), User: "ada"}
+	if err := s.Admit(at(event.TypeSessionRequested, sessionlog.Harness), req); err != nil {
+		t.Fatal(err)
+	}
+	resp := &event.ModelResponded{Header: event.NewHeader(event.TypeModelResponded, "acme", s.ID), Turn: 1}
+	a := at(event.TypeModelResponded, sessionlog.Harness)
+	if err := s.AdmitUnplaced(a, resp); err != nil {
+		t.Fatal(err)
+	}
+	clone := s.Clone()
+	for name, s := range map[string]*sessionlog.Session{"the session": s, "its clone": clone} {
+		if err := s.Admit(at(event.TypeModelResponded, sessionlog.Sandbox), resp); sessionlog.ReasonOf(err) != sessionlog.ReasonReplayed {
+			t.Errorf("%s: the event read back from another writer: %v, want %s", name, err, sessionlog.ReasonReplayed)
+		}
+		err := s.Admit(a, resp)
+		if !errors.Is(err, sessionlog.ErrFolded) || errors.Is(err, sessionlog.ErrRejected) {
+			t.Errorf("%s: the event read back where it was written: %v, want ErrFolded alone", name, err)
+		}
+		if err := s.Admit(a, resp); sessionlog.ReasonOf(err) != sessionlog.ReasonReplayed {
+			t.Errorf("%s: the event read back twice: %v, want %s", name, err, sessionlog.ReasonReplayed)
+		}
 	}
 }

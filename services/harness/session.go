@@ -144,7 +144,11 @@ func (s *Service) appendNew(ctx context.Context, st *state, ev event.Event, msgI
 	if err := s.logs.Record(ctx, ev, msgID); err != nil {
 		return err
 	}
-	st.fold(st.Seq, ev)
+	// Where the log stored ev is not known: folded in at the last
+	// sequence known, it is passed over when read back, not taken for a
+	// replay.
+	_ = st.trust.AdmitUnplaced(st.address(ev), ev)
+	st.Apply(st.Seq, ev)
 	return nil
 }
 
@@ -156,8 +160,13 @@ func newState(tenant string, session uuid.UUID) *state {
 // seq: it is what the log now holds, so the session's trust learns from
 // it too.
 func (st *state) fold(seq uint64, ev event.Event) {
-	_ = st.trust.Admit(sessionlog.Address{Tenant: st.Tenant, Session: st.Session, Type: ev.Head().Type, Writer: sessionlog.Harness}, ev)
+	_ = st.trust.Admit(st.address(ev), ev)
 	st.Apply(seq, ev)
+}
+
+// address is where the harness writes ev, an event of st's session.
+func (st *state) address(ev event.Event) sessionlog.Address {
+	return sessionlog.Address{Tenant: st.Tenant, Session: st.Session, Type: ev.Head().Type, Writer: sessionlog.Harness}
 }
 
 // foldCache keeps the states this process folded last, so a step reads only

@@ -307,3 +307,37 @@ func TestStopComesFromTheSessionsUser(t *testing.T) {
 		return nil
 	})
 }
+
+// An event the harness records without the condition that it follows what
+// its step read last (something came in between) is folded in before its
+// place in the log is known; the step then reads the log after what it
+// knew, its own event among what comes back. That event is passed over,
+// not dead-lettered as a replay: nothing in the session is rejected.
+func TestOwnEventReadBackIsNotAReplay(t *testing.T) {
+	hold := make(chan struct{})
+	js, fake := start(t, func(c modeltest.Conversation) (modeltest.Turn, error) {
+		return modeltest.Turn{Text: "the answer", Hold: hold}, nil
+	})
+	session := uuid.Must(uuid.NewV7())
+	request(t, js, session, "first")
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if len(fake.Requests()) == 0 {
+			return fmt.Errorf("the model is not asked yet")
+		}
+		return nil
+	})
+	// Recorded while the model takes its turn: the response is recorded
+	// after it, without the condition, and the step looks for the stop.
+	stopRecorded(t, js, session, "enough")
+	close(hold)
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if n := len(sessionEvents(t, js, session, event.TypeModelResponded)); n != 1 {
+			return fmt.Errorf("%d responses recorded", n)
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond) // the step's read of the log after the response
+	if dls := deadLetters(t, js); len(dls) > 0 {
+		t.Errorf("dead letters %v, want none", dls)
+	}
+}
