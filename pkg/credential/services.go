@@ -124,16 +124,6 @@ var denyWebhooks = denyStream("KV_" + bus.BucketWebhooks)
 // services, each through its own consumer, read it.
 var denyCalls = denyStream(bus.StreamTools)
 
-// denyCallGets denies a tool service the stored and direct gets of the
-// calls' stream, which would read every service's calls: it reads its own
-// through its consumer. No other consumer can read them: the stream is a
-// work queue, on which the server refuses a consumer whose filter
-// overlaps another's.
-var denyCallGets = []string{
-	"$JS.API.STREAM.MSG.GET." + bus.StreamTools,
-	"$JS.API.DIRECT.GET." + bus.StreamTools, "$JS.API.DIRECT.GET." + bus.StreamTools + ".>",
-}
-
 // events returns the subjects on which writer may publish the session
 // events of kinds.
 func events(writer string, kinds ...string) []string {
@@ -180,11 +170,17 @@ func Services() []Service {
 			Responds: true,
 		},
 		{
-			// It reads the files clients upload (the UPLOADS stream) with
-			// the direct gets of jsRead, and writes none.
+			// It reads the session logs (and their large events), the
+			// files clients upload (the UPLOADS stream), its buckets and
+			// stores, the environments and the skills; of the calls, its
+			// own through its consumer alone: a consumer of its own making,
+			// a direct one say, would read the memory service's.
 			User: UserSandbox,
 			Permissions: Permissions{
-				Publish: concat(jsRead, []string{
+				Publish: concat(jsReadOnly([]string{bus.StreamEvents, bus.StreamPayloads, bus.StreamUploads, bus.StreamDeadLetter,
+					"KV_" + bus.BucketCalls, "KV_" + bus.BucketNodes, "KV_" + bus.BucketPlacements, "KV_" + bus.BucketEnvironments,
+					"OBJ_" + bus.BucketSkills, "OBJ_" + bus.BucketWorkspaces},
+					durable{bus.ConsumerSandboxCalls, bus.StreamTools, bus.ToolFilter(bus.ServiceSandbox)}), []string{
 					// Replacing a snapshot's manifest purges the old one's chunks.
 					"$JS.API.STREAM.PURGE.OBJ_" + bus.BucketWorkspaces,
 					"$KV.calls.>", "$O.workspaces.>", "$KV.nodes.>", "$KV.placements.>", "payloads.>",
@@ -197,7 +193,7 @@ func Services() []Service {
 					// A running Bash call's output, as it comes.
 					bus.LiveFilter("*"),
 				}, events("sandbox", "tool.completed")),
-				Deny: concat(denyConsumers(bus.ConsumerSandboxCalls), denyVaults, denyWebhooks, denyCallGets),
+				Deny: concat(denyConsumers(bus.ConsumerSandboxCalls), denyVaults, denyWebhooks),
 				// It answers the workspace and environment APIs (nats.go/micro
 				// services, which also hear $SRV.>).
 				Subscribe: []string{bus.InboxPrefix(UserSandbox) + ".>", "sandbox.node.>", bus.PreviewFilter(bus.ServiceSandbox), bus.WorkspaceAPI("*", "*", ">"),

@@ -228,6 +228,14 @@ func TestResultIDsCannotBeTakenFirst(t *testing.T) {
 		if _, err := js.CreateOrUpdateConsumer(short(), bus.StreamTools, jetstream.ConsumerConfig{Name: "peek", FilterSubject: bus.ToolFilter(bus.ServiceMemory)}); err == nil {
 			t.Errorf("%s made a consumer of the memory service's calls", user)
 		}
+		// A direct consumer, which the server makes on a work queue
+		// whatever other consumers it has, pushing to the service's own
+		// inbox.
+		req := fmt.Sprintf(`{"stream_name":%q,"config":{"direct":true,"deliver_subject":%q,"filter_subject":%q,"ack_policy":"none"}}`,
+			bus.StreamTools, bus.InboxPrefix(user)+".peek", bus.ToolFilter(bus.ServiceMemory))
+		if resp, err := js.Conn().RequestWithContext(short(), "$JS.API.CONSUMER.CREATE."+bus.StreamTools, []byte(req)); err == nil && !strings.Contains(string(resp.Data), `"error"`) {
+			t.Errorf("%s made a direct consumer of the memory service's calls: %s", user, resp.Data)
+		}
 	}
 	if len(refused.all()) == 0 || len(sandboxRefused.all()) == 0 {
 		t.Errorf("reads of the calls were not refused by the server: approval %v, sandbox-manager %v", refused.all(), sandboxRefused.all())
