@@ -52,7 +52,7 @@ func (s *Session) Clone() *Session {
 // dispatched to that service; one from the harness, for a call of a
 // recorded response.
 //
-// Errors match [ErrRejected].
+// Errors match [ErrRejected], but for [ErrFolded].
 func (s *Session) Admit(a Address, ev event.Event) error {
 	if at, ok := s.unplaced[ev.Head().ID]; ok && at == a {
 		delete(s.unplaced, ev.Head().ID)
