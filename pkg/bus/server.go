@@ -161,9 +161,9 @@ func InboxPrefix(user string) string {
 // Join connects the named service to the platform at url (or at any of a
 // cluster's servers: a comma-separated list), signed in as [UserFromEnv]
 // says, and sets up the streams and buckets (see [Setup]) with the
-// options the environment sets (see [SetupFromEnv]). The caller
+// options the environment sets (see [SetupFromEnv]) and opts. The caller
 // drains the connection when done.
-func Join(ctx context.Context, url, name string, getenv func(string) string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+func Join(ctx context.Context, url, name string, getenv func(string) string, log *slog.Logger, opts ...SetupOption) (*nats.Conn, jetstream.JetStream, error) {
 	setup, err := SetupFromEnv(getenv)
 	if err != nil {
 		return nil, nil, err
@@ -174,7 +174,7 @@ func Join(ctx context.Context, url, name string, getenv func(string) string, log
 	}
 	js, err := jetstream.New(nc)
 	if err == nil {
-		err = Setup(ctx, js, append(setup, As(name))...)
+		err = Setup(ctx, js, append(setup, opts...)...)
 	}
 	if err != nil {
 		nc.Close()

@@ -24,25 +24,23 @@ type setupOptions struct {
 	replicas int // 0: new ones get one, existing ones keep theirs
 	// storeBytes are the bounds asked for of object stores, by bucket.
 	storeBytes map[string]int64
-	// as is the service setting up, "" for the administrator.
-	as string
+	// reads, when set, says which streams the service setting up may
+	// read; nil for the administrator.
+	reads func(stream string) bool
 }
 
-// privateBuckets are the KV buckets only one service may read, by that
-// service's user: every other is denied even their info.
-var privateBuckets = map[string]string{BucketVaults: "egress"}
+// Reading makes [Setup] check only the streams, KV buckets (their
+// streams KV_<bucket>) and object stores (OBJ_<bucket>) that reads says
+// the service setting up may read: it is denied even the others' info.
+// Without it, Setup sets up everything, as the administrator does.
+func Reading(reads func(stream string) bool) SetupOption {
+	return func(o *setupOptions) { o.reads = reads }
+}
 
-// readersOnly are the streams only some services may read, by their
-// users: every other is denied even their info. The calls name the IDs
-// their results go under, which only the services that run them read.
-var readersOnly = map[string][]string{StreamTools: {"harness", "sandbox-manager", "memory"}}
-
-// As makes [Setup] check only what the service (by its NATS user) may
-// read: it leaves out the buckets private to another service, and the
-// streams only others may read. Without it, Setup sets up everything, as
-// the administrator does.
-func As(service string) SetupOption {
-	return func(o *setupOptions) { o.as = service }
+// skip reports whether Setup leaves stream out, as one the service may
+// not read.
+func (o *setupOptions) skip(stream string) bool {
+	return o.reads != nil && !o.reads(stream)
 }
 
 // StoreBytes makes [Setup] bound object store bucket to n bytes, and
@@ -192,7 +190,7 @@ func setup(ctx context.Context, js jetstream.JetStream, opts ...SetupOption) err
 	// was asked for.
 	replicasDiffer := func(have int) bool { return o.replicas != 0 && max(have, 1) != o.replicas }
 	for _, cfg := range streams {
-		if readers, ok := readersOnly[cfg.Name]; ok && o.as != "" && !slices.Contains(readers, o.as) {
+		if o.skip(cfg.Name) {
 			continue
 		}
 		cfg.Replicas = o.replicas
@@ -211,7 +209,7 @@ func setup(ctx context.Context, js jetstream.JetStream, opts ...SetupOption) err
 		}
 	}
 	for _, cfg := range buckets {
-		if owner, ok := privateBuckets[cfg.Bucket]; ok && o.as != "" && o.as != owner {
+		if o.skip("KV_" + cfg.Bucket) {
 			continue
 		}
 		cfg.Replicas = o.replicas
@@ -240,6 +238,9 @@ func setup(ctx context.Context, js jetstream.JetStream, opts ...SetupOption) err
 		}
 	}
 	for _, cfg := range objectStores {
+		if o.skip("OBJ_" + cfg.Bucket) {
+			continue
+		}
 		cfg.Replicas = o.replicas
 		asked, bounded := o.storeBytes[cfg.Bucket]
 		if bounded {

@@ -280,6 +280,26 @@ func Services() []Service {
 	}
 }
 
+// Reads returns what user's permissions let it read of the streams (its
+// info, gets and consumers): for [bus.Reading], so that a service sets up
+// only what it may read. It returns nil, everything, for a user that is
+// not one of [Services].
+func Reads(user string) func(stream string) bool {
+	for _, s := range Services() {
+		if s.User != user {
+			continue
+		}
+		return func(stream string) bool {
+			info := "$JS.API.STREAM.INFO." + stream
+			match := func(filters []string) bool {
+				return slices.ContainsFunc(filters, func(f string) bool { return server.SubjectMatchesFilter(info, f) })
+			}
+			return match(s.Permissions.Publish) && !match(s.Permissions.Deny)
+		}
+	}
+	return nil
+}
+
 // GatedStreams are the streams clients may create consumers on, through
 // the auth service's gate.
 func GatedStreams() []string {

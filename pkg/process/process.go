@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"corral.dev/pkg/bus"
+	"corral.dev/pkg/credential"
 	"corral.dev/pkg/envconf"
 	"corral.dev/pkg/logger"
 	"corral.dev/pkg/metrics"
@@ -84,7 +85,9 @@ func Standalone(getenv func(string) string, log *slog.Logger) *Env {
 			return bus.Connect(url, name, log, bus.UserFromEnv(getenv))
 		},
 		join: func(ctx context.Context, name string) (*nats.Conn, jetstream.JetStream, error) {
-			return bus.Join(ctx, url, name, getenv, log)
+			// It sets up what its user may read (all of it on a server
+			// without users).
+			return bus.Join(ctx, url, name, getenv, log, bus.Reading(credential.Reads(getenv("CORRAL_NATS_USER"))))
 		},
 	}
 }

@@ -755,3 +755,50 @@ func TestDeployedReadsOnlyTheirStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryServiceSetsUpWhatItReads: a service started on its own sets up
+// the streams and buckets as it starts (bus.Join), under its own user,
+// against what an administrator set up. Each checks only what it may read,
+// and none is refused anything: egress and the memory service, which read
+// only their own streams, and the approval service and the gateway, which
+// may not read the calls, failed to start when each checked every stream.
+func TestEveryServiceSetsUpWhatItReads(t *testing.T) {
+	url, _ := startDeployedServer(t)
+	admin, _ := connectAs(t, url, credential.UserAdmin)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := bus.Setup(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range credential.Services() {
+		t.Run(s.User, func(t *testing.T) {
+			js, v := connectAs(t, url, s.User)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := bus.Setup(ctx, js, bus.Reading(credential.Reads(s.User))); err != nil {
+				t.Errorf("setup as %s: %v", s.User, err)
+			}
+			if errs := v.all(); len(errs) > 0 {
+				t.Errorf("setup as %s was refused: %v", s.User, errs)
+			}
+		})
+	}
+	// The sandbox-manager reads its calls through its durable alone.
+	reads := map[string]map[string]bool{
+		credential.UserSandbox:  {bus.StreamEvents: true, bus.StreamTools: false, "KV_" + bus.BucketCredentials: false, "KV_" + bus.BucketVaults: false},
+		credential.UserApproval: {bus.StreamEvents: true, bus.StreamTools: false},
+		credential.UserGateway:  {bus.StreamEvents: true, bus.StreamTools: false},
+		credential.UserEgress:   {"KV_" + bus.BucketVaults: true, bus.StreamEvents: false, bus.StreamTools: false},
+		credential.UserMemory:   {"OBJ_" + bus.BucketSkills: true, bus.StreamEvents: false, bus.StreamTools: false},
+	}
+	for user, streams := range reads {
+		for stream, want := range streams {
+			if got := credential.Reads(user)(stream); got != want {
+				t.Errorf("%s reads %s: %v, want %v", user, stream, got, want)
+			}
+		}
+	}
+	if credential.Reads(credential.UserAdmin) != nil {
+		t.Error("the administrator reads only some streams, want all")
+	}
+}
