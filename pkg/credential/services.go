@@ -174,10 +174,11 @@ func Services() []Service {
 			// files clients upload (the UPLOADS stream), its buckets and
 			// stores, the environments and the skills; of the calls, its
 			// own through its consumer alone: a consumer of its own making,
-			// a direct one say, would read the memory service's.
+			// a direct one say, would read the memory service's. It writes
+			// dead letters but reads none (they hold what others gave up).
 			User: UserSandbox,
 			Permissions: Permissions{
-				Publish: concat(jsReadOnly([]string{bus.StreamEvents, bus.StreamPayloads, bus.StreamUploads, bus.StreamDeadLetter,
+				Publish: concat(jsReadOnly([]string{bus.StreamEvents, bus.StreamPayloads, bus.StreamUploads,
 					"KV_" + bus.BucketCalls, "KV_" + bus.BucketNodes, "KV_" + bus.BucketPlacements, "KV_" + bus.BucketEnvironments,
 					"OBJ_" + bus.BucketSkills, "OBJ_" + bus.BucketWorkspaces},
 					durable{bus.ConsumerSandboxCalls, bus.StreamTools, bus.ToolFilter(bus.ServiceSandbox)}), []string{
